@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/cmd/internal/nodeflags"
+	"github.com/frognano/frognano/runtime/config"
+	"github.com/frognano/frognano/runtime/node"
+)
+
+// client reaches a node's manager actor: a running node over actor remoting,
+// or a node embedded in this process.
+type client struct {
+	system   *actor.ActorSystem
+	manager  *actor.PID
+	embedded *node.Node
+	remote   *remote.Remote
+	log      *slog.Logger
+}
+
+// connect uses the node at httpAddr, or starts an embedded one when it is empty.
+func connect(ctx context.Context, httpAddr string, load func() (config.Config, error), embedDefaults func(*config.Config)) (*client, error) {
+	cfg, err := load()
+	if err != nil {
+		return nil, err
+	}
+	log := nodeflags.Logger(cfg, os.Stderr)
+	if httpAddr == "" {
+		if embedDefaults != nil {
+			embedDefaults(&cfg)
+		}
+		n, err := node.Start(ctx, cfg, node.Options{Logger: log, Version: node.Version()})
+		if err != nil {
+			return nil, err
+		}
+		return &client{system: n.System(), manager: n.Manager(), embedded: n, log: log}, nil
+	}
+	info, err := fetchInfo(ctx, httpAddr)
+	if err != nil {
+		return nil, err
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
+	r := remote.NewRemote(system, remote.Configure("127.0.0.1", 0))
+	r.Start()
+	return &client{system: system, manager: actor.NewPID(info.Address, node.ManagerName), remote: r, log: log}, nil
+}
+
+// fetchInfo reads a node's facts from its HTTP API.
+func fetchInfo(ctx context.Context, httpAddr string) (*messages.NodeInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+node.InfoPath, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("no frognano node answers at %s: %w", httpAddr, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("node at %s: %s", httpAddr, resp.Status)
+	}
+	info := &messages.NodeInfo{}
+	if err := protojson.Unmarshal(body, info); err != nil {
+		return nil, fmt.Errorf("node at %s answered something that is not a frognano node: %w", httpAddr, err)
+	}
+	return info, nil
+}
+
+// ask sends req to the manager and returns its reply, turning a Failure into an error.
+func (c *client) ask(req any, timeout time.Duration) (any, error) {
+	res, err := c.system.Root.RequestFuture(c.manager, req, timeout).Result()
+	if err != nil {
+		return nil, fmt.Errorf("node %s did not answer: %w", c.manager.Address, err)
+	}
+	if f, ok := res.(*messages.Failure); ok {
+		return nil, fmt.Errorf("%s", f.Message)
+	}
+	return res, nil
+}
+
+func (c *client) close() {
+	if c.embedded != nil {
+		_ = c.embedded.Stop(context.Background())
+		return
+	}
+	c.remote.Shutdown(false)
+	c.system.Shutdown()
+}
+
+func printJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,647 @@
+package persistence
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	messages "github.com/frognano/frognano/actors/messages/v1"
+)
+
+// implementations lists every Stores implementation; each must pass every
+// conformance case.
+var implementations = []struct {
+	name string
+	open func(t *testing.T) Stores
+}{
+	{"badger", func(t *testing.T) Stores { return openTestDB(t) }},
+	{"memory", func(t *testing.T) Stores { return NewMemory() }},
+}
+
+var conformanceCases = []struct {
+	name string
+	run  func(t *testing.T, s Stores)
+}{
+	{"TaskPutGet", testTaskPutGet},
+	{"TaskInvalid", testTaskInvalid},
+	{"TaskPutIdempotentAndMovesEnvironment", testTaskPutIdempotent},
+	{"TaskListOrderAndFilter", testTaskListOrderAndFilter},
+	{"TaskDelete", testTaskDelete},
+	{"TaskPutMany", testTaskPutMany},
+	{"CurriculumGetPutList", testCurriculumGetPutList},
+	{"CurriculumUpdate", testCurriculumUpdate},
+	{"CurriculumConcurrentUpdates", testCurriculumConcurrentUpdates},
+	{"Runs", testRuns},
+	{"Trajectories", testTrajectories},
+	{"CheckpointSaveLoad", testCheckpointSaveLoad},
+	{"CheckpointInvalid", testCheckpointInvalid},
+	{"CheckpointStepsIncrease", testCheckpointStepsIncrease},
+	{"CheckpointPrune", testCheckpointPrune},
+	{"CanceledContext", testCanceledContext},
+}
+
+func TestConformance(t *testing.T) {
+	for _, impl := range implementations {
+		t.Run(impl.name, func(t *testing.T) {
+			for _, c := range conformanceCases {
+				t.Run(c.name, func(t *testing.T) { c.run(t, impl.open(t)) })
+			}
+		})
+	}
+}
+
+func ids[T interface{ GetId() string }](xs []T) []string {
+	out := []string{}
+	for _, x := range xs {
+		out = append(out, x.GetId())
+	}
+	return out
+}
+
+func testTaskPutGet(t *testing.T, s Stores) {
+	ctx := context.Background()
+	want := sampleTask("t1", "env-a")
+	if err := s.Tasks().Put(ctx, want); err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+	got, err := s.Tasks().Get(ctx, "t1")
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	if !sameProto(t, got, want) {
+		t.Errorf("Get = %v, want %v", got, want)
+	}
+	got.ProblemStatement = "mutated by the caller"
+	again, _ := s.Tasks().Get(ctx, "t1")
+	if !sameProto(t, again, want) {
+		t.Errorf("mutating a returned task changed the store")
+	}
+	if _, err := s.Tasks().Get(ctx, "missing"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get(missing) = %v, want ErrNotFound", err)
+	}
+}
+
+func testTaskInvalid(t *testing.T, s Stores) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		task *messages.Task
+	}{
+		{"nil", nil},
+		{"empty id", &messages.Task{Environment: "e"}},
+		{"NUL in id", &messages.Task{Id: "a\x00b"}},
+		{"NUL in environment", &messages.Task{Id: "a", Environment: "e\x00"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := s.Tasks().Put(ctx, tc.task); !errors.Is(err, ErrInvalid) {
+				t.Errorf("Put = %v, want ErrInvalid", err)
+			}
+		})
+	}
+	if _, err := s.Tasks().Get(ctx, ""); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Get(\"\") = %v, want ErrInvalid", err)
+	}
+	if n, err := s.Tasks().Count(ctx, TaskFilter{}); err != nil || n != 0 {
+		t.Errorf("Count after invalid puts = %d, %v; want 0", n, err)
+	}
+}
+
+func testTaskPutIdempotent(t *testing.T, s Stores) {
+	ctx := context.Background()
+	task := sampleTask("t1", "env-a")
+	for range 3 {
+		if err := s.Tasks().Put(ctx, task); err != nil {
+			t.Fatalf("Put: %v", err)
+		}
+	}
+	if n, err := s.Tasks().Count(ctx, TaskFilter{}); err != nil || n != 1 {
+		t.Fatalf("Count = %d, %v; want 1", n, err)
+	}
+	moved := sampleTask("t1", "env-b")
+	if err := s.Tasks().Put(ctx, moved); err != nil {
+		t.Fatalf("Put moved: %v", err)
+	}
+	for _, tc := range []struct {
+		env  string
+		want []string
+	}{
+		{"env-a", []string{}},
+		{"env-b", []string{"t1"}},
+		{"", []string{"t1"}},
+	} {
+		got, err := s.Tasks().List(ctx, TaskFilter{Environment: tc.env})
+		if err != nil {
+			t.Fatalf("List(%q): %v", tc.env, err)
+		}
+		if !slices.Equal(ids(got), tc.want) {
+			t.Errorf("List(%q) = %v, want %v", tc.env, ids(got), tc.want)
+		}
+		n, err := s.Tasks().Count(ctx, TaskFilter{Environment: tc.env})
+		if err != nil || n != len(tc.want) {
+			t.Errorf("Count(%q) = %d, %v; want %d", tc.env, n, err, len(tc.want))
+		}
+	}
+}
+
+func testTaskListOrderAndFilter(t *testing.T, s Stores) {
+	ctx := context.Background()
+	// Put in an order that is neither sorted nor grouped by environment.
+	for _, p := range []struct{ id, env string }{
+		{"t5", "a"}, {"t1", "b"}, {"t3", "a"}, {"t2", "a"}, {"t4", "b"}, {"t0", "c"},
+	} {
+		if err := s.Tasks().Put(ctx, sampleTask(p.id, p.env)); err != nil {
+			t.Fatalf("Put: %v", err)
+		}
+	}
+	for _, tc := range []struct {
+		env  string
+		want []string
+	}{
+		{"", []string{"t0", "t1", "t2", "t3", "t4", "t5"}},
+		{"a", []string{"t2", "t3", "t5"}},
+		{"b", []string{"t1", "t4"}},
+		{"c", []string{"t0"}},
+		{"none", []string{}},
+		// "a" must not match an environment that merely starts with "a".
+		{"a-longer", []string{}},
+	} {
+		got, err := s.Tasks().List(ctx, TaskFilter{Environment: tc.env})
+		if err != nil {
+			t.Fatalf("List(%q): %v", tc.env, err)
+		}
+		if !slices.Equal(ids(got), tc.want) {
+			t.Errorf("List(%q) = %v, want %v", tc.env, ids(got), tc.want)
+		}
+		for _, task := range got {
+			if !sameProto(t, task, sampleTask(task.GetId(), task.GetEnvironment())) {
+				t.Errorf("List(%q) returned a different record for %s", tc.env, task.GetId())
+			}
+		}
+		if n, err := s.Tasks().Count(ctx, TaskFilter{Environment: tc.env}); err != nil || n != len(tc.want) {
+			t.Errorf("Count(%q) = %d, %v; want %d", tc.env, n, err, len(tc.want))
+		}
+	}
+}
+
+func testTaskDelete(t *testing.T, s Stores) {
+	ctx := context.Background()
+	for _, id := range []string{"t1", "t2"} {
+		if err := s.Tasks().Put(ctx, sampleTask(id, "env")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Tasks().Delete(ctx, "t1"); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if err := s.Tasks().Delete(ctx, "t1"); err != nil {
+		t.Errorf("Delete of a deleted task = %v, want nil", err)
+	}
+	if _, err := s.Tasks().Get(ctx, "t1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get after Delete = %v, want ErrNotFound", err)
+	}
+	got, err := s.Tasks().List(ctx, TaskFilter{Environment: "env"})
+	if err != nil || !slices.Equal(ids(got), []string{"t2"}) {
+		t.Errorf("List(env) after Delete = %v, %v; want [t2]", ids(got), err)
+	}
+}
+
+func testTaskPutMany(t *testing.T, s Stores) {
+	ctx := context.Background()
+	var tasks []*messages.Task
+	var want []string
+	for i := range 200 {
+		id := fmt.Sprintf("t%03d", i)
+		tasks = append(tasks, sampleTask(id, fmt.Sprintf("env-%d", i%4)))
+		want = append(want, id)
+	}
+	bad := slices.Clone(tasks)
+	bad[150] = &messages.Task{}
+	if err := s.Tasks().PutMany(ctx, bad); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("PutMany with an invalid task = %v, want ErrInvalid", err)
+	}
+	if n, _ := s.Tasks().Count(ctx, TaskFilter{}); n != 0 {
+		t.Errorf("an invalid batch stored %d tasks; validation must precede writes", n)
+	}
+	if err := s.Tasks().PutMany(ctx, tasks); err != nil {
+		t.Fatalf("PutMany: %v", err)
+	}
+	got, err := s.Tasks().List(ctx, TaskFilter{})
+	if err != nil || !slices.Equal(ids(got), want) {
+		t.Errorf("List after PutMany: %d tasks, %v; want %d", len(got), err, len(want))
+	}
+	if n, _ := s.Tasks().Count(ctx, TaskFilter{Environment: "env-1"}); n != 50 {
+		t.Errorf("Count(env-1) = %d, want 50", n)
+	}
+}
+
+func testCurriculumGetPutList(t *testing.T, s Stores) {
+	ctx := context.Background()
+	c := s.Curriculum()
+	if _, err := c.Get(ctx, "t1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get(missing) = %v, want ErrNotFound", err)
+	}
+	if err := c.Put(ctx, &messages.TaskStats{}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Put without task id = %v, want ErrInvalid", err)
+	}
+	for _, id := range []string{"t3", "t1", "t2"} {
+		if err := c.Put(ctx, &messages.TaskStats{TaskId: id, Alpha: 1, Beta: 2, Attempts: 3, Successes: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := c.Get(ctx, "t2")
+	if err != nil || got.GetAttempts() != 3 || got.GetBeta() != 2 {
+		t.Errorf("Get = %v, %v", got, err)
+	}
+	all, err := c.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, st := range all {
+		order = append(order, st.GetTaskId())
+	}
+	if !slices.Equal(order, []string{"t1", "t2", "t3"}) {
+		t.Errorf("List order = %v", order)
+	}
+}
+
+func testCurriculumUpdate(t *testing.T, s Stores) {
+	ctx := context.Background()
+	c := s.Curriculum()
+	got, err := c.Update(ctx, "t1", func(st *messages.TaskStats) error {
+		if st.GetTaskId() != "t1" || st.GetAttempts() != 0 {
+			return fmt.Errorf("fresh stats = %v", st)
+		}
+		st.Attempts, st.Successes, st.Alpha = 1, 1, 2
+		return nil
+	})
+	if err != nil || got.GetAttempts() != 1 {
+		t.Fatalf("Update of missing stats = %v, %v", got, err)
+	}
+	errStop := errors.New("stop")
+	if _, err := c.Update(ctx, "t1", func(st *messages.TaskStats) error {
+		st.Attempts = 100
+		return errStop
+	}); err != errStop {
+		t.Errorf("Update returned %v, want fn's error unchanged", err)
+	}
+	if _, err := c.Update(ctx, "t1", func(st *messages.TaskStats) error {
+		st.TaskId = "other"
+		return nil
+	}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Update that renames = %v, want ErrInvalid", err)
+	}
+	stored, err := c.Get(ctx, "t1")
+	if err != nil || stored.GetAttempts() != 1 || stored.GetAlpha() != 2 {
+		t.Errorf("after aborted updates, stats = %v, %v; want attempts 1", stored, err)
+	}
+	if _, err := c.Get(ctx, "other"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a rejected rename stored stats under the new id")
+	}
+}
+
+func testCurriculumConcurrentUpdates(t *testing.T, s Stores) {
+	ctx := context.Background()
+	const workers, each = 4, 10
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*each)
+	for w := range workers {
+		wg.Go(func() {
+			for range each {
+				_, err := s.Curriculum().Update(ctx, "hot", func(st *messages.TaskStats) error {
+					st.Attempts++
+					if w%2 == 0 {
+						st.Successes++
+					}
+					return nil
+				})
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("Update: %v", err)
+		}
+	}
+	got, err := s.Curriculum().Get(ctx, "hot")
+	if err != nil || got.GetAttempts() != workers*each || got.GetSuccesses() != workers*each/2 {
+		t.Errorf("after %d concurrent updates: %v, %v; a lost update", workers*each, got, err)
+	}
+}
+
+func testRuns(t *testing.T, s Stores) {
+	ctx := context.Background()
+	r := s.Runs()
+	if _, err := r.Get(ctx, "r1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get(missing) = %v, want ErrNotFound", err)
+	}
+	if err := r.Put(ctx, &messages.Run{}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Put without id = %v, want ErrInvalid", err)
+	}
+	for _, id := range []string{"r2", "r1"} {
+		if err := r.Put(ctx, &messages.Run{Id: id, Status: "running", Metrics: map[string]float64{"loss": 1.5, "reward": 0.2}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Put(ctx, &messages.Run{Id: "r1", Status: "done", Step: 9}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.Get(ctx, "r1")
+	if err != nil || got.GetStatus() != "done" || got.GetStep() != 9 || len(got.GetMetrics()) != 0 {
+		t.Errorf("Get after overwrite = %v, %v", got, err)
+	}
+	all, err := r.List(ctx)
+	if err != nil || !slices.Equal(ids(all), []string{"r1", "r2"}) {
+		t.Errorf("List = %v, %v", ids(all), err)
+	}
+	if all[1].GetMetrics()["loss"] != 1.5 {
+		t.Errorf("metrics lost: %v", all[1])
+	}
+}
+
+func testTrajectories(t *testing.T, s Stores) {
+	ctx := context.Background()
+	ts := s.Trajectories()
+	for _, p := range []struct{ id, run, task string }{
+		{"j4", "r2", "tA"}, {"j1", "r1", "tB"}, {"j3", "r1", "tA"}, {"j2", "r2", "tA"}, {"j0", "r1", "tA"},
+	} {
+		if err := ts.Append(ctx, sampleTrajectory(p.id, p.run, p.task)); err != nil {
+			t.Fatalf("Append %s: %v", p.id, err)
+		}
+	}
+	if err := ts.Append(ctx, sampleTrajectory("j1", "r1", "tB")); err != nil {
+		t.Errorf("identical re-append = %v, want nil", err)
+	}
+	changed := sampleTrajectory("j1", "r1", "tB")
+	changed.Reward = 42
+	if err := ts.Append(ctx, changed); !errors.Is(err, ErrExists) {
+		t.Errorf("re-append with new content = %v, want ErrExists", err)
+	}
+	if err := ts.Append(ctx, sampleTrajectory("j1", "r9", "tB")); !errors.Is(err, ErrExists) {
+		t.Errorf("re-append under another run = %v, want ErrExists", err)
+	}
+	for _, bad := range []*messages.Trajectory{nil, {Id: "x", TaskId: "t"}, {Id: "x", RunId: "r"}, {TaskId: "t", RunId: "r"}} {
+		if err := ts.Append(ctx, bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Append(%v) = %v, want ErrInvalid", bad, err)
+		}
+	}
+	got, err := ts.Get(ctx, "j1")
+	if err != nil || !sameProto(t, got, sampleTrajectory("j1", "r1", "tB")) {
+		t.Errorf("Get = %v, %v", got, err)
+	}
+	if _, err := ts.Get(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get(missing) = %v, want ErrNotFound", err)
+	}
+	for _, tc := range []struct {
+		name string
+		list func() ([]*messages.Trajectory, error)
+		want []string
+	}{
+		{"ByTask tA", func() ([]*messages.Trajectory, error) { return ts.ListByTask(ctx, "tA") }, []string{"j0", "j3", "j2", "j4"}},
+		{"ByTask tB", func() ([]*messages.Trajectory, error) { return ts.ListByTask(ctx, "tB") }, []string{"j1"}},
+		{"ByTask none", func() ([]*messages.Trajectory, error) { return ts.ListByTask(ctx, "t") }, []string{}},
+		{"ByRun r1", func() ([]*messages.Trajectory, error) { return ts.ListByRun(ctx, "r1") }, []string{"j0", "j3", "j1"}},
+		{"ByRun r2", func() ([]*messages.Trajectory, error) { return ts.ListByRun(ctx, "r2") }, []string{"j2", "j4"}},
+		{"ByRun none", func() ([]*messages.Trajectory, error) { return ts.ListByRun(ctx, "r") }, []string{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.list()
+			if err != nil || !slices.Equal(ids(got), tc.want) {
+				t.Errorf("= %v, %v; want %v", ids(got), err, tc.want)
+			}
+			for _, tr := range got {
+				if !sameProto(t, tr, sampleTrajectory(tr.GetId(), tr.GetRunId(), tr.GetTaskId())) {
+					t.Errorf("%s differs from what was appended", tr.GetId())
+				}
+			}
+		})
+	}
+}
+
+// checkpointTensors are a weights group and an optimizer group with sizes
+// that are below, at and above the 1 KiB test chunk size, and empty.
+func checkpointTensors(step int64) (weights, optimizer []Tensor) {
+	seed := uint64(step)
+	weights = []Tensor{
+		f32Tensor("embed", seed, 3000), // 12000 bytes: 12 chunks, the last partial
+		f32Tensor("norm", seed, 256),   // exactly one chunk
+		{Name: "bias.bf16", DType: messages.DType_DTYPE_BF16, Shape: []int64{3, 7}, Data: seeded(seed, "bf16", 42)},
+		{Name: "empty", DType: messages.DType_DTYPE_F16, Shape: []int64{0, 4}},
+		{Name: "scalar", DType: messages.DType_DTYPE_F32, Data: seeded(seed, "scalar", 4)},
+	}
+	optimizer = []Tensor{f32Tensor("adam.m.embed", seed+100, 3000), f32Tensor("adam.v.embed", seed+200, 3000)}
+	return weights, optimizer
+}
+
+func testCheckpointSaveLoad(t *testing.T, s Stores) {
+	ctx := context.Background()
+	cs := s.Checkpoints()
+	if _, err := cs.Latest(ctx, "run"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Latest of an empty run = %v, want ErrNotFound", err)
+	}
+	weights, optimizer := checkpointTensors(10)
+	manifest := &messages.Checkpoint{
+		RunId: "run", Step: 10, PolicyVersion: 3, RngState: []byte{1, 2, 3},
+		Model: &messages.ModelConfig{Architecture: "llama", HiddenSize: 64, Layers: 2},
+	}
+	if err := cs.Save(ctx, manifest, weights, optimizer); err != nil {
+		t.Fatalf("Save: %v", err)
+	}
+	if len(manifest.GetTensors()) != 0 {
+		t.Errorf("Save modified the caller's manifest")
+	}
+	for _, load := range []struct {
+		name string
+		fn   func() (*messages.Checkpoint, error)
+	}{
+		{"Load", func() (*messages.Checkpoint, error) { return cs.Load(ctx, "run", 10) }},
+		{"Latest", func() (*messages.Checkpoint, error) { return cs.Latest(ctx, "run") }},
+	} {
+		got, err := load.fn()
+		if err != nil {
+			t.Fatalf("%s: %v", load.name, err)
+		}
+		if got.GetPolicyVersion() != 3 || !bytes.Equal(got.GetRngState(), []byte{1, 2, 3}) || got.GetModel().GetHiddenSize() != 64 {
+			t.Errorf("%s lost manifest fields: %v", load.name, got)
+		}
+		if len(got.GetTensors()) != len(weights) || len(got.GetOptimizer()) != len(optimizer) {
+			t.Fatalf("%s: %d weights %d optimizer tensors, want %d and %d",
+				load.name, len(got.GetTensors()), len(got.GetOptimizer()), len(weights), len(optimizer))
+		}
+		for i, w := range weights {
+			meta := got.GetTensors()[i]
+			if meta.GetName() != w.Name || meta.GetDtype() != w.DType || !slices.Equal(meta.GetShape(), w.Shape) ||
+				meta.GetSizeBytes() != int64(len(w.Data)) {
+				t.Errorf("%s: tensor %d meta = %v, want %s %v %v", load.name, i, meta, w.Name, w.DType, w.Shape)
+			}
+		}
+	}
+	for _, tensor := range append(weights, optimizer...) {
+		got, err := cs.ReadTensor(ctx, "run", 10, tensor.Name)
+		if err != nil {
+			t.Errorf("ReadTensor(%s): %v", tensor.Name, err)
+			continue
+		}
+		if !bytes.Equal(got, tensor.Data) {
+			t.Errorf("ReadTensor(%s): %d bytes differ from the %d saved", tensor.Name, len(got), len(tensor.Data))
+		}
+	}
+	for _, tc := range []struct {
+		step int64
+		name string
+	}{{10, "nope"}, {11, "embed"}} {
+		if _, err := cs.ReadTensor(ctx, "run", tc.step, tc.name); !errors.Is(err, ErrNotFound) {
+			t.Errorf("ReadTensor(%d, %s) = %v, want ErrNotFound", tc.step, tc.name, err)
+		}
+	}
+	if _, err := cs.Load(ctx, "run", 11); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Load(missing step) = %v, want ErrNotFound", err)
+	}
+}
+
+func testCheckpointInvalid(t *testing.T, s Stores) {
+	ctx := context.Background()
+	good := f32Tensor("w", 1, 8)
+	for _, tc := range []struct {
+		name     string
+		manifest *messages.Checkpoint
+		tensors  []Tensor
+	}{
+		{"nil manifest", nil, nil},
+		{"no run id", &messages.Checkpoint{Step: 1}, nil},
+		{"negative step", &messages.Checkpoint{RunId: "r", Step: -1}, nil},
+		{"shape too big", &messages.Checkpoint{RunId: "r", Step: 1}, []Tensor{{Name: "w", DType: messages.DType_DTYPE_F32, Shape: []int64{9}, Data: good.Data}}},
+		{"negative dimension", &messages.Checkpoint{RunId: "r", Step: 1}, []Tensor{{Name: "w", DType: messages.DType_DTYPE_F32, Shape: []int64{-1, -8}, Data: good.Data}}},
+		// 4 * (2^62 + 8) wraps to 32 bytes, the length of good.Data.
+		{"shape overflows int64", &messages.Checkpoint{RunId: "r", Step: 1}, []Tensor{{Name: "w", DType: messages.DType_DTYPE_F32, Shape: []int64{1<<62 + 8}, Data: good.Data}}},
+		{"no dtype", &messages.Checkpoint{RunId: "r", Step: 1}, []Tensor{{Name: "w", Shape: []int64{8}, Data: good.Data}}},
+		{"no name", &messages.Checkpoint{RunId: "r", Step: 1}, []Tensor{{DType: messages.DType_DTYPE_F32, Shape: []int64{8}, Data: good.Data}}},
+		{"duplicate name", &messages.Checkpoint{RunId: "r", Step: 1}, []Tensor{good, good}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := s.Checkpoints().Save(ctx, tc.manifest, tc.tensors, nil); !errors.Is(err, ErrInvalid) {
+				t.Errorf("Save = %v, want ErrInvalid", err)
+			}
+		})
+	}
+	// A name shared by a weight and an optimizer tensor is a duplicate too.
+	if err := s.Checkpoints().Save(ctx, &messages.Checkpoint{RunId: "r", Step: 1}, []Tensor{good}, []Tensor{good}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Save with a name in both groups = %v, want ErrInvalid", err)
+	}
+	if steps, err := s.Checkpoints().Steps(ctx, "r"); err != nil || len(steps) != 0 {
+		t.Errorf("invalid saves left steps %v, %v", steps, err)
+	}
+}
+
+func testCheckpointStepsIncrease(t *testing.T, s Stores) {
+	ctx := context.Background()
+	cs := s.Checkpoints()
+	save := func(run string, step int64) error {
+		w := []Tensor{f32Tensor("w", uint64(step), 300)}
+		return cs.Save(ctx, &messages.Checkpoint{RunId: run, Step: step}, w, nil)
+	}
+	for _, tc := range []struct {
+		run     string
+		step    int64
+		wantErr error
+	}{
+		{"a", 0, nil},
+		{"a", 5, nil},
+		{"a", 5, ErrStepNotIncreasing},
+		{"a", 3, ErrStepNotIncreasing},
+		{"b", 1, nil}, // runs are independent
+		{"a", 6, nil},
+		{"a", 1 << 40, nil},
+	} {
+		if err := save(tc.run, tc.step); !errors.Is(err, tc.wantErr) {
+			t.Errorf("Save(%s@%d) = %v, want %v", tc.run, tc.step, err, tc.wantErr)
+		}
+	}
+	steps, err := cs.Steps(ctx, "a")
+	if err != nil || !slices.Equal(steps, []int64{0, 5, 6, 1 << 40}) {
+		t.Errorf("Steps(a) = %v, %v", steps, err)
+	}
+	got, err := cs.ReadTensor(ctx, "a", 5, "w")
+	if err != nil || !bytes.Equal(got, f32Tensor("w", 5, 300).Data) {
+		t.Errorf("a rejected save at step 5 changed its tensor: %v", err)
+	}
+	latest, err := cs.Latest(ctx, "a")
+	if err != nil || latest.GetStep() != 1<<40 {
+		t.Errorf("Latest(a) = %v, %v", latest.GetStep(), err)
+	}
+}
+
+func testCheckpointPrune(t *testing.T, s Stores) {
+	ctx := context.Background()
+	cs := s.Checkpoints()
+	for _, step := range []int64{1, 2, 4, 8, 16} {
+		w, o := checkpointTensors(step)
+		if err := cs.Save(ctx, &messages.Checkpoint{RunId: "run", Step: step}, w, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cs.Prune(ctx, "run", 0); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Prune(keep 0) = %v, want ErrInvalid", err)
+	}
+	for _, tc := range []struct {
+		keep        int
+		wantDeleted []int64
+		wantSteps   []int64
+	}{
+		{10, nil, []int64{1, 2, 4, 8, 16}},
+		{2, []int64{1, 2, 4}, []int64{8, 16}},
+		{2, nil, []int64{8, 16}},
+		{1, []int64{8}, []int64{16}},
+	} {
+		deleted, err := cs.Prune(ctx, "run", tc.keep)
+		if err != nil || !slices.Equal(deleted, tc.wantDeleted) {
+			t.Errorf("Prune(keep %d) = %v, %v; want %v", tc.keep, deleted, err, tc.wantDeleted)
+		}
+		if steps, err := cs.Steps(ctx, "run"); err != nil || !slices.Equal(steps, tc.wantSteps) {
+			t.Errorf("after Prune(keep %d): Steps = %v, %v; want %v", tc.keep, steps, err, tc.wantSteps)
+		}
+	}
+	if _, err := cs.ReadTensor(ctx, "run", 4, "embed"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("ReadTensor of a pruned step = %v, want ErrNotFound", err)
+	}
+	w, _ := checkpointTensors(16)
+	if got, err := cs.ReadTensor(ctx, "run", 16, "embed"); err != nil || !bytes.Equal(got, w[0].Data) {
+		t.Errorf("Prune damaged the kept checkpoint: %v", err)
+	}
+	if err := cs.Save(ctx, &messages.Checkpoint{RunId: "run", Step: 4}, nil, nil); !errors.Is(err, ErrStepNotIncreasing) {
+		t.Errorf("saving a pruned step again = %v, want ErrStepNotIncreasing", err)
+	}
+}
+
+func testCanceledContext(t *testing.T, s Stores) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	calls := map[string]func() error{
+		"Tasks.Put":  func() error { return s.Tasks().Put(ctx, sampleTask("t", "e")) },
+		"Tasks.List": func() error { _, err := s.Tasks().List(ctx, TaskFilter{}); return err },
+		"Curriculum.Update": func() error {
+			_, err := s.Curriculum().Update(ctx, "t", func(*messages.TaskStats) error { return nil })
+			return err
+		},
+		"Runs.Get":            func() error { _, err := s.Runs().Get(ctx, "r"); return err },
+		"Trajectories.Append": func() error { return s.Trajectories().Append(ctx, sampleTrajectory("j", "r", "t")) },
+		"Checkpoints.Save": func() error {
+			return s.Checkpoints().Save(ctx, &messages.Checkpoint{RunId: "r", Step: 1}, []Tensor{f32Tensor("w", 1, 8)}, nil)
+		},
+	}
+	for name, call := range calls {
+		if err := call(); !errors.Is(err, context.Canceled) {
+			t.Errorf("%s = %v, want context.Canceled", name, err)
+		}
+	}
+	if n, err := s.Tasks().Count(context.Background(), TaskFilter{}); err != nil || n != 0 {
+		t.Errorf("a canceled Put stored a task: %d, %v", n, err)
+	}
+}

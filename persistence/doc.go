@@ -1,0 +1,18 @@
+// Package persistence keeps the state that must outlive a process — tasks, the
+// curriculum, runs, trajectories and checkpoints — in Badger, behind small typed
+// stores.
+//
+// Actors depend on the store interfaces, never on Badger: a supervisor that
+// restarts a crashed actor hands it the same *DB, and tests hand it a *Memory.
+// Both implementations pass one conformance suite, so a behaviour that holds in
+// a test holds on disk.
+//
+// Durability: every write is synchronous (Badger SyncWrites), so a method that
+// returned nil survives a crash of the process. A checkpoint too large for one
+// transaction is written chunk by chunk and becomes visible only when its
+// manifest, written last, commits.
+//
+// Keys carry a format version ("v1/...") and the database records its schema
+// version under "meta/schema", so a newer layout is refused by older code
+// instead of being misread.
+package persistence

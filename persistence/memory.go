@@ -1,0 +1,458 @@
+package persistence
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+
+	messages "github.com/frognano/frognano/actors/messages/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// Memory holds every store in process memory. Actor tests use it instead of
+// a *DB: it has the same semantics (checked by the same conformance suite)
+// but nothing survives the process. It does not split tensors into chunks.
+type Memory struct {
+	mu    sync.Mutex
+	tasks map[string]*messages.Task
+	stats map[string]*messages.TaskStats
+	runs  map[string]*messages.Run
+	trajs map[string]*messages.Trajectory
+	ckpts map[string]map[int64]*memCheckpoint
+}
+
+type memCheckpoint struct {
+	manifest *messages.Checkpoint
+	data     map[string][]byte
+}
+
+var _ Stores = (*Memory)(nil)
+
+// NewMemory returns empty in-memory stores.
+func NewMemory() *Memory {
+	return &Memory{
+		tasks: map[string]*messages.Task{},
+		stats: map[string]*messages.TaskStats{},
+		runs:  map[string]*messages.Run{},
+		trajs: map[string]*messages.Trajectory{},
+		ckpts: map[string]map[int64]*memCheckpoint{},
+	}
+}
+
+// Tasks returns the in-memory task store.
+func (m *Memory) Tasks() TaskStore { return memTaskStore{m} }
+
+// Curriculum returns the in-memory curriculum store.
+func (m *Memory) Curriculum() CurriculumStore { return memCurriculumStore{m} }
+
+// Runs returns the in-memory run store.
+func (m *Memory) Runs() RunStore { return memRunStore{m} }
+
+// Trajectories returns the in-memory trajectory store.
+func (m *Memory) Trajectories() TrajectoryStore { return memTrajectoryStore{m} }
+
+// Checkpoints returns the in-memory checkpoint store.
+func (m *Memory) Checkpoints() CheckpointStore { return memCheckpointStore{m} }
+
+func clone[T proto.Message](x T) T { return proto.Clone(x).(T) }
+
+// sortedValues returns clones of the values whose key satisfies keep, in key
+// order, as the Badger stores return them.
+func sortedValues[T proto.Message](m map[string]T, keep func(T) bool) []T {
+	var out []T
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if keep == nil || keep(m[k]) {
+			out = append(out, clone(m[k]))
+		}
+	}
+	return out
+}
+
+type memTaskStore struct{ m *Memory }
+
+var _ TaskStore = memTaskStore{}
+
+func (s memTaskStore) Put(ctx context.Context, t *messages.Task) error {
+	return s.PutMany(ctx, []*messages.Task{t})
+}
+
+func (s memTaskStore) PutMany(ctx context.Context, tasks []*messages.Task) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for i, t := range tasks {
+		if err := checkTask(t); err != nil {
+			return fmt.Errorf("task %d of %d: %w", i, len(tasks), err)
+		}
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	for _, t := range tasks {
+		s.m.tasks[t.GetId()] = clone(t)
+	}
+	return nil
+}
+
+func (s memTaskStore) Get(ctx context.Context, id string) (*messages.Task, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := checkID("task id", id); err != nil {
+		return nil, err
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	t, ok := s.m.tasks[id]
+	if !ok {
+		return nil, fmt.Errorf("get task %q: %w", id, ErrNotFound)
+	}
+	return clone(t), nil
+}
+
+func (s memTaskStore) Delete(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := checkID("task id", id); err != nil {
+		return err
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	delete(s.m.tasks, id)
+	return nil
+}
+
+func (s memTaskStore) List(ctx context.Context, f TaskFilter) ([]*messages.Task, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := checkEnv(f.Environment); err != nil {
+		return nil, err
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	return sortedValues(s.m.tasks, func(t *messages.Task) bool {
+		return f.Environment == "" || t.GetEnvironment() == f.Environment
+	}), nil
+}
+
+func (s memTaskStore) Count(ctx context.Context, f TaskFilter) (int, error) {
+	ts, err := s.List(ctx, f)
+	return len(ts), err
+}
+
+type memCurriculumStore struct{ m *Memory }
+
+var _ CurriculumStore = memCurriculumStore{}
+
+func (s memCurriculumStore) Get(ctx context.Context, taskID string) (*messages.TaskStats, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := checkID("task id", taskID); err != nil {
+		return nil, err
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	st, ok := s.m.stats[taskID]
+	if !ok {
+		return nil, fmt.Errorf("get stats of task %q: %w", taskID, ErrNotFound)
+	}
+	return clone(st), nil
+}
+
+func (s memCurriculumStore) Put(ctx context.Context, st *messages.TaskStats) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := checkStats(st); err != nil {
+		return err
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	s.m.stats[st.GetTaskId()] = clone(st)
+	return nil
+}
+
+func (s memCurriculumStore) Update(ctx context.Context, taskID string, fn func(*messages.TaskStats) error) (*messages.TaskStats, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := checkID("task id", taskID); err != nil {
+		return nil, err
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	st := &messages.TaskStats{TaskId: taskID}
+	if old, ok := s.m.stats[taskID]; ok {
+		st = clone(old)
+	}
+	if err := fn(st); err != nil {
+		return nil, err
+	}
+	if st.GetTaskId() != taskID {
+		return nil, fmt.Errorf("update changed task id %q to %q: %w", taskID, st.GetTaskId(), ErrInvalid)
+	}
+	s.m.stats[taskID] = st
+	return clone(st), nil
+}
+
+func (s memCurriculumStore) List(ctx context.Context) ([]*messages.TaskStats, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	return sortedValues(s.m.stats, nil), nil
+}
+
+type memRunStore struct{ m *Memory }
+
+var _ RunStore = memRunStore{}
+
+func (s memRunStore) Put(ctx context.Context, r *messages.Run) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if r == nil {
+		return fmt.Errorf("nil run: %w", ErrInvalid)
+	}
+	if err := checkID("run id", r.GetId()); err != nil {
+		return err
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	s.m.runs[r.GetId()] = clone(r)
+	return nil
+}
+
+func (s memRunStore) Get(ctx context.Context, id string) (*messages.Run, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := checkID("run id", id); err != nil {
+		return nil, err
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	r, ok := s.m.runs[id]
+	if !ok {
+		return nil, fmt.Errorf("get run %q: %w", id, ErrNotFound)
+	}
+	return clone(r), nil
+}
+
+func (s memRunStore) List(ctx context.Context) ([]*messages.Run, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	return sortedValues(s.m.runs, nil), nil
+}
+
+type memTrajectoryStore struct{ m *Memory }
+
+var _ TrajectoryStore = memTrajectoryStore{}
+
+func (s memTrajectoryStore) Append(ctx context.Context, t *messages.Trajectory) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := checkTrajectory(t); err != nil {
+		return err
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	if old, ok := s.m.trajs[t.GetId()]; ok {
+		if proto.Equal(old, t) {
+			return nil
+		}
+		return fmt.Errorf("append trajectory: trajectory %q: %w", t.GetId(), ErrExists)
+	}
+	s.m.trajs[t.GetId()] = clone(t)
+	return nil
+}
+
+func (s memTrajectoryStore) Get(ctx context.Context, id string) (*messages.Trajectory, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := checkID("trajectory id", id); err != nil {
+		return nil, err
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	t, ok := s.m.trajs[id]
+	if !ok {
+		return nil, fmt.Errorf("get trajectory %q: %w", id, ErrNotFound)
+	}
+	return clone(t), nil
+}
+
+// listTrajs returns the trajectories keep selects, ordered like the Badger
+// key that serves the query.
+func (s memTrajectoryStore) listTrajs(keep func(*messages.Trajectory) bool, order func(a, b *messages.Trajectory) int) []*messages.Trajectory {
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	out := sortedValues(s.m.trajs, keep)
+	slices.SortFunc(out, order)
+	return out
+}
+
+func (s memTrajectoryStore) ListByTask(ctx context.Context, taskID string) ([]*messages.Trajectory, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := checkID("task id", taskID); err != nil {
+		return nil, err
+	}
+	return s.listTrajs(
+		func(t *messages.Trajectory) bool { return t.GetTaskId() == taskID },
+		func(a, b *messages.Trajectory) int {
+			return cmp.Or(cmp.Compare(a.GetRunId(), b.GetRunId()), cmp.Compare(a.GetId(), b.GetId()))
+		}), nil
+}
+
+func (s memTrajectoryStore) ListByRun(ctx context.Context, runID string) ([]*messages.Trajectory, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := checkID("run id", runID); err != nil {
+		return nil, err
+	}
+	return s.listTrajs(
+		func(t *messages.Trajectory) bool { return t.GetRunId() == runID },
+		func(a, b *messages.Trajectory) int {
+			return cmp.Or(cmp.Compare(a.GetTaskId(), b.GetTaskId()), cmp.Compare(a.GetId(), b.GetId()))
+		}), nil
+}
+
+type memCheckpointStore struct{ m *Memory }
+
+var _ CheckpointStore = memCheckpointStore{}
+
+func (s memCheckpointStore) Save(ctx context.Context, manifest *messages.Checkpoint, weights, optimizer []Tensor) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := checkManifestArg(manifest); err != nil {
+		return err
+	}
+	w, o, err := tensorMetas(weights, optimizer, DefaultChunkSize)
+	if err != nil {
+		return err
+	}
+	runID, step := manifest.GetRunId(), manifest.GetStep()
+	m := clone(manifest)
+	m.Tensors, m.Optimizer = w, o
+	data := map[string][]byte{}
+	for _, t := range append(append([]Tensor(nil), weights...), optimizer...) {
+		data[t.Name] = slices.Clone(t.Data)
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	run := s.m.ckpts[runID]
+	if len(run) > 0 {
+		if latest := slices.Max(slices.Collect(maps.Keys(run))); step <= latest {
+			return fmt.Errorf("save checkpoint %s@%d: latest step is %d: %w", runID, step, latest, ErrStepNotIncreasing)
+		}
+	}
+	if run == nil {
+		run = map[int64]*memCheckpoint{}
+		s.m.ckpts[runID] = run
+	}
+	run[step] = &memCheckpoint{manifest: m, data: data}
+	return nil
+}
+
+func (s memCheckpointStore) Load(ctx context.Context, runID string, step int64) (*messages.Checkpoint, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := checkID("run id", runID); err != nil {
+		return nil, err
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	c, ok := s.m.ckpts[runID][step]
+	if !ok {
+		return nil, fmt.Errorf("load checkpoint %s@%d: %w", runID, step, ErrNotFound)
+	}
+	return clone(c.manifest), nil
+}
+
+func (s memCheckpointStore) Latest(ctx context.Context, runID string) (*messages.Checkpoint, error) {
+	steps, err := s.Steps(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	if len(steps) == 0 {
+		return nil, fmt.Errorf("latest checkpoint of %s: %w", runID, ErrNotFound)
+	}
+	return s.Load(ctx, runID, steps[len(steps)-1])
+}
+
+func (s memCheckpointStore) Steps(ctx context.Context, runID string) ([]int64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := checkID("run id", runID); err != nil {
+		return nil, err
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.m.ckpts[runID])), nil
+}
+
+func (s memCheckpointStore) ReadTensor(ctx context.Context, runID string, step int64, name string) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := checkID("run id", runID); err != nil {
+		return nil, err
+	}
+	if err := checkID("tensor name", name); err != nil {
+		return nil, err
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	c, ok := s.m.ckpts[runID][step]
+	if !ok {
+		return nil, fmt.Errorf("read tensor %s@%d/%s: %w", runID, step, name, ErrNotFound)
+	}
+	meta := findTensor(c.manifest, name)
+	if meta == nil {
+		return nil, fmt.Errorf("read tensor %s@%d/%s: no such tensor in the manifest: %w", runID, step, name, ErrNotFound)
+	}
+	if err := checkTensorBytes(meta, c.data[name]); err != nil {
+		return nil, fmt.Errorf("read tensor %s@%d/%s: %w", runID, step, name, err)
+	}
+	return slices.Clone(c.data[name]), nil
+}
+
+func (s memCheckpointStore) Prune(ctx context.Context, runID string, keep int) ([]int64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := checkID("run id", runID); err != nil {
+		return nil, err
+	}
+	if keep < 1 {
+		return nil, fmt.Errorf("prune checkpoints of %s: keep %d, need at least 1: %w", runID, keep, ErrInvalid)
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	steps := slices.Sorted(maps.Keys(s.m.ckpts[runID]))
+	if len(steps) <= keep {
+		return nil, nil
+	}
+	doomed := steps[:len(steps)-keep]
+	for _, st := range doomed {
+		delete(s.m.ckpts[runID], st)
+	}
+	return doomed, nil
+}

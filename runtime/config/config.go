@@ -1,0 +1,334 @@
+// Package config is a node's configuration: defaults, then a YAML file, then
+// FROGNANO_* environment variables, then command-line flags, each layer
+// overriding the one before. The resolved result is printed at start so an
+// operator can see what a node is really running with.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is everything a frognano node needs to start.
+type Config struct {
+	Node        Node        `yaml:"node"`
+	Cluster     Cluster     `yaml:"cluster"`
+	Containerd  Containerd  `yaml:"containerd"`
+	Supervision Supervision `yaml:"supervision"`
+	Log         Log         `yaml:"log"`
+}
+
+// Node is this process's identity and addresses.
+type Node struct {
+	// ID names the node in logs and membership; empty means "hostname-<remote port>".
+	ID string `yaml:"id"`
+	// DataDir holds the Badger database and everything else the node keeps.
+	DataDir string `yaml:"data_dir"`
+	// HTTPAddr serves /healthz, /readyz, /metrics, the node API and membership.
+	HTTPAddr string `yaml:"http_addr"`
+	// RemoteAddr is the actor remoting (gRPC) listen address; port 0 picks a free one.
+	RemoteAddr string `yaml:"remote_addr"`
+	// Advertise is the remoting address other nodes should dial, when it differs
+	// from RemoteAddr (NAT, 0.0.0.0 listeners).
+	Advertise string `yaml:"advertise"`
+}
+
+// Cluster is how nodes find each other.
+type Cluster struct {
+	// Name must match between nodes of one cluster.
+	Name string `yaml:"name"`
+	// Seeds are HTTP addresses of nodes to join through; empty means a one-node cluster.
+	Seeds []string `yaml:"seeds"`
+	// Heartbeat is how often members are polled.
+	Heartbeat time.Duration `yaml:"heartbeat"`
+	// FailureTimeout is how long a member may stay silent before it is declared gone.
+	FailureTimeout time.Duration `yaml:"failure_timeout"`
+}
+
+// Containerd says where the container runtime is.
+type Containerd struct {
+	Address   string `yaml:"address"`
+	Namespace string `yaml:"namespace"`
+}
+
+// Supervision bounds how hard a supervisor tries to keep a child alive.
+type Supervision struct {
+	// MaxRestarts within Window before the child is stopped for good.
+	MaxRestarts int           `yaml:"max_restarts"`
+	Window      time.Duration `yaml:"window"`
+	// BackoffMin and BackoffMax bound the exponential delay before a restart.
+	BackoffMin time.Duration `yaml:"backoff_min"`
+	BackoffMax time.Duration `yaml:"backoff_max"`
+}
+
+// Log selects the slog handler.
+type Log struct {
+	Level  string `yaml:"level"`  // debug, info, warn, error
+	Format string `yaml:"format"` // text or json
+}
+
+// Default is the configuration of a single-machine, one-node cluster.
+func Default() Config {
+	return Config{
+		Node: Node{
+			DataDir:    defaultDataDir(),
+			HTTPAddr:   "127.0.0.1:7070",
+			RemoteAddr: "127.0.0.1:7071",
+		},
+		Cluster: Cluster{
+			Name:           "frognano",
+			Heartbeat:      500 * time.Millisecond,
+			FailureTimeout: 3 * time.Second,
+		},
+		Containerd: Containerd{
+			Address:   "/run/containerd/containerd.sock",
+			Namespace: "frognano",
+		},
+		Supervision: Supervision{
+			MaxRestarts: 10,
+			Window:      time.Minute,
+			BackoffMin:  100 * time.Millisecond,
+			BackoffMax:  10 * time.Second,
+		},
+		Log: Log{Level: "info", Format: "text"},
+	}
+}
+
+func defaultDataDir() string {
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "frognano")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local", "share", "frognano")
+	}
+	return "frognano-data"
+}
+
+// EnvPrefix starts every environment variable that overrides a setting, e.g.
+// FROGNANO_NODE_DATA_DIR or FROGNANO_CLUSTER_SEEDS=a:1,b:2.
+const EnvPrefix = "FROGNANO_"
+
+// Load builds a configuration from defaults, the YAML file at path (skipped
+// when path is empty) and the environment. Unknown keys in the file are an
+// error, so a typo cannot silently fall back to a default.
+func Load(path string, environ []string) (Config, error) {
+	cfg := Default()
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return cfg, fmt.Errorf("config: %w", err)
+		}
+		if err := decodeYAML(data, &cfg); err != nil {
+			return cfg, fmt.Errorf("config %s: %w", path, err)
+		}
+	}
+	if err := applyEnv(&cfg, environ); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+func decodeYAML(data []byte, cfg *Config) error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Set assigns one setting by its dotted key (e.g. "node.http_addr"), parsing
+// value for the field's type. Flags and environment variables both land here.
+func (c *Config) Set(key, value string) error {
+	f, ok := fieldByKey(reflect.ValueOf(c).Elem(), strings.Split(key, "."))
+	if !ok {
+		return fmt.Errorf("config: unknown setting %q", key)
+	}
+	if err := setValue(f, value); err != nil {
+		return fmt.Errorf("config: %s=%q: %w", key, value, err)
+	}
+	return nil
+}
+
+// Keys lists every settable key, in file order.
+func Keys() []string {
+	var keys []string
+	walk(reflect.TypeOf(Config{}), "", func(key string, _ reflect.Type) { keys = append(keys, key) })
+	return keys
+}
+
+// EnvName is the environment variable that overrides key.
+func EnvName(key string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+func applyEnv(cfg *Config, environ []string) error {
+	env := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, EnvPrefix) {
+			env[k] = v
+		}
+	}
+	known := map[string]bool{}
+	for _, key := range Keys() {
+		name := EnvName(key)
+		known[name] = true
+		if v, ok := env[name]; ok {
+			if err := cfg.Set(key, v); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
+	}
+	var unknown []string
+	for k := range env {
+		if !known[k] && k != EnvPrefix+"CONFIG" {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return fmt.Errorf("config: unknown environment variable(s) %s", strings.Join(unknown, ", "))
+	}
+	return nil
+}
+
+func walk(t reflect.Type, prefix string, fn func(key string, t reflect.Type)) {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name := strings.Split(f.Tag.Get("yaml"), ",")[0]
+		key := name
+		if prefix != "" {
+			key = prefix + "." + name
+		}
+		if f.Type.Kind() == reflect.Struct {
+			walk(f.Type, key, fn)
+			continue
+		}
+		fn(key, f.Type)
+	}
+}
+
+func fieldByKey(v reflect.Value, path []string) (reflect.Value, bool) {
+	for i := 0; i < v.NumField(); i++ {
+		name := strings.Split(v.Type().Field(i).Tag.Get("yaml"), ",")[0]
+		if name != path[0] {
+			continue
+		}
+		f := v.Field(i)
+		if len(path) == 1 {
+			return f, f.Kind() != reflect.Struct
+		}
+		if f.Kind() != reflect.Struct {
+			return reflect.Value{}, false
+		}
+		return fieldByKey(f, path[1:])
+	}
+	return reflect.Value{}, false
+}
+
+var durationType = reflect.TypeOf(time.Duration(0))
+
+func setValue(f reflect.Value, s string) error {
+	switch {
+	case f.Type() == durationType:
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return err
+		}
+		f.SetInt(int64(d))
+	case f.Kind() == reflect.String:
+		f.SetString(s)
+	case f.Kind() == reflect.Int:
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return err
+		}
+		f.SetInt(int64(n))
+	case f.Kind() == reflect.Bool:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return err
+		}
+		f.SetBool(b)
+	case f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.String:
+		var items []string
+		for _, p := range strings.Split(s, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				items = append(items, p)
+			}
+		}
+		f.Set(reflect.ValueOf(items))
+	default:
+		return fmt.Errorf("unsupported type %s", f.Type())
+	}
+	return nil
+}
+
+// Validate reports every problem at once, each naming its setting.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Node.DataDir == "" {
+		errs = append(errs, errors.New("node.data_dir: must not be empty"))
+	}
+	for key, addr := range map[string]string{"node.http_addr": c.Node.HTTPAddr, "node.remote_addr": c.Node.RemoteAddr} {
+		if _, port, err := net.SplitHostPort(addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %q is not HOST:PORT: %w", key, addr, err))
+		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			errs = append(errs, fmt.Errorf("%s: %q has no valid port", key, addr))
+		}
+	}
+	for _, s := range c.Cluster.Seeds {
+		if _, _, err := net.SplitHostPort(s); err != nil {
+			errs = append(errs, fmt.Errorf("cluster.seeds: %q is not HOST:PORT", s))
+		}
+	}
+	if c.Cluster.Name == "" {
+		errs = append(errs, errors.New("cluster.name: must not be empty"))
+	}
+	if c.Cluster.Heartbeat <= 0 {
+		errs = append(errs, errors.New("cluster.heartbeat: must be positive"))
+	}
+	if c.Cluster.FailureTimeout < 2*c.Cluster.Heartbeat {
+		errs = append(errs, errors.New("cluster.failure_timeout: must be at least twice cluster.heartbeat"))
+	}
+	if c.Supervision.MaxRestarts < 0 || c.Supervision.Window <= 0 {
+		errs = append(errs, errors.New("supervision: max_restarts must be >= 0 and window positive"))
+	}
+	if c.Supervision.BackoffMin <= 0 || c.Supervision.BackoffMax < c.Supervision.BackoffMin {
+		errs = append(errs, errors.New("supervision: need 0 < backoff_min <= backoff_max"))
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("log.level: %q is not one of debug, info, warn, error", c.Log.Level))
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("log.format: %q is not text or json", c.Log.Format))
+	}
+	return errors.Join(errs...)
+}
+
+// YAML renders the resolved configuration, the form printed at start.
+func (c Config) YAML() string {
+	out, err := yaml.Marshal(c)
+	if err != nil { // a plain struct of strings, ints and durations always marshals
+		panic(err)
+	}
+	return string(out)
+}

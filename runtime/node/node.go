@@ -1,0 +1,348 @@
+// Package node boots a frognano node: the protoactor-go actor system with
+// remoting and cluster membership, the registered actor kinds, the node's
+// durable store, and its HTTP surface (/healthz, /readyz, /metrics, the node
+// API and membership). One machine is a one-node cluster; more nodes join
+// through seed addresses.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/frognano/frognano/actors/diag"
+	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/persistence"
+	"github.com/frognano/frognano/runtime/capabilities"
+	"github.com/frognano/frognano/runtime/config"
+	"github.com/frognano/frognano/runtime/membership"
+	"github.com/frognano/frognano/runtime/supervise"
+)
+
+// Kind is an actor kind a node can spawn by name, locally or for a remote node.
+type Kind struct {
+	Name  string
+	Props func(n *Node) *actor.Props
+}
+
+// Options are what a caller adds to the configuration.
+type Options struct {
+	Logger  *slog.Logger
+	Version string
+	// Kinds are registered beside the built-in ones (diag).
+	Kinds []Kind
+}
+
+// Node is a running frognano node.
+type Node struct {
+	cfg     config.Config
+	log     *slog.Logger
+	version string
+
+	db         *persistence.DB
+	system     *actor.ActorSystem
+	remote     *remote.Remote
+	cluster    *cluster.Cluster
+	membership *membership.Provider
+	manager    *actor.PID
+	httpLn     net.Listener
+	http       *http.Server
+	metrics    *prometheus.Registry
+	started    time.Time
+	kinds      []string
+
+	mu   sync.Mutex
+	caps *messages.Capabilities
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// ErrAddressInUse means another process already listens on a configured address.
+var ErrAddressInUse = errors.New("address already in use")
+
+// Start brings a node up. On any error everything already started is stopped
+// again and nothing on disk is left half-done.
+func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	n = &Node{cfg: cfg, log: log, version: opts.Version, started: time.Now()}
+	defer func() {
+		if err != nil {
+			n.Stop(context.Background())
+			n = nil
+		}
+	}()
+
+	// Listen for HTTP first: it also proves the port is ours.
+	if n.httpLn, err = net.Listen("tcp", cfg.Node.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("node.http_addr %s: %w (is another node running?)", cfg.Node.HTTPAddr, ErrAddressInUse)
+	}
+	remoteHost, remotePort, err := reserveRemote(cfg.Node.RemoteAddr)
+	if err != nil {
+		return nil, err
+	}
+
+	if err := os.MkdirAll(cfg.Node.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("node.data_dir: %w", err)
+	}
+	if n.db, err = persistence.Open(cfg.Node.DataDir, persistence.WithLogger(log.With("component", "badger"))); err != nil {
+		return nil, fmt.Errorf("node.data_dir %s: %w", cfg.Node.DataDir, err)
+	}
+
+	n.caps = capabilities.Probe(ctx, capabilities.Options{
+		ContainerdAddress:   cfg.Containerd.Address,
+		ContainerdNamespace: cfg.Containerd.Namespace,
+		Logger:              log.With("component", "capabilities"),
+	})
+
+	policy := supervise.Policy{
+		MaxRestarts: cfg.Supervision.MaxRestarts,
+		Window:      cfg.Supervision.Window,
+		BackoffMin:  cfg.Supervision.BackoffMin,
+		BackoffMax:  cfg.Supervision.BackoffMax,
+		Logger:      log.With("component", "supervisor"),
+	}
+	actorLog := log.With("component", "actor")
+	if cfg.Log.Level != "debug" {
+		// protoactor narrates every endpoint and topology change at info.
+		actorLog = slog.New(levelFloor{log.Handler(), slog.LevelWarn})
+	}
+	n.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return actorLog }))
+
+	kinds := append([]Kind{{Name: diag.Kind, Props: func(n *Node) *actor.Props { return diag.Props(n.Info) }}}, opts.Kinds...)
+	var remoteKinds []*remote.Kind
+	var clusterKinds []*cluster.Kind
+	for _, k := range kinds {
+		props := k.Props(n)
+		remoteKinds = append(remoteKinds, remote.NewKind(k.Name, props))
+		clusterKinds = append(clusterKinds, cluster.NewKind(k.Name, props))
+		n.kinds = append(n.kinds, k.Name)
+	}
+	sort.Strings(n.kinds)
+
+	remoteOpts := []remote.ConfigOption{remote.WithKinds(remoteKinds...)}
+	if cfg.Node.Advertise != "" {
+		remoteOpts = append(remoteOpts, remote.WithAdvertisedHost(cfg.Node.Advertise))
+	}
+	remoteCfg := remote.Configure(remoteHost, remotePort, remoteOpts...)
+
+	n.membership = membership.New(n.httpLn.Addr().String(), n.Info, membership.Options{
+		Seeds:          cfg.Cluster.Seeds,
+		Heartbeat:      cfg.Cluster.Heartbeat,
+		FailureTimeout: cfg.Cluster.FailureTimeout,
+		Logger:         log.With("component", "membership"),
+	})
+	clusterCfg := cluster.Configure(cfg.Cluster.Name, n.membership, disthash.New(), remoteCfg,
+		cluster.WithKinds(clusterKinds...),
+		cluster.WithHeartbeatExpiration(cfg.Cluster.FailureTimeout*2))
+	n.cluster = cluster.New(n.system, clusterCfg)
+	if err := startCluster(n.cluster); err != nil {
+		return nil, err
+	}
+	n.remote = n.cluster.Remote
+
+	n.manager, err = n.system.Root.SpawnNamed(
+		actor.PropsFromProducer(func() actor.Actor { return &manager{n: n} },
+			actor.WithGuardian(policy.Strategy()),
+			actor.WithSupervisor(policy.Strategy())),
+		ManagerName)
+	if err != nil {
+		return nil, fmt.Errorf("spawn node manager: %w", err)
+	}
+
+	n.serveHTTP()
+	log.Info("node started", "id", n.ID(), "remote", n.system.Address(), "http", n.HTTPAddr(),
+		"data_dir", cfg.Node.DataDir, "kinds", strings.Join(n.kinds, ","), "cores", n.caps.Cores,
+		"memory_bytes", n.caps.MemoryBytes, "containerd", n.caps.Containerd, "gpus", len(n.caps.Gpus))
+	return n, nil
+}
+
+// reserveRemote checks the remoting address is free (protoactor panics when it
+// is not) and resolves port 0 to a concrete free port.
+func reserveRemote(addr string) (string, int, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("node.remote_addr %s: %w (is another node running?)", addr, ErrAddressInUse)
+	}
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	ln.Close()
+	p, _ := strconv.Atoi(port)
+	if h, _, _ := net.SplitHostPort(addr); h != "" {
+		host = h
+	}
+	return host, p, nil
+}
+
+func startCluster(c *cluster.Cluster) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("start cluster member: %v", r)
+		}
+	}()
+	c.StartMember()
+	return nil
+}
+
+// ID names the node: the configured id, or host-port of its remoting address.
+func (n *Node) ID() string {
+	if n.cfg.Node.ID != "" {
+		return n.cfg.Node.ID
+	}
+	host, _ := os.Hostname()
+	if n.system != nil {
+		if _, port, err := net.SplitHostPort(n.system.Address()); err == nil {
+			return host + "-" + port
+		}
+	}
+	return host
+}
+
+// Address is the node's actor remoting address.
+func (n *Node) Address() string { return n.system.Address() }
+
+// HTTPAddr is the address the node's HTTP server listens on.
+func (n *Node) HTTPAddr() string { return n.httpLn.Addr().String() }
+
+// System is the node's actor system, for embedding callers.
+func (n *Node) System() *actor.ActorSystem { return n.system }
+
+// DB is the node's durable store.
+func (n *Node) DB() *persistence.DB { return n.db }
+
+// Manager is the PID of the node's manager actor.
+func (n *Node) Manager() *actor.PID { return n.manager }
+
+// Members are the live cluster members, this node included.
+func (n *Node) Members() []membership.Member { return n.membership.Members() }
+
+// Info describes the node for other nodes and the CLI.
+func (n *Node) Info() *messages.NodeInfo {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	info := &messages.NodeInfo{
+		Id:              n.ID(),
+		Version:         n.version,
+		Kinds:           n.kinds,
+		Capabilities:    n.caps,
+		StartedUnixNano: n.started.UnixNano(),
+	}
+	if n.system != nil && n.remote != nil {
+		info.Address = n.system.Address()
+	}
+	if n.httpLn != nil {
+		info.HttpAddress = n.httpLn.Addr().String()
+	}
+	return info
+}
+
+func (n *Node) offers(member, kind string) bool {
+	for _, m := range n.Members() {
+		if m.Address() == member {
+			return contains(m.Kinds, kind)
+		}
+	}
+	return false
+}
+
+func (n *Node) unknownKind(kind, member string) error {
+	var offered []string
+	for _, m := range n.Members() {
+		if member == "" || m.Address() == member {
+			offered = append(offered, m.Kinds...)
+		}
+	}
+	sort.Strings(offered)
+	where := "any live member"
+	if member != "" {
+		where = "member " + member
+	}
+	return fmt.Errorf("unknown actor kind %q on %s (kinds offered: %s)", kind, where, strings.Join(dedupe(offered), ", "))
+}
+
+func dedupe(xs []string) []string {
+	var out []string
+	for i, x := range xs {
+		if i == 0 || x != xs[i-1] {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// Stop shuts the node down: HTTP first (so load balancers see it go), then
+// the cluster (leaving gracefully), then the store, which is closed last so
+// that no actor can lose a write.
+func (n *Node) Stop(ctx context.Context) error {
+	n.stopOnce.Do(func() {
+		var errs []error
+		if n.http != nil {
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			errs = append(errs, n.http.Shutdown(sctx))
+			cancel()
+		} else if n.httpLn != nil {
+			n.httpLn.Close()
+		}
+		if n.cluster != nil && n.cluster.Remote != nil {
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						errs = append(errs, fmt.Errorf("cluster shutdown: %v", r))
+					}
+				}()
+				n.cluster.Shutdown(true)
+			}()
+		} else if n.system != nil {
+			n.system.Shutdown()
+		}
+		if n.db != nil {
+			errs = append(errs, n.db.Close())
+		}
+		n.stopErr = errors.Join(errs...)
+		n.log.Info("node stopped", "id", n.ID())
+	})
+	return n.stopErr
+}
+
+// Version returns the module version baked into the binary, or "dev".
+func Version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+// levelFloor drops records below min, whatever the wrapped handler allows.
+type levelFloor struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (l levelFloor) Enabled(ctx context.Context, lvl slog.Level) bool {
+	return lvl >= l.min && l.Handler.Enabled(ctx, lvl)
+}
+func (l levelFloor) WithAttrs(a []slog.Attr) slog.Handler {
+	return levelFloor{l.Handler.WithAttrs(a), l.min}
+}
+func (l levelFloor) WithGroup(g string) slog.Handler { return levelFloor{l.Handler.WithGroup(g), l.min} }
