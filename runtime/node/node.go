@@ -88,9 +88,10 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 		log = slog.Default()
 	}
 	n = &Node{cfg: cfg, log: log, version: opts.Version, started: time.Now()}
+	partial := n
 	defer func() {
 		if err != nil {
-			n.Stop(context.Background())
+			partial.Stop(context.Background())
 			n = nil
 		}
 	}()
@@ -345,4 +346,6 @@ func (l levelFloor) Enabled(ctx context.Context, lvl slog.Level) bool {
 func (l levelFloor) WithAttrs(a []slog.Attr) slog.Handler {
 	return levelFloor{l.Handler.WithAttrs(a), l.min}
 }
-func (l levelFloor) WithGroup(g string) slog.Handler { return levelFloor{l.Handler.WithGroup(g), l.min} }
+func (l levelFloor) WithGroup(g string) slog.Handler {
+	return levelFloor{l.Handler.WithGroup(g), l.min}
+}

@@ -1,0 +1,37 @@
+# frognano's build. `make run` and `make test` do all set-up on a fresh Debian
+# machine (see scripts/setup.sh), then run the main job or the tests.
+
+# go-nvml binds the NVIDIA driver lazily; without this the binaries do not
+# start on a machine without the driver.
+export GOFLAGS := -ldflags=-extldflags=-Wl,-z,lazy
+MODEL_GGUF ?= $(or $(FROGNANO_CACHE),$(HOME)/.cache/frognano)/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf
+
+.PHONY: setup build run test bench proto vet
+
+setup:
+	bash scripts/setup.sh
+
+build:
+	go build -o bin/ ./cmd/frognano ./cmd/frognano-node
+
+# The main job on the embedded default.
+run: setup build
+	./bin/frognano run
+
+vet:
+	go vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+
+# Every test, with a line per test and a closing list of skips.
+test: setup vet
+	FROGNANO_TEST_GGUF=$(MODEL_GGUF) go tool gotestsum --format testname --format-hide-empty-pkg -- -count=1 -timeout 45m ./...
+
+# Benchmarks whose figures the README records.
+bench:
+	go test ./runtime/node -run '^$$' -bench Messages -benchtime 100000x
+	go test ./persistence -run '^$$' -bench Task -benchtime 2s
+
+# Regenerate protobuf code (needs protoc from protobuf-compiler).
+proto:
+	go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	PATH="$$(go env GOPATH)/bin:$$PATH" go generate ./actors/messages/...

@@ -1,0 +1,254 @@
+package node
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/frognano/frognano/actors/diag"
+	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/persistence"
+	"github.com/frognano/frognano/runtime/config"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func testConfig(t testing.TB) config.Config {
+	cfg := config.Default()
+	cfg.Node.DataDir = filepath.Join(t.TempDir(), "data")
+	cfg.Node.HTTPAddr = "127.0.0.1:0"
+	cfg.Node.RemoteAddr = "127.0.0.1:0"
+	cfg.Cluster.Heartbeat = 100 * time.Millisecond
+	cfg.Cluster.FailureTimeout = time.Second
+	cfg.Log.Level = "warn"
+	return cfg
+}
+
+func startNode(t testing.TB, cfg config.Config) *Node {
+	t.Helper()
+	n, err := Start(context.Background(), cfg, Options{Version: "test", Logger: quiet})
+	if err != nil {
+		t.Fatalf("start node: %v", err)
+	}
+	t.Cleanup(func() { n.Stop(context.Background()) })
+	return n
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestNodeServesHealthReadinessAndMetrics(t *testing.T) {
+	n := startNode(t, testConfig(t))
+	base := "http://" + n.HTTPAddr()
+
+	if code, body := get(t, base+"/healthz"); code != 200 || strings.TrimSpace(body) != "ok" {
+		t.Errorf("/healthz = %d %q", code, body)
+	}
+	code, body := get(t, base+"/readyz")
+	var ready struct {
+		Ready  bool
+		Checks []struct {
+			Name string
+			OK   bool
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &ready); err != nil || code != 200 || !ready.Ready {
+		t.Fatalf("/readyz = %d %s (%v)", code, body, err)
+	}
+	names := map[string]bool{}
+	for _, c := range ready.Checks {
+		names[c.Name] = c.OK
+	}
+	for _, want := range []string{"store", "actors", "cluster"} {
+		if !names[want] {
+			t.Errorf("/readyz check %q missing or failing: %s", want, body)
+		}
+	}
+	code, body = get(t, base+"/metrics")
+	if code != 200 || !strings.Contains(body, "frognano_cluster_members 1") || !strings.Contains(body, "go_goroutines") {
+		t.Errorf("/metrics = %d, missing expected series:\n%.500s", code, body)
+	}
+	code, body = get(t, base+InfoPath)
+	if code != 200 || !strings.Contains(body, n.Address()) {
+		t.Errorf("%s = %d %s", InfoPath, code, body)
+	}
+}
+
+func TestReadyzFailsWhenStoreIsClosed(t *testing.T) {
+	n := startNode(t, testConfig(t))
+	if err := n.db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	code, body := get(t, "http://"+n.HTTPAddr()+"/readyz")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, `"name":"store","ok":false`) {
+		t.Fatalf("/readyz with a closed store = %d %s", code, body)
+	}
+}
+
+func ask(t *testing.T, n *Node, req any) any {
+	t.Helper()
+	res, err := n.System().Root.RequestFuture(n.Manager(), req, 30*time.Second).Result()
+	if err != nil {
+		t.Fatalf("ask %T: %v", req, err)
+	}
+	return res
+}
+
+func TestUnknownKindIsAClearError(t *testing.T) {
+	n := startNode(t, testConfig(t))
+	res := ask(t, n, &messages.SpawnRequest{Kind: "no-such-kind"})
+	f, ok := res.(*messages.Failure)
+	if !ok || f.Code != "unknown_kind" || !strings.Contains(f.Message, `"no-such-kind"`) || !strings.Contains(f.Message, diag.Kind) {
+		t.Fatalf("spawn of an unknown kind answered %v", res)
+	}
+	res = ask(t, n, &messages.SpawnRequest{Kind: diag.Kind})
+	if r, ok := res.(*messages.SpawnReply); !ok || r.Address != n.Address() {
+		t.Fatalf("spawn of diag answered %v", res)
+	}
+}
+
+func waitMembers(t testing.TB, want int, nodes ...*Node) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, n := range nodes {
+		for len(n.Members()) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s sees %d members, want %d", n.ID(), len(n.Members()), want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func TestTwoNodesSpreadVerifiedWork(t *testing.T) {
+	a := startNode(t, testConfig(t))
+	cfgB := testConfig(t)
+	cfgB.Cluster.Seeds = []string{a.HTTPAddr()}
+	b := startNode(t, cfgB)
+	waitMembers(t, 2, a, b)
+
+	res := ask(t, a, &messages.DigestBatchRequest{Jobs: 6, Rounds: 1000, PreferRemote: true, Seed: 7})
+	report, ok := res.(*messages.DigestBatchReport)
+	if !ok || len(report.Outcomes) != 6 {
+		t.Fatalf("digest batch answered %v", res)
+	}
+	for _, o := range report.Outcomes {
+		if o.Error != "" || string(o.Digest) != string(diag.Digest(o.Data, 1000)) {
+			t.Errorf("job %s: error %q or wrong digest", o.Id, o.Error)
+		}
+		if o.Node != b.Address() {
+			t.Errorf("job %s ran on %s, want the remote node %s", o.Id, o.Node, b.Address())
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	t.Run("invalid config", func(t *testing.T) {
+		cfg := testConfig(t)
+		cfg.Node.HTTPAddr = "no-port"
+		_, err := Start(context.Background(), cfg, Options{Logger: quiet})
+		if err == nil || !strings.Contains(err.Error(), "node.http_addr") {
+			t.Fatalf("got %v", err)
+		}
+		if _, statErr := os.Stat(cfg.Node.DataDir); !errors.Is(statErr, fs.ErrNotExist) {
+			t.Errorf("data dir created for an invalid config: %v", statErr)
+		}
+	})
+	t.Run("taken http port", func(t *testing.T) {
+		a := startNode(t, testConfig(t))
+		cfg := testConfig(t)
+		cfg.Node.HTTPAddr = a.HTTPAddr()
+		_, err := Start(context.Background(), cfg, Options{Logger: quiet})
+		if !errors.Is(err, ErrAddressInUse) || !strings.Contains(err.Error(), a.HTTPAddr()) {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("taken remote port", func(t *testing.T) {
+		a := startNode(t, testConfig(t))
+		cfg := testConfig(t)
+		cfg.Node.RemoteAddr = a.Address()
+		_, err := Start(context.Background(), cfg, Options{Logger: quiet})
+		if !errors.Is(err, ErrAddressInUse) || !strings.Contains(err.Error(), "node.remote_addr") {
+			t.Fatalf("got %v", err)
+		}
+		code, _ := get(t, "http://"+a.HTTPAddr()+"/readyz")
+		if code != 200 {
+			t.Errorf("first node not ready after a second one failed: %d", code)
+		}
+	})
+	t.Run("locked data dir", func(t *testing.T) {
+		a := startNode(t, testConfig(t))
+		if err := a.DB().Runs().Put(context.Background(), &messages.Run{Id: "r1", Status: "running"}); err != nil {
+			t.Fatal(err)
+		}
+		cfg := testConfig(t)
+		cfg.Node.DataDir = a.cfg.Node.DataDir
+		_, err := Start(context.Background(), cfg, Options{Logger: quiet})
+		if !errors.Is(err, persistence.ErrLocked) {
+			t.Fatalf("got %v", err)
+		}
+		if r, err := a.DB().Runs().Get(context.Background(), "r1"); err != nil || r.Status != "running" {
+			t.Fatalf("first node's data damaged: %v %v", r, err)
+		}
+	})
+	t.Run("corrupt data dir", func(t *testing.T) {
+		cfg := testConfig(t)
+		if err := os.MkdirAll(cfg.Node.DataDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		junk := filepath.Join(cfg.Node.DataDir, "MANIFEST")
+		if err := os.WriteFile(junk, []byte("this is not a badger manifest"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		before := hashDir(t, cfg.Node.DataDir)
+		_, err := Start(context.Background(), cfg, Options{Logger: quiet})
+		if !errors.Is(err, persistence.ErrCorrupt) {
+			t.Fatalf("got %v", err)
+		}
+		if after := hashDir(t, cfg.Node.DataDir); after != before {
+			t.Fatalf("a failed start changed the data dir:\n%s\n%s", before, after)
+		}
+	})
+}
+
+func hashDir(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		b.WriteString(p)
+		b.WriteString(" ")
+		sum := sha256.Sum256(data)
+		b.Write(sum[:])
+		b.WriteString("\n")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
