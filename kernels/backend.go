@@ -1,0 +1,89 @@
+// Package kernels defines the compute backend the transformer runs on: a
+// small set of tensor operations, enough for a Llama/Qwen-family decoder's
+// forward pass with a KV cache. The CPU implementation is kernels/cpu; a CUDA
+// one (kernels/cuda, behind the cuda build tag) implements the same
+// interface, and kernels/kernelstest checks any implementation against hand
+// computed values and NumPy golden files.
+//
+// The operations the backward pass will need are added here when the
+// learner's training step is written, each with its CPU twin and golden test.
+package kernels
+
+import "github.com/frognano/frognano/kernels/tensor"
+
+// Tensor is a dense, row-major float32 array owned by a Backend. Operations
+// read a tensor as a matrix whose rows run along its last dimension; only the
+// element count and the row length matter to them, not the rank.
+//
+// A Tensor is only valid with the backend that made it: the CPU backend's
+// tensors are *tensor.Tensor, a device backend's hold device memory.
+type Tensor interface {
+	Shape() []int
+}
+
+var _ Tensor = (*tensor.Tensor)(nil)
+
+// Backend computes on tensors it owns.
+//
+// Every operation writes into a destination tensor the caller allocated, so
+// activations and the KV cache are buffers reused step after step.
+// Element-wise and row-wise operations (RMSNorm, RoPE, SwiGLU, Softmax,
+// LogSoftmax, Add) may write in place (dst the same tensor as an input);
+// MatMul and Attention may not. Shape mismatches are programming errors and panic, as does a token id
+// or position out of range.
+//
+// Implementations are safe for concurrent use on distinct destinations.
+type Backend interface {
+	// Name identifies the backend in logs and benchmarks ("cpu/openblas").
+	Name() string
+
+	// New allocates a zero-filled tensor.
+	New(shape ...int) Tensor
+	// FromHost makes a backend tensor with the contents of h. The CPU
+	// backend adopts h itself, without copying, so h must not be reused for
+	// something else afterwards.
+	FromHost(h *tensor.Tensor) Tensor
+	// ToHost copies t's elements, row-major, into dst, which must have the
+	// same element count.
+	ToHost(dst []float32, t Tensor)
+	// Slice is the view of indices [lo, hi) along t's first dimension,
+	// sharing storage: a KV cache of shape [maxSeq, kvDim] is written a
+	// step at a time, and read as its filled prefix, through slices.
+	Slice(t Tensor, lo, hi int) Tensor
+
+	// MatMul sets dst[m,n] = a[m,k] · b[n,k]ᵀ. b is in the layout of a
+	// PyTorch Linear weight ([out, in]) and of the embedding table, so a
+	// linear layer and tied output logits are both one MatMul.
+	MatMul(dst, a, b Tensor)
+	// Embedding copies row ids[i] of table[vocab, dim] into row i of
+	// dst[len(ids), dim].
+	Embedding(dst, table Tensor, ids []int32)
+	// RMSNorm sets each row of dst to x / sqrt(mean(x²) + eps) · weight, the
+	// Llama/Qwen normalisation (weight has one value per column).
+	RMSNorm(dst, x, weight Tensor, eps float32)
+	// RoPE rotates every head of row i of x, whose rows are
+	// [heads·headDim], to position pos[i]. It is the half-rotation
+	// ("NeoX") form of Hugging Face Llama and Qwen: element j of a head
+	// pairs with element j+headDim/2 and turns by pos·theta^(-2j/headDim),
+	// the angle computed in float32 as HF does. (llama.cpp's GGUF export of
+	// Llama permutes the q/k weights for the interleaved form; a GGUF
+	// loader must undo that permutation.)
+	RoPE(dst, x Tensor, pos []int32, headDim int, theta float32)
+	// Attention is causal scaled-dot-product attention with grouped-query
+	// heads. q is [t, nHeads·headDim] for the t newest positions; k and v
+	// are [s, nKVHeads·headDim] for every position so far, s ≥ t, the
+	// cache's filled prefix. Query row i sits at position s-t+i and sees
+	// keys 0..s-t+i. Query head h reads key/value head h/(nHeads/nKVHeads),
+	// and scores are scaled by 1/sqrt(headDim). dst has q's shape. With
+	// s == t this is a full (prefill or training) pass; with t == 1, one
+	// decoding step.
+	Attention(dst, q, k, v Tensor, nHeads, nKVHeads int)
+	// SwiGLU sets dst = silu(gate) · up, element-wise, silu(x) = x·σ(x).
+	SwiGLU(dst, gate, up Tensor)
+	// Softmax normalises each row of x into probabilities.
+	Softmax(dst, x Tensor)
+	// LogSoftmax sets each row to x - logsumexp(x), computed stably.
+	LogSoftmax(dst, x Tensor)
+	// Add sets dst = a + b element-wise (the residual connection).
+	Add(dst, a, b Tensor)
+}

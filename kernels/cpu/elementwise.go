@@ -1,0 +1,37 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/frognano/frognano/kernels"
+)
+
+// Add sets dst = a + b.
+func (Backend) Add(dst, a, b kernels.Tensor) {
+	d, x, y := host(dst), host(a), host(b)
+	mustSameLen("Add", d, x, y)
+	dd, xd, yd := d.Data(), x.Data(), y.Data()
+	forRows(len(dd), 1, func(lo, hi int) {
+		dd, xd, yd := dd[lo:hi], xd[lo:hi], yd[lo:hi]
+		for i := range dd {
+			dd[i] = xd[i] + yd[i]
+		}
+	})
+}
+
+// SwiGLU sets dst = silu(gate)·up.
+func (Backend) SwiGLU(dst, gate, up kernels.Tensor) {
+	d, g, u := host(dst), host(gate), host(up)
+	mustSameLen("SwiGLU", d, g, u)
+	dd, gd, ud := d.Data(), g.Data(), u.Data()
+	forRows(len(dd), costExp, func(lo, hi int) {
+		dd, gd, ud := dd[lo:hi], gd[lo:hi], ud[lo:hi]
+		for i := range dd {
+			x := float64(gd[i])
+			dd[i] = float32(x/(1+math.Exp(-x))) * ud[i]
+		}
+	})
+}
+
+// costExp is the cost of an exponential in the units of minParallelWork.
+const costExp = 16
