@@ -50,6 +50,10 @@ type Backend interface {
 	// sharing storage: a KV cache of shape [maxSeq, kvDim] is written a
 	// step at a time, and read as its filled prefix, through slices.
 	Slice(t Tensor, lo, hi int) Tensor
+	// Reshape is a view of t with another shape and the same elements,
+	// sharing storage: Qwen3's per-head QK-norm reads [t, heads·headDim]
+	// as [t·heads, headDim].
+	Reshape(t Tensor, shape ...int) Tensor
 
 	// MatMul sets dst[m,n] = a[m,k] · b[n,k]ᵀ. b is in the layout of a
 	// PyTorch Linear weight ([out, in]) and of the embedding table, so a
@@ -86,4 +90,8 @@ type Backend interface {
 	LogSoftmax(dst, x Tensor)
 	// Add sets dst = a + b element-wise (the residual connection).
 	Add(dst, a, b Tensor)
+	// Copy sets dst = src, element for element (same element count and row
+	// length): new keys and values, computed for a whole batch at once, go
+	// into each sequence's KV cache this way.
+	Copy(dst, src Tensor)
 }

@@ -43,6 +43,11 @@ func (Backend) ToHost(dst []float32, t kernels.Tensor) {
 // Slice is the view of [lo, hi) along t's first dimension.
 func (Backend) Slice(t kernels.Tensor, lo, hi int) kernels.Tensor { return host(t).Slice(lo, hi) }
 
+// Reshape is a view of t with a new shape.
+func (Backend) Reshape(t kernels.Tensor, shape ...int) kernels.Tensor {
+	return host(t).Reshape(shape...)
+}
+
 // host unwraps a backend tensor, panicking on one from another backend.
 func host(t kernels.Tensor) *tensor.Tensor {
 	h, ok := t.(*tensor.Tensor)

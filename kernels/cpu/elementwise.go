@@ -19,6 +19,13 @@ func (Backend) Add(dst, a, b kernels.Tensor) {
 	})
 }
 
+// Copy sets dst = src.
+func (Backend) Copy(dst, src kernels.Tensor) {
+	d, x := host(dst), host(src)
+	mustSameLen("Copy", d, x)
+	copy(d.Data(), x.Data())
+}
+
 // SwiGLU sets dst = silu(gate)·up.
 func (Backend) SwiGLU(dst, gate, up kernels.Tensor) {
 	d, g, u := host(dst), host(gate), host(up)

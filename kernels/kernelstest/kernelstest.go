@@ -29,6 +29,7 @@ func Run(t *testing.T, b kernels.Backend, dir string) {
 	t.Run("SwiGLU", s.swiGLU)
 	t.Run("Softmax", s.softmax)
 	t.Run("Add", s.add)
+	t.Run("Views", s.views)
 	t.Run("Panics", s.panics)
 }
 
@@ -399,6 +400,23 @@ func (s *suite) add(t *testing.T) {
 	}
 }
 
+// views checks Slice, Reshape and Copy: views share storage, so writes
+// through one show in the other.
+func (s *suite) views(t *testing.T) {
+	x := s.up([]float32{1, 2, 3, 4, 5, 6}, 3, 2)
+	r := s.b.Reshape(x, 2, 3)
+	if got := r.Shape(); len(got) != 2 || got[0] != 2 || got[1] != 3 {
+		t.Fatalf("Reshape shape %v, want [2 3]", got)
+	}
+	s.check(t, "reshaped", r, []float32{1, 2, 3, 4, 5, 6}, Tolerance{})
+	s.b.Copy(s.b.Slice(x, 1, 2), s.up([]float32{7, 8}, 2))
+	s.check(t, "copy into a slice", x, []float32{1, 2, 7, 8, 5, 6}, Tolerance{})
+	s.check(t, "seen through the reshape", r, []float32{1, 2, 7, 8, 5, 6}, Tolerance{})
+	dst := s.garbage(1, 3)
+	s.b.Copy(dst, s.b.Slice(r, 1, 2))
+	s.check(t, "copy out of a slice", dst, []float32{8, 5, 6}, Tolerance{})
+}
+
 // panics checks that misuse the interface calls a programming error is
 // refused rather than computed.
 func (s *suite) panics(t *testing.T) {
@@ -424,6 +442,8 @@ func (s *suite) panics(t *testing.T) {
 		{"Softmax shapes", func() { b.Softmax(b.New(2, 3), b.New(3, 2)) }},
 		{"Add shapes", func() { b.Add(b.New(4), b.New(4), b.New(2, 2)) }},
 		{"ToHost length", func() { b.ToHost(make([]float32, 3), b.New(4)) }},
+		{"Copy shapes", func() { b.Copy(b.New(2, 3), b.New(3, 2)) }},
+		{"Reshape element count", func() { b.Reshape(b.New(2, 3), 4) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
