@@ -184,19 +184,25 @@ func applyEnv(cfg *Config, environ []string) error {
 		}
 	}
 	known := map[string]bool{}
+	sections := map[string]bool{}
 	for _, key := range Keys() {
 		name := EnvName(key)
 		known[name] = true
+		sections[EnvName(strings.Split(key, ".")[0])+"_"] = true
 		if v, ok := env[name]; ok {
 			if err := cfg.Set(key, v); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
 		}
 	}
+	// A variable inside a configuration section that names no setting is a
+	// typo; other FROGNANO_* variables belong to other parts of frognano.
 	var unknown []string
 	for k := range env {
-		if !known[k] && k != EnvPrefix+"CONFIG" {
-			unknown = append(unknown, k)
+		for sec := range sections {
+			if strings.HasPrefix(k, sec) && !known[k] {
+				unknown = append(unknown, k)
+			}
 		}
 	}
 	if len(unknown) > 0 {

@@ -71,6 +71,7 @@ func TestBadInput(t *testing.T) {
 		{"wrong type", "cluster:\n  heartbeat: fast\n", nil, "line 2"},
 		{"unknown env var", "", []string{"FROGNANO_NODE_DATADIR=/x"}, "FROGNANO_NODE_DATADIR"},
 		{"bad env duration", "", []string{"FROGNANO_CLUSTER_HEARTBEAT=soon"}, "FROGNANO_CLUSTER_HEARTBEAT"},
+		{"unknown env var in a section", "", []string{"FROGNANO_LOG_LEVLE=debug", "FROGNANO_MODELS=/elsewhere"}, "FROGNANO_LOG_LEVLE"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -83,6 +84,9 @@ func TestBadInput(t *testing.T) {
 				t.Fatalf("got error %v, want one mentioning %q", err, tt.wantErr)
 			}
 		})
+	}
+	if _, err := Load("", []string{"FROGNANO_TEST_GGUF=/x", "FROGNANO_CACHE=/y"}); err != nil {
+		t.Fatalf("variables outside the configuration sections rejected: %v", err)
 	}
 	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml"), nil); err == nil {
 		t.Fatal("missing file accepted")
