@@ -36,6 +36,7 @@ var conformanceCases = []struct {
 	{"CurriculumUpdate", testCurriculumUpdate},
 	{"CurriculumConcurrentUpdates", testCurriculumConcurrentUpdates},
 	{"Runs", testRuns},
+	{"Environments", testEnvironments},
 	{"Trajectories", testTrajectories},
 	{"CheckpointSaveLoad", testCheckpointSaveLoad},
 	{"CheckpointInvalid", testCheckpointInvalid},
@@ -643,5 +644,41 @@ func testCanceledContext(t *testing.T, s Stores) {
 	}
 	if n, err := s.Tasks().Count(context.Background(), TaskFilter{}); err != nil || n != 0 {
 		t.Errorf("a canceled Put stored a task: %d, %v", n, err)
+	}
+}
+
+func testEnvironments(t *testing.T, s Stores) {
+	ctx := context.Background()
+	e := s.Environments()
+	if _, err := e.Get(ctx, "attrs"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get(missing) = %v, want ErrNotFound", err)
+	}
+	if err := e.Delete(ctx, "attrs"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Delete(missing) = %v, want ErrNotFound", err)
+	}
+	if err := e.Put(ctx, &messages.Environment{}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Put without name = %v, want ErrInvalid", err)
+	}
+	for _, name := range []string{"sortedcontainers", "attrs"} {
+		env := &messages.Environment{Name: name, SourceKind: "pypi", Source: name + "==1.0", Language: "python",
+			TestCommand: []string{"python3", "-m", "pytest"}, TestFiles: []string{"tests/test_a.py"},
+			Baseline: &messages.TestReport{Results: []*messages.TestResult{{Name: "tests/test_a.py::test_x", Status: messages.TestStatus_TEST_STATUS_PASS}}}}
+		if err := e.Put(ctx, env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := e.Get(ctx, "attrs")
+	if err != nil || got.Source != "attrs==1.0" || len(got.Baseline.GetResults()) != 1 || got.TestCommand[2] != "pytest" {
+		t.Fatalf("Get = %v, %v", got, err)
+	}
+	all, err := e.List(ctx)
+	if err != nil || len(all) != 2 || all[0].Name != "attrs" || all[1].Name != "sortedcontainers" {
+		t.Fatalf("List = %v, %v", all, err)
+	}
+	if err := e.Delete(ctx, "attrs"); err != nil {
+		t.Fatal(err)
+	}
+	if all, _ := e.List(ctx); len(all) != 1 {
+		t.Fatalf("after Delete, List = %v", all)
 	}
 }

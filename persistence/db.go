@@ -94,6 +94,7 @@ type Stores interface {
 	Tasks() TaskStore
 	Curriculum() CurriculumStore
 	Runs() RunStore
+	Environments() EnvironmentStore
 	Trajectories() TrajectoryStore
 	Checkpoints() CheckpointStore
 }
@@ -192,6 +193,9 @@ func (db *DB) Tasks() TaskStore { return &badgerTaskStore{db: db} }
 
 // Curriculum returns the curriculum store backed by this database.
 func (db *DB) Curriculum() CurriculumStore { return &badgerCurriculumStore{db: db} }
+
+// Environments returns the environment store backed by this database.
+func (db *DB) Environments() EnvironmentStore { return &badgerEnvironmentStore{db: db} }
 
 // Runs returns the run store backed by this database.
 func (db *DB) Runs() RunStore { return &badgerRunStore{db: db} }

@@ -15,6 +15,7 @@ import (
 //	v1/task-env/<environment>\x00<task id>          (empty) index by environment
 //	v1/stats/<task id>                             TaskStats
 //	v1/run/<run id>                                Run
+//	v1/env/<environment name>                      Environment
 //	v1/traj/<run id>\x00<task id>\x00<traj id>      Trajectory
 //	v1/traj-id/<traj id>                           <run id>\x00<task id>
 //	v1/traj-task/<task id>\x00<run id>\x00<traj id> (empty) index by task
@@ -25,6 +26,7 @@ const (
 	prefixTaskEnv  = "v1/task-env/"
 	prefixStats    = "v1/stats/"
 	prefixRun      = "v1/run/"
+	prefixEnv      = "v1/env/"
 	prefixTraj     = "v1/traj/"
 	prefixTrajID   = "v1/traj-id/"
 	prefixTrajTask = "v1/traj-task/"
@@ -55,6 +57,8 @@ func taskEnvPrefix(env string) []byte { return join(prefixTaskEnv, env, sep) }
 func statsKey(taskID string) []byte { return join(prefixStats, taskID) }
 
 func runKey(id string) []byte { return join(prefixRun, id) }
+
+func envKey(name string) []byte { return join(prefixEnv, name) }
 
 func trajKey(runID, taskID, id string) []byte { return join(prefixTraj, runID, sep, taskID, sep, id) }
 

@@ -20,6 +20,7 @@ type Memory struct {
 	tasks map[string]*messages.Task
 	stats map[string]*messages.TaskStats
 	runs  map[string]*messages.Run
+	envs  map[string]*messages.Environment
 	trajs map[string]*messages.Trajectory
 	ckpts map[string]map[int64]*memCheckpoint
 }
@@ -37,6 +38,7 @@ func NewMemory() *Memory {
 		tasks: map[string]*messages.Task{},
 		stats: map[string]*messages.TaskStats{},
 		runs:  map[string]*messages.Run{},
+		envs:  map[string]*messages.Environment{},
 		trajs: map[string]*messages.Trajectory{},
 		ckpts: map[string]map[int64]*memCheckpoint{},
 	}
@@ -47,6 +49,9 @@ func (m *Memory) Tasks() TaskStore { return memTaskStore{m} }
 
 // Curriculum returns the in-memory curriculum store.
 func (m *Memory) Curriculum() CurriculumStore { return memCurriculumStore{m} }
+
+// Environments returns the in-memory environment store.
+func (m *Memory) Environments() EnvironmentStore { return memEnvironmentStore{m} }
 
 // Runs returns the in-memory run store.
 func (m *Memory) Runs() RunStore { return memRunStore{m} }

@@ -54,6 +54,20 @@ type CurriculumStore interface {
 	List(ctx context.Context) ([]*messages.TaskStats, error)
 }
 
+// EnvironmentStore holds the registered environments by name. An
+// environment is put only once its image is built and its baseline recorded,
+// so a listed environment is always usable.
+type EnvironmentStore interface {
+	// Put replaces the environment with e.Name.
+	Put(ctx context.Context, e *messages.Environment) error
+	// Get returns the environment, or an error wrapping ErrNotFound.
+	Get(ctx context.Context, name string) (*messages.Environment, error)
+	// Delete removes it, or returns an error wrapping ErrNotFound.
+	Delete(ctx context.Context, name string) error
+	// List returns all environments ordered by name.
+	List(ctx context.Context) ([]*messages.Environment, error)
+}
+
 // RunStore holds training runs, so a restarted node can tell which runs to
 // resume.
 type RunStore interface {

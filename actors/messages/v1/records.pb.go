@@ -1518,6 +1518,140 @@ func (x *Checkpoint) GetPolicyVersion() int64 {
 	return 0
 }
 
+// Environment is a repository turned into a container image with its
+// dependencies installed, its test command known and a baseline recorded.
+type Environment struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Name            string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	SourceKind      string                 `protobuf:"bytes,2,opt,name=source_kind,json=sourceKind,proto3" json:"source_kind,omitempty"` // "pypi", "gomod", "local", "git", "image"
+	Source          string                 `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`                           // NAME==VERSION, module@version, a path, an image reference
+	Language        string                 `protobuf:"bytes,4,opt,name=language,proto3" json:"language,omitempty"`                       // "python" or "go"
+	Image           string                 `protobuf:"bytes,5,opt,name=image,proto3" json:"image,omitempty"`                             // containerd image with the repository and its dependencies
+	RepoDir         string                 `protobuf:"bytes,6,opt,name=repo_dir,json=repoDir,proto3" json:"repo_dir,omitempty"`          // repository path inside the image
+	TestCommand     []string               `protobuf:"bytes,7,rep,name=test_command,json=testCommand,proto3" json:"test_command,omitempty"`
+	Baseline        *TestReport            `protobuf:"bytes,8,opt,name=baseline,proto3" json:"baseline,omitempty"`
+	BaseCommit      string                 `protobuf:"bytes,9,opt,name=base_commit,json=baseCommit,proto3" json:"base_commit,omitempty"`
+	TestFiles       []string               `protobuf:"bytes,10,rep,name=test_files,json=testFiles,proto3" json:"test_files,omitempty"` // protected during grading
+	CreatedUnixNano int64                  `protobuf:"varint,11,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
+	SetupSeconds    float64                `protobuf:"fixed64,12,opt,name=setup_seconds,json=setupSeconds,proto3" json:"setup_seconds,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Environment) Reset() {
+	*x = Environment{}
+	mi := &file_records_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Environment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Environment) ProtoMessage() {}
+
+func (x *Environment) ProtoReflect() protoreflect.Message {
+	mi := &file_records_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Environment.ProtoReflect.Descriptor instead.
+func (*Environment) Descriptor() ([]byte, []int) {
+	return file_records_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Environment) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Environment) GetSourceKind() string {
+	if x != nil {
+		return x.SourceKind
+	}
+	return ""
+}
+
+func (x *Environment) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *Environment) GetLanguage() string {
+	if x != nil {
+		return x.Language
+	}
+	return ""
+}
+
+func (x *Environment) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *Environment) GetRepoDir() string {
+	if x != nil {
+		return x.RepoDir
+	}
+	return ""
+}
+
+func (x *Environment) GetTestCommand() []string {
+	if x != nil {
+		return x.TestCommand
+	}
+	return nil
+}
+
+func (x *Environment) GetBaseline() *TestReport {
+	if x != nil {
+		return x.Baseline
+	}
+	return nil
+}
+
+func (x *Environment) GetBaseCommit() string {
+	if x != nil {
+		return x.BaseCommit
+	}
+	return ""
+}
+
+func (x *Environment) GetTestFiles() []string {
+	if x != nil {
+		return x.TestFiles
+	}
+	return nil
+}
+
+func (x *Environment) GetCreatedUnixNano() int64 {
+	if x != nil {
+		return x.CreatedUnixNano
+	}
+	return 0
+}
+
+func (x *Environment) GetSetupSeconds() float64 {
+	if x != nil {
+		return x.SetupSeconds
+	}
+	return 0
+}
+
 var File_records_proto protoreflect.FileDescriptor
 
 const file_records_proto_rawDesc = "" +
@@ -1668,7 +1802,24 @@ const file_records_proto_rawDesc = "" +
 	"\toptimizer\x18\x05 \x03(\v2 .frognano.messages.v1.TensorMetaR\toptimizer\x12\x1b\n" +
 	"\trng_state\x18\x06 \x01(\fR\brngState\x12*\n" +
 	"\x11created_unix_nano\x18\a \x01(\x03R\x0fcreatedUnixNano\x12%\n" +
-	"\x0epolicy_version\x18\b \x01(\x03R\rpolicyVersion*\x82\x01\n" +
+	"\x0epolicy_version\x18\b \x01(\x03R\rpolicyVersion\"\x99\x03\n" +
+	"\vEnvironment\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
+	"\vsource_kind\x18\x02 \x01(\tR\n" +
+	"sourceKind\x12\x16\n" +
+	"\x06source\x18\x03 \x01(\tR\x06source\x12\x1a\n" +
+	"\blanguage\x18\x04 \x01(\tR\blanguage\x12\x14\n" +
+	"\x05image\x18\x05 \x01(\tR\x05image\x12\x19\n" +
+	"\brepo_dir\x18\x06 \x01(\tR\arepoDir\x12!\n" +
+	"\ftest_command\x18\a \x03(\tR\vtestCommand\x12<\n" +
+	"\bbaseline\x18\b \x01(\v2 .frognano.messages.v1.TestReportR\bbaseline\x12\x1f\n" +
+	"\vbase_commit\x18\t \x01(\tR\n" +
+	"baseCommit\x12\x1d\n" +
+	"\n" +
+	"test_files\x18\n" +
+	" \x03(\tR\ttestFiles\x12*\n" +
+	"\x11created_unix_nano\x18\v \x01(\x03R\x0fcreatedUnixNano\x12#\n" +
+	"\rsetup_seconds\x18\f \x01(\x01R\fsetupSeconds*\x82\x01\n" +
 	"\n" +
 	"TestStatus\x12\x1b\n" +
 	"\x17TEST_STATUS_UNSPECIFIED\x10\x00\x12\x14\n" +
@@ -1702,7 +1853,7 @@ func file_records_proto_rawDescGZIP() []byte {
 }
 
 var file_records_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_records_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_records_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_records_proto_goTypes = []any{
 	(TestStatus)(0),            // 0: frognano.messages.v1.TestStatus
 	(Role)(0),                  // 1: frognano.messages.v1.Role
@@ -1721,7 +1872,8 @@ var file_records_proto_goTypes = []any{
 	(*ModelConfig)(nil),        // 14: frognano.messages.v1.ModelConfig
 	(*TensorMeta)(nil),         // 15: frognano.messages.v1.TensorMeta
 	(*Checkpoint)(nil),         // 16: frognano.messages.v1.Checkpoint
-	nil,                        // 17: frognano.messages.v1.Run.MetricsEntry
+	(*Environment)(nil),        // 17: frognano.messages.v1.Environment
+	nil,                        // 18: frognano.messages.v1.Run.MetricsEntry
 }
 var file_records_proto_depIdxs = []int32{
 	0,  // 0: frognano.messages.v1.TestResult.status:type_name -> frognano.messages.v1.TestStatus
@@ -1733,16 +1885,17 @@ var file_records_proto_depIdxs = []int32{
 	10, // 6: frognano.messages.v1.Turn.tool_calls:type_name -> frognano.messages.v1.ToolCall
 	11, // 7: frognano.messages.v1.Trajectory.turns:type_name -> frognano.messages.v1.Turn
 	4,  // 8: frognano.messages.v1.Trajectory.report:type_name -> frognano.messages.v1.TestReport
-	17, // 9: frognano.messages.v1.Run.metrics:type_name -> frognano.messages.v1.Run.MetricsEntry
+	18, // 9: frognano.messages.v1.Run.metrics:type_name -> frognano.messages.v1.Run.MetricsEntry
 	2,  // 10: frognano.messages.v1.TensorMeta.dtype:type_name -> frognano.messages.v1.DType
 	14, // 11: frognano.messages.v1.Checkpoint.model:type_name -> frognano.messages.v1.ModelConfig
 	15, // 12: frognano.messages.v1.Checkpoint.tensors:type_name -> frognano.messages.v1.TensorMeta
 	15, // 13: frognano.messages.v1.Checkpoint.optimizer:type_name -> frognano.messages.v1.TensorMeta
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	4,  // 14: frognano.messages.v1.Environment.baseline:type_name -> frognano.messages.v1.TestReport
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_records_proto_init() }
@@ -1756,7 +1909,7 @@ func file_records_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_records_proto_rawDesc), len(file_records_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
