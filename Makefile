@@ -6,7 +6,7 @@
 export GOFLAGS := -ldflags=-extldflags=-Wl,-z,lazy
 MODEL_GGUF ?= $(or $(FROGNANO_CACHE),$(HOME)/.cache/frognano)/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: setup build run test bench proto vet
+.PHONY: setup build run test bench proto vet cuda-check
 
 setup:
 	bash scripts/setup.sh
@@ -22,9 +22,18 @@ vet:
 	go vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 
-# Every test, with a line per test and a closing list of skips.
-test: setup vet
+# The CUDA build first, compiled and vetted so it never rots (its tests skip
+# without a GPU); then every test, with a line per test and a closing list of
+# skips.
+test: setup vet cuda-check
 	FROGNANO_TEST_GGUF=$(MODEL_GGUF) go tool gotestsum --format testname --format-hide-empty-pkg -- -count=1 -timeout 45m ./...
+
+cuda-check:
+	bash scripts/install-cuda.sh
+	@if command -v nvcc >/dev/null 2>&1; then \
+	  $(MAKE) cuda && go vet -tags cuda ./kernels/cuda/ && \
+	  go tool gotestsum --format testname -- -tags cuda -count=1 ./kernels/cuda/; \
+	else echo "nvcc not available: CUDA build not checked"; fi
 
 # Benchmarks whose figures the README records.
 bench:
@@ -35,3 +44,10 @@ bench:
 proto:
 	go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 	PATH="$$(go env GOPATH)/bin:$$PATH" go generate ./actors/messages/...
+
+# The CUDA backend's kernel library, kernels/cuda/libfrognano_cuda.a (needs
+# nvcc: scripts/install-cuda.sh). Then build or test with -tags cuda, e.g.
+# go test -tags cuda ./kernels/cuda/ (it skips where there is no GPU).
+.PHONY: cuda
+cuda:
+	$(MAKE) -C kernels/cuda
