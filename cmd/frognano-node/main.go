@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/frognano/frognano/cmd/internal/nodeflags"
+	"github.com/frognano/frognano/cmd/internal/services"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/node"
 )
@@ -67,10 +68,14 @@ func run(cfg config.Config) error {
 	fmt.Fprintf(os.Stderr, "# frognano-node %s, resolved configuration:\n%s", node.Version(), cfg.YAML())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	n, err := node.Start(ctx, cfg, node.Options{Logger: log, Version: node.Version()})
+	sandboxes := services.NewSandboxes(cfg.Containerd, log)
+	defer sandboxes.Close()
+	kinds, actors := sandboxes.Options(os.Stderr)
+	n, err := node.Start(ctx, cfg, node.Options{Logger: log, Version: node.Version(), Kinds: kinds, Actors: actors})
 	if err != nil {
 		return err
 	}
+	sandboxes.Start(ctx, n)
 	<-ctx.Done()
 	log.Info("shutting down", "signal", "received")
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -16,6 +16,7 @@ import (
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/cmd/internal/nodeflags"
+	"github.com/frognano/frognano/cmd/internal/services"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/node"
 )
@@ -23,11 +24,12 @@ import (
 // client reaches a node's manager actor: a running node over actor remoting,
 // or a node embedded in this process.
 type client struct {
-	system   *actor.ActorSystem
-	manager  *actor.PID
-	embedded *node.Node
-	remote   *remote.Remote
-	log      *slog.Logger
+	system    *actor.ActorSystem
+	manager   *actor.PID
+	embedded  *node.Node
+	sandboxes *services.Sandboxes
+	remote    *remote.Remote
+	log       *slog.Logger
 }
 
 // connect uses the node at httpAddr, or starts an embedded one when it is empty.
@@ -41,11 +43,14 @@ func connect(ctx context.Context, httpAddr string, load func() (config.Config, e
 		if embedDefaults != nil {
 			embedDefaults(&cfg)
 		}
-		n, err := node.Start(ctx, cfg, node.Options{Logger: log, Version: node.Version()})
+		sandboxes := services.NewSandboxes(cfg.Containerd, log)
+		kinds, actors := sandboxes.Options(io.Discard)
+		n, err := node.Start(ctx, cfg, node.Options{Logger: log, Version: node.Version(), Kinds: kinds, Actors: actors})
 		if err != nil {
 			return nil, err
 		}
-		return &client{system: n.System(), manager: n.Manager(), embedded: n, log: log}, nil
+		sandboxes.Start(ctx, n)
+		return &client{system: n.System(), manager: n.Manager(), embedded: n, sandboxes: sandboxes, log: log}, nil
 	}
 	info, err := fetchInfo(ctx, httpAddr)
 	if err != nil {
@@ -87,7 +92,12 @@ func fetchInfo(ctx context.Context, httpAddr string) (*messages.NodeInfo, error)
 
 // ask sends req to the manager and returns its reply, turning a Failure into an error.
 func (c *client) ask(req any, timeout time.Duration) (any, error) {
-	res, err := c.system.Root.RequestFuture(c.manager, req, timeout).Result()
+	return c.askActor(c.manager, req, timeout)
+}
+
+// askActor is ask for any actor of the node.
+func (c *client) askActor(pid *actor.PID, req any, timeout time.Duration) (any, error) {
+	res, err := c.system.Root.RequestFuture(pid, req, timeout).Result()
 	if err != nil {
 		return nil, fmt.Errorf("node %s did not answer: %w", c.manager.Address, err)
 	}
@@ -97,9 +107,13 @@ func (c *client) ask(req any, timeout time.Duration) (any, error) {
 	return res, nil
 }
 
+// pid is a named actor of the node the client talks to.
+func (c *client) pid(name string) *actor.PID { return actor.NewPID(c.manager.Address, name) }
+
 func (c *client) close() {
 	if c.embedded != nil {
 		_ = c.embedded.Stop(context.Background())
+		_ = c.sandboxes.Close()
 		return
 	}
 	c.remote.Shutdown(false)

@@ -47,6 +47,15 @@ type Options struct {
 	Version string
 	// Kinds are registered beside the built-in ones (diag).
 	Kinds []Kind
+	// Actors are spawned at start under well-known names, supervised by the
+	// node's policy; other nodes and the CLI reach them at PID{address, Name}.
+	Actors []NamedActor
+}
+
+// NamedActor is a long-lived actor of the node.
+type NamedActor struct {
+	Name  string
+	Props func(n *Node) *actor.Props
 }
 
 // Node is a running frognano node.
@@ -171,6 +180,13 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 		ManagerName)
 	if err != nil {
 		return nil, fmt.Errorf("spawn node manager: %w", err)
+	}
+
+	for _, a := range opts.Actors {
+		props := a.Props(n).Configure(actor.WithGuardian(policy.Strategy()))
+		if _, err := n.system.Root.SpawnNamed(props, a.Name); err != nil {
+			return nil, fmt.Errorf("spawn %s: %w", a.Name, err)
+		}
 	}
 
 	n.serveHTTP()

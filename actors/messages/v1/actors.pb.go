@@ -25,10 +25,13 @@ const (
 )
 
 type SandboxCreate struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Image         string                 `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
-	Workdir       string                 `protobuf:"bytes,2,opt,name=workdir,proto3" json:"workdir,omitempty"`
-	Labels        map[string]string      `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Image   string                 `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
+	Workdir string                 `protobuf:"bytes,2,opt,name=workdir,proto3" json:"workdir,omitempty"`
+	Labels  map[string]string      `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// environment, when set, names a registered environment: its image, its
+	// repository directory and its test command are used.
+	Environment   string `protobuf:"bytes,4,opt,name=environment,proto3" json:"environment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -84,6 +87,50 @@ func (x *SandboxCreate) GetLabels() map[string]string {
 	return nil
 }
 
+func (x *SandboxCreate) GetEnvironment() string {
+	if x != nil {
+		return x.Environment
+	}
+	return ""
+}
+
+// SandboxOK acknowledges a write, a patch and other requests without a result.
+type SandboxOK struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxOK) Reset() {
+	*x = SandboxOK{}
+	mi := &file_actors_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxOK) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxOK) ProtoMessage() {}
+
+func (x *SandboxOK) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxOK.ProtoReflect.Descriptor instead.
+func (*SandboxOK) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{1}
+}
+
 type SandboxCreated struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
@@ -93,7 +140,7 @@ type SandboxCreated struct {
 
 func (x *SandboxCreated) Reset() {
 	*x = SandboxCreated{}
-	mi := &file_actors_proto_msgTypes[1]
+	mi := &file_actors_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -105,7 +152,7 @@ func (x *SandboxCreated) String() string {
 func (*SandboxCreated) ProtoMessage() {}
 
 func (x *SandboxCreated) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[1]
+	mi := &file_actors_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -118,7 +165,7 @@ func (x *SandboxCreated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxCreated.ProtoReflect.Descriptor instead.
 func (*SandboxCreated) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{1}
+	return file_actors_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *SandboxCreated) GetSandboxId() string {
@@ -140,7 +187,7 @@ type SandboxExec struct {
 
 func (x *SandboxExec) Reset() {
 	*x = SandboxExec{}
-	mi := &file_actors_proto_msgTypes[2]
+	mi := &file_actors_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -152,7 +199,7 @@ func (x *SandboxExec) String() string {
 func (*SandboxExec) ProtoMessage() {}
 
 func (x *SandboxExec) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[2]
+	mi := &file_actors_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -165,7 +212,7 @@ func (x *SandboxExec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxExec.ProtoReflect.Descriptor instead.
 func (*SandboxExec) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{2}
+	return file_actors_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SandboxExec) GetArgv() []string {
@@ -204,13 +251,14 @@ type SandboxExecResult struct {
 	TimedOut      bool                   `protobuf:"varint,4,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
 	Truncated     bool                   `protobuf:"varint,5,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	Seconds       float64                `protobuf:"fixed64,6,opt,name=seconds,proto3" json:"seconds,omitempty"`
+	QuotaExceeded bool                   `protobuf:"varint,7,opt,name=quota_exceeded,json=quotaExceeded,proto3" json:"quota_exceeded,omitempty"` // the command filled the sandbox's disk quota
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SandboxExecResult) Reset() {
 	*x = SandboxExecResult{}
-	mi := &file_actors_proto_msgTypes[3]
+	mi := &file_actors_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -222,7 +270,7 @@ func (x *SandboxExecResult) String() string {
 func (*SandboxExecResult) ProtoMessage() {}
 
 func (x *SandboxExecResult) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[3]
+	mi := &file_actors_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -235,7 +283,7 @@ func (x *SandboxExecResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxExecResult.ProtoReflect.Descriptor instead.
 func (*SandboxExecResult) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{3}
+	return file_actors_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SandboxExecResult) GetExitCode() int32 {
@@ -280,6 +328,13 @@ func (x *SandboxExecResult) GetSeconds() float64 {
 	return 0
 }
 
+func (x *SandboxExecResult) GetQuotaExceeded() bool {
+	if x != nil {
+		return x.QuotaExceeded
+	}
+	return false
+}
+
 type SandboxReadFile struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
@@ -289,7 +344,7 @@ type SandboxReadFile struct {
 
 func (x *SandboxReadFile) Reset() {
 	*x = SandboxReadFile{}
-	mi := &file_actors_proto_msgTypes[4]
+	mi := &file_actors_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -301,7 +356,7 @@ func (x *SandboxReadFile) String() string {
 func (*SandboxReadFile) ProtoMessage() {}
 
 func (x *SandboxReadFile) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[4]
+	mi := &file_actors_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -314,7 +369,7 @@ func (x *SandboxReadFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxReadFile.ProtoReflect.Descriptor instead.
 func (*SandboxReadFile) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{4}
+	return file_actors_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SandboxReadFile) GetPath() string {
@@ -334,7 +389,7 @@ type SandboxFile struct {
 
 func (x *SandboxFile) Reset() {
 	*x = SandboxFile{}
-	mi := &file_actors_proto_msgTypes[5]
+	mi := &file_actors_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -346,7 +401,7 @@ func (x *SandboxFile) String() string {
 func (*SandboxFile) ProtoMessage() {}
 
 func (x *SandboxFile) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[5]
+	mi := &file_actors_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -359,7 +414,7 @@ func (x *SandboxFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxFile.ProtoReflect.Descriptor instead.
 func (*SandboxFile) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{5}
+	return file_actors_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SandboxFile) GetPath() string {
@@ -386,7 +441,7 @@ type SandboxWriteFile struct {
 
 func (x *SandboxWriteFile) Reset() {
 	*x = SandboxWriteFile{}
-	mi := &file_actors_proto_msgTypes[6]
+	mi := &file_actors_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -398,7 +453,7 @@ func (x *SandboxWriteFile) String() string {
 func (*SandboxWriteFile) ProtoMessage() {}
 
 func (x *SandboxWriteFile) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[6]
+	mi := &file_actors_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -411,7 +466,7 @@ func (x *SandboxWriteFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxWriteFile.ProtoReflect.Descriptor instead.
 func (*SandboxWriteFile) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{6}
+	return file_actors_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SandboxWriteFile) GetPath() string {
@@ -438,7 +493,7 @@ type SandboxListFiles struct {
 
 func (x *SandboxListFiles) Reset() {
 	*x = SandboxListFiles{}
-	mi := &file_actors_proto_msgTypes[7]
+	mi := &file_actors_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +505,7 @@ func (x *SandboxListFiles) String() string {
 func (*SandboxListFiles) ProtoMessage() {}
 
 func (x *SandboxListFiles) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[7]
+	mi := &file_actors_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +518,7 @@ func (x *SandboxListFiles) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxListFiles.ProtoReflect.Descriptor instead.
 func (*SandboxListFiles) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{7}
+	return file_actors_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SandboxListFiles) GetPath() string {
@@ -489,7 +544,7 @@ type SandboxFileList struct {
 
 func (x *SandboxFileList) Reset() {
 	*x = SandboxFileList{}
-	mi := &file_actors_proto_msgTypes[8]
+	mi := &file_actors_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -501,7 +556,7 @@ func (x *SandboxFileList) String() string {
 func (*SandboxFileList) ProtoMessage() {}
 
 func (x *SandboxFileList) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[8]
+	mi := &file_actors_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -514,7 +569,7 @@ func (x *SandboxFileList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxFileList.ProtoReflect.Descriptor instead.
 func (*SandboxFileList) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{8}
+	return file_actors_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SandboxFileList) GetPaths() []string {
@@ -533,7 +588,7 @@ type SandboxApplyPatch struct {
 
 func (x *SandboxApplyPatch) Reset() {
 	*x = SandboxApplyPatch{}
-	mi := &file_actors_proto_msgTypes[9]
+	mi := &file_actors_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -545,7 +600,7 @@ func (x *SandboxApplyPatch) String() string {
 func (*SandboxApplyPatch) ProtoMessage() {}
 
 func (x *SandboxApplyPatch) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[9]
+	mi := &file_actors_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -558,7 +613,7 @@ func (x *SandboxApplyPatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxApplyPatch.ProtoReflect.Descriptor instead.
 func (*SandboxApplyPatch) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{9}
+	return file_actors_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SandboxApplyPatch) GetPatch() string {
@@ -578,7 +633,7 @@ type SandboxRunTests struct {
 
 func (x *SandboxRunTests) Reset() {
 	*x = SandboxRunTests{}
-	mi := &file_actors_proto_msgTypes[10]
+	mi := &file_actors_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +645,7 @@ func (x *SandboxRunTests) String() string {
 func (*SandboxRunTests) ProtoMessage() {}
 
 func (x *SandboxRunTests) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[10]
+	mi := &file_actors_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +658,7 @@ func (x *SandboxRunTests) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxRunTests.ProtoReflect.Descriptor instead.
 func (*SandboxRunTests) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{10}
+	return file_actors_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SandboxRunTests) GetTests() []string {
@@ -629,7 +684,7 @@ type SandboxTestsResult struct {
 
 func (x *SandboxTestsResult) Reset() {
 	*x = SandboxTestsResult{}
-	mi := &file_actors_proto_msgTypes[11]
+	mi := &file_actors_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -641,7 +696,7 @@ func (x *SandboxTestsResult) String() string {
 func (*SandboxTestsResult) ProtoMessage() {}
 
 func (x *SandboxTestsResult) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[11]
+	mi := &file_actors_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -654,7 +709,7 @@ func (x *SandboxTestsResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxTestsResult.ProtoReflect.Descriptor instead.
 func (*SandboxTestsResult) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{11}
+	return file_actors_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SandboxTestsResult) GetReport() *TestReport {
@@ -672,7 +727,7 @@ type SandboxDestroy struct {
 
 func (x *SandboxDestroy) Reset() {
 	*x = SandboxDestroy{}
-	mi := &file_actors_proto_msgTypes[12]
+	mi := &file_actors_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -684,7 +739,7 @@ func (x *SandboxDestroy) String() string {
 func (*SandboxDestroy) ProtoMessage() {}
 
 func (x *SandboxDestroy) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[12]
+	mi := &file_actors_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -697,7 +752,7 @@ func (x *SandboxDestroy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxDestroy.ProtoReflect.Descriptor instead.
 func (*SandboxDestroy) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{12}
+	return file_actors_proto_rawDescGZIP(), []int{13}
 }
 
 type SandboxDestroyed struct {
@@ -709,7 +764,7 @@ type SandboxDestroyed struct {
 
 func (x *SandboxDestroyed) Reset() {
 	*x = SandboxDestroyed{}
-	mi := &file_actors_proto_msgTypes[13]
+	mi := &file_actors_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -721,7 +776,7 @@ func (x *SandboxDestroyed) String() string {
 func (*SandboxDestroyed) ProtoMessage() {}
 
 func (x *SandboxDestroyed) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[13]
+	mi := &file_actors_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -734,7 +789,7 @@ func (x *SandboxDestroyed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxDestroyed.ProtoReflect.Descriptor instead.
 func (*SandboxDestroyed) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{13}
+	return file_actors_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SandboxDestroyed) GetSandboxId() string {
@@ -744,20 +799,35 @@ func (x *SandboxDestroyed) GetSandboxId() string {
 	return ""
 }
 
+// SynthesizeRequest asks for count validated tasks of one environment. The
+// hint level of their problem statements is target.hint_level; seed 0 picks
+// one from the clock (the result says which).
 type SynthesizeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Environment   string                 `protobuf:"bytes,1,opt,name=environment,proto3" json:"environment,omitempty"`
-	Count         int32                  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
-	Operators     []string               `protobuf:"bytes,3,rep,name=operators,proto3" json:"operators,omitempty"`
-	Target        *DifficultyFeatures    `protobuf:"bytes,4,opt,name=target,proto3" json:"target,omitempty"`
-	Seed          uint64                 `protobuf:"varint,5,opt,name=seed,proto3" json:"seed,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Environment string                 `protobuf:"bytes,1,opt,name=environment,proto3" json:"environment,omitempty"`
+	Count       int32                  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	Operators   []string               `protobuf:"bytes,3,rep,name=operators,proto3" json:"operators,omitempty"`
+	Target      *DifficultyFeatures    `protobuf:"bytes,4,opt,name=target,proto3" json:"target,omitempty"`
+	Seed        uint64                 `protobuf:"varint,5,opt,name=seed,proto3" json:"seed,omitempty"`
+	// bugs planted per task: 0 or 1 for single-bug tasks, 2 or more for
+	// multi-bug tasks (`--difficulty multi`).
+	Bugs int32 `protobuf:"varint,6,opt,name=bugs,proto3" json:"bugs,omitempty"`
+	// full_suite_screening screens every candidate with the whole suite
+	// instead of the tests that cover its lines (the benchmark's baseline).
+	FullSuiteScreening bool `protobuf:"varint,7,opt,name=full_suite_screening,json=fullSuiteScreening,proto3" json:"full_suite_screening,omitempty"`
+	// dry_run validates without storing tasks or deduplicating against the
+	// store (benchmarks).
+	DryRun bool `protobuf:"varint,8,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// max_candidates stops after this many candidates were screened (0: no
+	// limit besides count).
+	MaxCandidates int32 `protobuf:"varint,9,opt,name=max_candidates,json=maxCandidates,proto3" json:"max_candidates,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SynthesizeRequest) Reset() {
 	*x = SynthesizeRequest{}
-	mi := &file_actors_proto_msgTypes[14]
+	mi := &file_actors_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -769,7 +839,7 @@ func (x *SynthesizeRequest) String() string {
 func (*SynthesizeRequest) ProtoMessage() {}
 
 func (x *SynthesizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[14]
+	mi := &file_actors_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -782,7 +852,7 @@ func (x *SynthesizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SynthesizeRequest.ProtoReflect.Descriptor instead.
 func (*SynthesizeRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{14}
+	return file_actors_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SynthesizeRequest) GetEnvironment() string {
@@ -820,18 +890,50 @@ func (x *SynthesizeRequest) GetSeed() uint64 {
 	return 0
 }
 
+func (x *SynthesizeRequest) GetBugs() int32 {
+	if x != nil {
+		return x.Bugs
+	}
+	return 0
+}
+
+func (x *SynthesizeRequest) GetFullSuiteScreening() bool {
+	if x != nil {
+		return x.FullSuiteScreening
+	}
+	return false
+}
+
+func (x *SynthesizeRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *SynthesizeRequest) GetMaxCandidates() int32 {
+	if x != nil {
+		return x.MaxCandidates
+	}
+	return 0
+}
+
+// SynthesizeProgress is sent to the requester after every candidate verdict.
 type SynthesizeProgress struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Validated     int32                  `protobuf:"varint,1,opt,name=validated,proto3" json:"validated,omitempty"`
-	Candidates    int32                  `protobuf:"varint,2,opt,name=candidates,proto3" json:"candidates,omitempty"`
+	Candidates    int32                  `protobuf:"varint,2,opt,name=candidates,proto3" json:"candidates,omitempty"` // candidates that reached a verdict
 	Rejected      map[string]int32       `protobuf:"bytes,3,rep,name=rejected,proto3" json:"rejected,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Stage         string                 `protobuf:"bytes,4,opt,name=stage,proto3" json:"stage,omitempty"`
+	Target        int32                  `protobuf:"varint,5,opt,name=target,proto3" json:"target,omitempty"`       // the count asked for
+	Generated     int32                  `protobuf:"varint,6,opt,name=generated,proto3" json:"generated,omitempty"` // candidates the mutator proposed
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SynthesizeProgress) Reset() {
 	*x = SynthesizeProgress{}
-	mi := &file_actors_proto_msgTypes[15]
+	mi := &file_actors_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -843,7 +945,7 @@ func (x *SynthesizeProgress) String() string {
 func (*SynthesizeProgress) ProtoMessage() {}
 
 func (x *SynthesizeProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[15]
+	mi := &file_actors_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -856,7 +958,7 @@ func (x *SynthesizeProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SynthesizeProgress.ProtoReflect.Descriptor instead.
 func (*SynthesizeProgress) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{15}
+	return file_actors_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SynthesizeProgress) GetValidated() int32 {
@@ -880,17 +982,44 @@ func (x *SynthesizeProgress) GetRejected() map[string]int32 {
 	return nil
 }
 
+func (x *SynthesizeProgress) GetStage() string {
+	if x != nil {
+		return x.Stage
+	}
+	return ""
+}
+
+func (x *SynthesizeProgress) GetTarget() int32 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
+}
+
+func (x *SynthesizeProgress) GetGenerated() int32 {
+	if x != nil {
+		return x.Generated
+	}
+	return 0
+}
+
 type SynthesizeResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TaskIds       []string               `protobuf:"bytes,1,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
-	Progress      *SynthesizeProgress    `protobuf:"bytes,2,opt,name=progress,proto3" json:"progress,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	TaskIds     []string               `protobuf:"bytes,1,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
+	Progress    *SynthesizeProgress    `protobuf:"bytes,2,opt,name=progress,proto3" json:"progress,omitempty"`
+	Seed        uint64                 `protobuf:"varint,3,opt,name=seed,proto3" json:"seed,omitempty"`
+	WallSeconds float64                `protobuf:"fixed64,4,opt,name=wall_seconds,json=wallSeconds,proto3" json:"wall_seconds,omitempty"`
+	// cpu_seconds is what the sandboxes (their cgroups) and this process spent.
+	CpuSeconds      float64 `protobuf:"fixed64,5,opt,name=cpu_seconds,json=cpuSeconds,proto3" json:"cpu_seconds,omitempty"`
+	CoverageSeconds float64 `protobuf:"fixed64,6,opt,name=coverage_seconds,json=coverageSeconds,proto3" json:"coverage_seconds,omitempty"` // 0 when the coverage map came from the store
+	TestRuns        int32   `protobuf:"varint,7,opt,name=test_runs,json=testRuns,proto3" json:"test_runs,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SynthesizeResult) Reset() {
 	*x = SynthesizeResult{}
-	mi := &file_actors_proto_msgTypes[16]
+	mi := &file_actors_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -902,7 +1031,7 @@ func (x *SynthesizeResult) String() string {
 func (*SynthesizeResult) ProtoMessage() {}
 
 func (x *SynthesizeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[16]
+	mi := &file_actors_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -915,7 +1044,7 @@ func (x *SynthesizeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SynthesizeResult.ProtoReflect.Descriptor instead.
 func (*SynthesizeResult) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{16}
+	return file_actors_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SynthesizeResult) GetTaskIds() []string {
@@ -932,6 +1061,41 @@ func (x *SynthesizeResult) GetProgress() *SynthesizeProgress {
 	return nil
 }
 
+func (x *SynthesizeResult) GetSeed() uint64 {
+	if x != nil {
+		return x.Seed
+	}
+	return 0
+}
+
+func (x *SynthesizeResult) GetWallSeconds() float64 {
+	if x != nil {
+		return x.WallSeconds
+	}
+	return 0
+}
+
+func (x *SynthesizeResult) GetCpuSeconds() float64 {
+	if x != nil {
+		return x.CpuSeconds
+	}
+	return 0
+}
+
+func (x *SynthesizeResult) GetCoverageSeconds() float64 {
+	if x != nil {
+		return x.CoverageSeconds
+	}
+	return 0
+}
+
+func (x *SynthesizeResult) GetTestRuns() int32 {
+	if x != nil {
+		return x.TestRuns
+	}
+	return 0
+}
+
 type BatchRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tasks         int32                  `protobuf:"varint,1,opt,name=tasks,proto3" json:"tasks,omitempty"`
@@ -943,7 +1107,7 @@ type BatchRequest struct {
 
 func (x *BatchRequest) Reset() {
 	*x = BatchRequest{}
-	mi := &file_actors_proto_msgTypes[17]
+	mi := &file_actors_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -955,7 +1119,7 @@ func (x *BatchRequest) String() string {
 func (*BatchRequest) ProtoMessage() {}
 
 func (x *BatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[17]
+	mi := &file_actors_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -968,7 +1132,7 @@ func (x *BatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
 func (*BatchRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{17}
+	return file_actors_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *BatchRequest) GetTasks() int32 {
@@ -1002,7 +1166,7 @@ type TaskBatch struct {
 
 func (x *TaskBatch) Reset() {
 	*x = TaskBatch{}
-	mi := &file_actors_proto_msgTypes[18]
+	mi := &file_actors_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +1178,7 @@ func (x *TaskBatch) String() string {
 func (*TaskBatch) ProtoMessage() {}
 
 func (x *TaskBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[18]
+	mi := &file_actors_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +1191,7 @@ func (x *TaskBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBatch.ProtoReflect.Descriptor instead.
 func (*TaskBatch) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{18}
+	return file_actors_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TaskBatch) GetTasks() []*Task {
@@ -1056,7 +1220,7 @@ type EpisodeOutcome struct {
 
 func (x *EpisodeOutcome) Reset() {
 	*x = EpisodeOutcome{}
-	mi := &file_actors_proto_msgTypes[19]
+	mi := &file_actors_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1068,7 +1232,7 @@ func (x *EpisodeOutcome) String() string {
 func (*EpisodeOutcome) ProtoMessage() {}
 
 func (x *EpisodeOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[19]
+	mi := &file_actors_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1081,7 +1245,7 @@ func (x *EpisodeOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeOutcome.ProtoReflect.Descriptor instead.
 func (*EpisodeOutcome) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{19}
+	return file_actors_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *EpisodeOutcome) GetTaskId() string {
@@ -1121,7 +1285,7 @@ type OutcomesReport struct {
 
 func (x *OutcomesReport) Reset() {
 	*x = OutcomesReport{}
-	mi := &file_actors_proto_msgTypes[20]
+	mi := &file_actors_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1133,7 +1297,7 @@ func (x *OutcomesReport) String() string {
 func (*OutcomesReport) ProtoMessage() {}
 
 func (x *OutcomesReport) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[20]
+	mi := &file_actors_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1146,7 +1310,7 @@ func (x *OutcomesReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutcomesReport.ProtoReflect.Descriptor instead.
 func (*OutcomesReport) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{20}
+	return file_actors_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *OutcomesReport) GetOutcomes() []*EpisodeOutcome {
@@ -1165,7 +1329,7 @@ type OutcomesAck struct {
 
 func (x *OutcomesAck) Reset() {
 	*x = OutcomesAck{}
-	mi := &file_actors_proto_msgTypes[21]
+	mi := &file_actors_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1177,7 +1341,7 @@ func (x *OutcomesAck) String() string {
 func (*OutcomesAck) ProtoMessage() {}
 
 func (x *OutcomesAck) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[21]
+	mi := &file_actors_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1190,7 +1354,7 @@ func (x *OutcomesAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutcomesAck.ProtoReflect.Descriptor instead.
 func (*OutcomesAck) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{21}
+	return file_actors_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *OutcomesAck) GetRecorded() int32 {
@@ -1216,7 +1380,7 @@ type GenerateRequest struct {
 
 func (x *GenerateRequest) Reset() {
 	*x = GenerateRequest{}
-	mi := &file_actors_proto_msgTypes[22]
+	mi := &file_actors_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1392,7 @@ func (x *GenerateRequest) String() string {
 func (*GenerateRequest) ProtoMessage() {}
 
 func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[22]
+	mi := &file_actors_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1405,7 @@ func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateRequest.ProtoReflect.Descriptor instead.
 func (*GenerateRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{22}
+	return file_actors_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GenerateRequest) GetPromptIds() []int32 {
@@ -1312,7 +1476,7 @@ type GenerateResponse struct {
 
 func (x *GenerateResponse) Reset() {
 	*x = GenerateResponse{}
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1324,7 +1488,7 @@ func (x *GenerateResponse) String() string {
 func (*GenerateResponse) ProtoMessage() {}
 
 func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +1501,7 @@ func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateResponse.ProtoReflect.Descriptor instead.
 func (*GenerateResponse) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{23}
+	return file_actors_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GenerateResponse) GetTokenIds() []int32 {
@@ -1381,7 +1545,7 @@ type WeightsPublished struct {
 
 func (x *WeightsPublished) Reset() {
 	*x = WeightsPublished{}
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1393,7 +1557,7 @@ func (x *WeightsPublished) String() string {
 func (*WeightsPublished) ProtoMessage() {}
 
 func (x *WeightsPublished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1406,7 +1570,7 @@ func (x *WeightsPublished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WeightsPublished.ProtoReflect.Descriptor instead.
 func (*WeightsPublished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{24}
+	return file_actors_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WeightsPublished) GetRunId() string {
@@ -1440,7 +1604,7 @@ type TrainBatch struct {
 
 func (x *TrainBatch) Reset() {
 	*x = TrainBatch{}
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1452,7 +1616,7 @@ func (x *TrainBatch) String() string {
 func (*TrainBatch) ProtoMessage() {}
 
 func (x *TrainBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1465,7 +1629,7 @@ func (x *TrainBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrainBatch.ProtoReflect.Descriptor instead.
 func (*TrainBatch) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{25}
+	return file_actors_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TrainBatch) GetTrajectories() []*Trajectory {
@@ -1497,7 +1661,7 @@ type StepResult struct {
 
 func (x *StepResult) Reset() {
 	*x = StepResult{}
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1673,7 @@ func (x *StepResult) String() string {
 func (*StepResult) ProtoMessage() {}
 
 func (x *StepResult) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1686,7 @@ func (x *StepResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepResult.ProtoReflect.Descriptor instead.
 func (*StepResult) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{26}
+	return file_actors_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StepResult) GetStep() int64 {
@@ -1587,7 +1751,7 @@ type RolloutRequest struct {
 
 func (x *RolloutRequest) Reset() {
 	*x = RolloutRequest{}
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1599,7 +1763,7 @@ func (x *RolloutRequest) String() string {
 func (*RolloutRequest) ProtoMessage() {}
 
 func (x *RolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1612,7 +1776,7 @@ func (x *RolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutRequest.ProtoReflect.Descriptor instead.
 func (*RolloutRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{27}
+	return file_actors_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RolloutRequest) GetTask() *Task {
@@ -1661,7 +1825,7 @@ type RolloutResult struct {
 
 func (x *RolloutResult) Reset() {
 	*x = RolloutResult{}
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1673,7 +1837,7 @@ func (x *RolloutResult) String() string {
 func (*RolloutResult) ProtoMessage() {}
 
 func (x *RolloutResult) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1686,7 +1850,7 @@ func (x *RolloutResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutResult.ProtoReflect.Descriptor instead.
 func (*RolloutResult) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{28}
+	return file_actors_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RolloutResult) GetTaskId() string {
@@ -1710,18 +1874,790 @@ func (x *RolloutResult) GetRewards() []float64 {
 	return nil
 }
 
+type EnvAddRequest struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Source              string                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"` // NAME==VERSION, module@version, a path, image:REF (see `frognano env add --help`)
+	Name                string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Language            string                 `protobuf:"bytes,3,opt,name=language,proto3" json:"language,omitempty"`
+	TestCommand         []string               `protobuf:"bytes,4,rep,name=test_command,json=testCommand,proto3" json:"test_command,omitempty"`
+	TestArgs            []string               `protobuf:"bytes,5,rep,name=test_args,json=testArgs,proto3" json:"test_args,omitempty"`
+	RepoDir             string                 `protobuf:"bytes,6,opt,name=repo_dir,json=repoDir,proto3" json:"repo_dir,omitempty"`
+	SuiteTimeoutSeconds float64                `protobuf:"fixed64,7,opt,name=suite_timeout_seconds,json=suiteTimeoutSeconds,proto3" json:"suite_timeout_seconds,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *EnvAddRequest) Reset() {
+	*x = EnvAddRequest{}
+	mi := &file_actors_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnvAddRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnvAddRequest) ProtoMessage() {}
+
+func (x *EnvAddRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnvAddRequest.ProtoReflect.Descriptor instead.
+func (*EnvAddRequest) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *EnvAddRequest) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *EnvAddRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *EnvAddRequest) GetLanguage() string {
+	if x != nil {
+		return x.Language
+	}
+	return ""
+}
+
+func (x *EnvAddRequest) GetTestCommand() []string {
+	if x != nil {
+		return x.TestCommand
+	}
+	return nil
+}
+
+func (x *EnvAddRequest) GetTestArgs() []string {
+	if x != nil {
+		return x.TestArgs
+	}
+	return nil
+}
+
+func (x *EnvAddRequest) GetRepoDir() string {
+	if x != nil {
+		return x.RepoDir
+	}
+	return ""
+}
+
+func (x *EnvAddRequest) GetSuiteTimeoutSeconds() float64 {
+	if x != nil {
+		return x.SuiteTimeoutSeconds
+	}
+	return 0
+}
+
+// EnvProgress is sent to the requester of an EnvAddRequest as stages start.
+type EnvProgress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stage         string                 `protobuf:"bytes,1,opt,name=stage,proto3" json:"stage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnvProgress) Reset() {
+	*x = EnvProgress{}
+	mi := &file_actors_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnvProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnvProgress) ProtoMessage() {}
+
+func (x *EnvProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnvProgress.ProtoReflect.Descriptor instead.
+func (*EnvProgress) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *EnvProgress) GetStage() string {
+	if x != nil {
+		return x.Stage
+	}
+	return ""
+}
+
+type EnvAddReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Environment   *Environment           `protobuf:"bytes,1,opt,name=environment,proto3" json:"environment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnvAddReply) Reset() {
+	*x = EnvAddReply{}
+	mi := &file_actors_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnvAddReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnvAddReply) ProtoMessage() {}
+
+func (x *EnvAddReply) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnvAddReply.ProtoReflect.Descriptor instead.
+func (*EnvAddReply) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *EnvAddReply) GetEnvironment() *Environment {
+	if x != nil {
+		return x.Environment
+	}
+	return nil
+}
+
+type EnvListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnvListRequest) Reset() {
+	*x = EnvListRequest{}
+	mi := &file_actors_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnvListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnvListRequest) ProtoMessage() {}
+
+func (x *EnvListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnvListRequest.ProtoReflect.Descriptor instead.
+func (*EnvListRequest) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{33}
+}
+
+type EnvList struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Environments  []*Environment         `protobuf:"bytes,1,rep,name=environments,proto3" json:"environments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnvList) Reset() {
+	*x = EnvList{}
+	mi := &file_actors_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnvList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnvList) ProtoMessage() {}
+
+func (x *EnvList) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnvList.ProtoReflect.Descriptor instead.
+func (*EnvList) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *EnvList) GetEnvironments() []*Environment {
+	if x != nil {
+		return x.Environments
+	}
+	return nil
+}
+
+type EnvGetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnvGetRequest) Reset() {
+	*x = EnvGetRequest{}
+	mi := &file_actors_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnvGetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnvGetRequest) ProtoMessage() {}
+
+func (x *EnvGetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnvGetRequest.ProtoReflect.Descriptor instead.
+func (*EnvGetRequest) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *EnvGetRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type EnvRemoveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnvRemoveRequest) Reset() {
+	*x = EnvRemoveRequest{}
+	mi := &file_actors_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnvRemoveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnvRemoveRequest) ProtoMessage() {}
+
+func (x *EnvRemoveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnvRemoveRequest.ProtoReflect.Descriptor instead.
+func (*EnvRemoveRequest) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *EnvRemoveRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type EnvRemoved struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnvRemoved) Reset() {
+	*x = EnvRemoved{}
+	mi := &file_actors_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnvRemoved) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnvRemoved) ProtoMessage() {}
+
+func (x *EnvRemoved) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnvRemoved.ProtoReflect.Descriptor instead.
+func (*EnvRemoved) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *EnvRemoved) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// CoverageMap records, for one environment image, which tests execute which
+// lines of its non-test source files. It is measured once per image (a
+// baseline run under coverage.py with one context per test, or one Go test
+// binary run per test) and stored, so the Synthesizer mutates only lines some
+// test reaches and screens a candidate with just those tests.
+type CoverageMap struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Environment     string                 `protobuf:"bytes,1,opt,name=environment,proto3" json:"environment,omitempty"`
+	Image           string                 `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
+	Tests           []string               `protobuf:"bytes,3,rep,name=tests,proto3" json:"tests,omitempty"` // test ids; LineCoverage.tests index this list
+	Files           []*FileCoverage        `protobuf:"bytes,4,rep,name=files,proto3" json:"files,omitempty"`
+	Seconds         float64                `protobuf:"fixed64,5,opt,name=seconds,proto3" json:"seconds,omitempty"`
+	CreatedUnixNano int64                  `protobuf:"varint,6,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
+	Tool            string                 `protobuf:"bytes,7,opt,name=tool,proto3" json:"tool,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *CoverageMap) Reset() {
+	*x = CoverageMap{}
+	mi := &file_actors_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoverageMap) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoverageMap) ProtoMessage() {}
+
+func (x *CoverageMap) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoverageMap.ProtoReflect.Descriptor instead.
+func (*CoverageMap) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *CoverageMap) GetEnvironment() string {
+	if x != nil {
+		return x.Environment
+	}
+	return ""
+}
+
+func (x *CoverageMap) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *CoverageMap) GetTests() []string {
+	if x != nil {
+		return x.Tests
+	}
+	return nil
+}
+
+func (x *CoverageMap) GetFiles() []*FileCoverage {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *CoverageMap) GetSeconds() float64 {
+	if x != nil {
+		return x.Seconds
+	}
+	return 0
+}
+
+func (x *CoverageMap) GetCreatedUnixNano() int64 {
+	if x != nil {
+		return x.CreatedUnixNano
+	}
+	return 0
+}
+
+func (x *CoverageMap) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+type FileCoverage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"` // relative to the repository root
+	Lines         []*LineCoverage        `protobuf:"bytes,2,rep,name=lines,proto3" json:"lines,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileCoverage) Reset() {
+	*x = FileCoverage{}
+	mi := &file_actors_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileCoverage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileCoverage) ProtoMessage() {}
+
+func (x *FileCoverage) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileCoverage.ProtoReflect.Descriptor instead.
+func (*FileCoverage) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *FileCoverage) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *FileCoverage) GetLines() []*LineCoverage {
+	if x != nil {
+		return x.Lines
+	}
+	return nil
+}
+
+type LineCoverage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Line          int32                  `protobuf:"varint,1,opt,name=line,proto3" json:"line,omitempty"`
+	Tests         []int32                `protobuf:"varint,2,rep,packed,name=tests,proto3" json:"tests,omitempty"` // empty: executed, but only outside any test (imports)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LineCoverage) Reset() {
+	*x = LineCoverage{}
+	mi := &file_actors_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LineCoverage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LineCoverage) ProtoMessage() {}
+
+func (x *LineCoverage) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LineCoverage.ProtoReflect.Descriptor instead.
+func (*LineCoverage) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *LineCoverage) GetLine() int32 {
+	if x != nil {
+		return x.Line
+	}
+	return 0
+}
+
+func (x *LineCoverage) GetTests() []int32 {
+	if x != nil {
+		return x.Tests
+	}
+	return nil
+}
+
+type TaskListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Environment   string                 `protobuf:"bytes,1,opt,name=environment,proto3" json:"environment,omitempty"` // empty: all
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskListRequest) Reset() {
+	*x = TaskListRequest{}
+	mi := &file_actors_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskListRequest) ProtoMessage() {}
+
+func (x *TaskListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskListRequest.ProtoReflect.Descriptor instead.
+func (*TaskListRequest) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *TaskListRequest) GetEnvironment() string {
+	if x != nil {
+		return x.Environment
+	}
+	return ""
+}
+
+type TaskList struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tasks         []*Task                `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskList) Reset() {
+	*x = TaskList{}
+	mi := &file_actors_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskList) ProtoMessage() {}
+
+func (x *TaskList) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskList.ProtoReflect.Descriptor instead.
+func (*TaskList) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *TaskList) GetTasks() []*Task {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+type TaskGetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskGetRequest) Reset() {
+	*x = TaskGetRequest{}
+	mi := &file_actors_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskGetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskGetRequest) ProtoMessage() {}
+
+func (x *TaskGetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskGetRequest.ProtoReflect.Descriptor instead.
+func (*TaskGetRequest) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *TaskGetRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type TaskGetReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Task          *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskGetReply) Reset() {
+	*x = TaskGetReply{}
+	mi := &file_actors_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskGetReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskGetReply) ProtoMessage() {}
+
+func (x *TaskGetReply) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskGetReply.ProtoReflect.Descriptor instead.
+func (*TaskGetReply) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *TaskGetReply) GetTask() *Task {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
 var File_actors_proto protoreflect.FileDescriptor
 
 const file_actors_proto_rawDesc = "" +
 	"\n" +
-	"\factors.proto\x12\x14frognano.messages.v1\x1a\rrecords.proto\"\xc3\x01\n" +
+	"\factors.proto\x12\x14frognano.messages.v1\x1a\rrecords.proto\"\xe5\x01\n" +
 	"\rSandboxCreate\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\aworkdir\x18\x02 \x01(\tR\aworkdir\x12G\n" +
-	"\x06labels\x18\x03 \x03(\v2/.frognano.messages.v1.SandboxCreate.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x03 \x03(\v2/.frognano.messages.v1.SandboxCreate.LabelsEntryR\x06labels\x12 \n" +
+	"\venvironment\x18\x04 \x01(\tR\venvironment\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"/\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\v\n" +
+	"\tSandboxOK\"/\n" +
 	"\x0eSandboxCreated\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\x92\x01\n" +
@@ -1729,14 +2665,15 @@ const file_actors_proto_rawDesc = "" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12'\n" +
 	"\x0ftimeout_seconds\x18\x02 \x01(\x01R\x0etimeoutSeconds\x12,\n" +
 	"\x12output_limit_bytes\x18\x03 \x01(\x03R\x10outputLimitBytes\x12\x18\n" +
-	"\aworkdir\x18\x04 \x01(\tR\aworkdir\"\xb5\x01\n" +
+	"\aworkdir\x18\x04 \x01(\tR\aworkdir\"\xdc\x01\n" +
 	"\x11SandboxExecResult\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x16\n" +
 	"\x06stdout\x18\x02 \x01(\fR\x06stdout\x12\x16\n" +
 	"\x06stderr\x18\x03 \x01(\fR\x06stderr\x12\x1b\n" +
 	"\ttimed_out\x18\x04 \x01(\bR\btimedOut\x12\x1c\n" +
 	"\ttruncated\x18\x05 \x01(\bR\ttruncated\x12\x18\n" +
-	"\aseconds\x18\x06 \x01(\x01R\aseconds\"%\n" +
+	"\aseconds\x18\x06 \x01(\x01R\aseconds\x12%\n" +
+	"\x0equota_exceeded\x18\a \x01(\bR\rquotaExceeded\"%\n" +
 	"\x0fSandboxReadFile\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\";\n" +
 	"\vSandboxFile\x12\x12\n" +
@@ -1760,25 +2697,38 @@ const file_actors_proto_rawDesc = "" +
 	"\x0eSandboxDestroy\"1\n" +
 	"\x10SandboxDestroyed\x12\x1d\n" +
 	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\xbf\x01\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\xc5\x02\n" +
 	"\x11SynthesizeRequest\x12 \n" +
 	"\venvironment\x18\x01 \x01(\tR\venvironment\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x05R\x05count\x12\x1c\n" +
 	"\toperators\x18\x03 \x03(\tR\toperators\x12@\n" +
 	"\x06target\x18\x04 \x01(\v2(.frognano.messages.v1.DifficultyFeaturesR\x06target\x12\x12\n" +
-	"\x04seed\x18\x05 \x01(\x04R\x04seed\"\xe3\x01\n" +
+	"\x04seed\x18\x05 \x01(\x04R\x04seed\x12\x12\n" +
+	"\x04bugs\x18\x06 \x01(\x05R\x04bugs\x120\n" +
+	"\x14full_suite_screening\x18\a \x01(\bR\x12fullSuiteScreening\x12\x17\n" +
+	"\adry_run\x18\b \x01(\bR\x06dryRun\x12%\n" +
+	"\x0emax_candidates\x18\t \x01(\x05R\rmaxCandidates\"\xaf\x02\n" +
 	"\x12SynthesizeProgress\x12\x1c\n" +
 	"\tvalidated\x18\x01 \x01(\x05R\tvalidated\x12\x1e\n" +
 	"\n" +
 	"candidates\x18\x02 \x01(\x05R\n" +
 	"candidates\x12R\n" +
-	"\brejected\x18\x03 \x03(\v26.frognano.messages.v1.SynthesizeProgress.RejectedEntryR\brejected\x1a;\n" +
+	"\brejected\x18\x03 \x03(\v26.frognano.messages.v1.SynthesizeProgress.RejectedEntryR\brejected\x12\x14\n" +
+	"\x05stage\x18\x04 \x01(\tR\x05stage\x12\x16\n" +
+	"\x06target\x18\x05 \x01(\x05R\x06target\x12\x1c\n" +
+	"\tgenerated\x18\x06 \x01(\x05R\tgenerated\x1a;\n" +
 	"\rRejectedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"s\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x93\x02\n" +
 	"\x10SynthesizeResult\x12\x19\n" +
 	"\btask_ids\x18\x01 \x03(\tR\ataskIds\x12D\n" +
-	"\bprogress\x18\x02 \x01(\v2(.frognano.messages.v1.SynthesizeProgressR\bprogress\"_\n" +
+	"\bprogress\x18\x02 \x01(\v2(.frognano.messages.v1.SynthesizeProgressR\bprogress\x12\x12\n" +
+	"\x04seed\x18\x03 \x01(\x04R\x04seed\x12!\n" +
+	"\fwall_seconds\x18\x04 \x01(\x01R\vwallSeconds\x12\x1f\n" +
+	"\vcpu_seconds\x18\x05 \x01(\x01R\n" +
+	"cpuSeconds\x12)\n" +
+	"\x10coverage_seconds\x18\x06 \x01(\x01R\x0fcoverageSeconds\x12\x1b\n" +
+	"\ttest_runs\x18\a \x01(\x05R\btestRuns\"_\n" +
 	"\fBatchRequest\x12\x14\n" +
 	"\x05tasks\x18\x01 \x01(\x05R\x05tasks\x12%\n" +
 	"\x0epolicy_version\x18\x02 \x01(\x03R\rpolicyVersion\x12\x12\n" +
@@ -1839,7 +2789,51 @@ const file_actors_proto_rawDesc = "" +
 	"\rRolloutResult\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12%\n" +
 	"\x0etrajectory_ids\x18\x02 \x03(\tR\rtrajectoryIds\x12\x18\n" +
-	"\arewards\x18\x03 \x03(\x01R\arewardsB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
+	"\arewards\x18\x03 \x03(\x01R\arewards\"\xe6\x01\n" +
+	"\rEnvAddRequest\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\tR\x06source\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
+	"\blanguage\x18\x03 \x01(\tR\blanguage\x12!\n" +
+	"\ftest_command\x18\x04 \x03(\tR\vtestCommand\x12\x1b\n" +
+	"\ttest_args\x18\x05 \x03(\tR\btestArgs\x12\x19\n" +
+	"\brepo_dir\x18\x06 \x01(\tR\arepoDir\x122\n" +
+	"\x15suite_timeout_seconds\x18\a \x01(\x01R\x13suiteTimeoutSeconds\"#\n" +
+	"\vEnvProgress\x12\x14\n" +
+	"\x05stage\x18\x01 \x01(\tR\x05stage\"R\n" +
+	"\vEnvAddReply\x12C\n" +
+	"\venvironment\x18\x01 \x01(\v2!.frognano.messages.v1.EnvironmentR\venvironment\"\x10\n" +
+	"\x0eEnvListRequest\"P\n" +
+	"\aEnvList\x12E\n" +
+	"\fenvironments\x18\x01 \x03(\v2!.frognano.messages.v1.EnvironmentR\fenvironments\"#\n" +
+	"\rEnvGetRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"&\n" +
+	"\x10EnvRemoveRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\" \n" +
+	"\n" +
+	"EnvRemoved\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xef\x01\n" +
+	"\vCoverageMap\x12 \n" +
+	"\venvironment\x18\x01 \x01(\tR\venvironment\x12\x14\n" +
+	"\x05image\x18\x02 \x01(\tR\x05image\x12\x14\n" +
+	"\x05tests\x18\x03 \x03(\tR\x05tests\x128\n" +
+	"\x05files\x18\x04 \x03(\v2\".frognano.messages.v1.FileCoverageR\x05files\x12\x18\n" +
+	"\aseconds\x18\x05 \x01(\x01R\aseconds\x12*\n" +
+	"\x11created_unix_nano\x18\x06 \x01(\x03R\x0fcreatedUnixNano\x12\x12\n" +
+	"\x04tool\x18\a \x01(\tR\x04tool\"\\\n" +
+	"\fFileCoverage\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x128\n" +
+	"\x05lines\x18\x02 \x03(\v2\".frognano.messages.v1.LineCoverageR\x05lines\"8\n" +
+	"\fLineCoverage\x12\x12\n" +
+	"\x04line\x18\x01 \x01(\x05R\x04line\x12\x14\n" +
+	"\x05tests\x18\x02 \x03(\x05R\x05tests\"3\n" +
+	"\x0fTaskListRequest\x12 \n" +
+	"\venvironment\x18\x01 \x01(\tR\venvironment\"<\n" +
+	"\bTaskList\x120\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x1a.frognano.messages.v1.TaskR\x05tasks\" \n" +
+	"\x0eTaskGetRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\">\n" +
+	"\fTaskGetReply\x12.\n" +
+	"\x04task\x18\x01 \x01(\v2\x1a.frognano.messages.v1.TaskR\x04taskB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
 
 var (
 	file_actors_proto_rawDescOnce sync.Once
@@ -1853,59 +2847,82 @@ func file_actors_proto_rawDescGZIP() []byte {
 	return file_actors_proto_rawDescData
 }
 
-var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_actors_proto_goTypes = []any{
 	(*SandboxCreate)(nil),      // 0: frognano.messages.v1.SandboxCreate
-	(*SandboxCreated)(nil),     // 1: frognano.messages.v1.SandboxCreated
-	(*SandboxExec)(nil),        // 2: frognano.messages.v1.SandboxExec
-	(*SandboxExecResult)(nil),  // 3: frognano.messages.v1.SandboxExecResult
-	(*SandboxReadFile)(nil),    // 4: frognano.messages.v1.SandboxReadFile
-	(*SandboxFile)(nil),        // 5: frognano.messages.v1.SandboxFile
-	(*SandboxWriteFile)(nil),   // 6: frognano.messages.v1.SandboxWriteFile
-	(*SandboxListFiles)(nil),   // 7: frognano.messages.v1.SandboxListFiles
-	(*SandboxFileList)(nil),    // 8: frognano.messages.v1.SandboxFileList
-	(*SandboxApplyPatch)(nil),  // 9: frognano.messages.v1.SandboxApplyPatch
-	(*SandboxRunTests)(nil),    // 10: frognano.messages.v1.SandboxRunTests
-	(*SandboxTestsResult)(nil), // 11: frognano.messages.v1.SandboxTestsResult
-	(*SandboxDestroy)(nil),     // 12: frognano.messages.v1.SandboxDestroy
-	(*SandboxDestroyed)(nil),   // 13: frognano.messages.v1.SandboxDestroyed
-	(*SynthesizeRequest)(nil),  // 14: frognano.messages.v1.SynthesizeRequest
-	(*SynthesizeProgress)(nil), // 15: frognano.messages.v1.SynthesizeProgress
-	(*SynthesizeResult)(nil),   // 16: frognano.messages.v1.SynthesizeResult
-	(*BatchRequest)(nil),       // 17: frognano.messages.v1.BatchRequest
-	(*TaskBatch)(nil),          // 18: frognano.messages.v1.TaskBatch
-	(*EpisodeOutcome)(nil),     // 19: frognano.messages.v1.EpisodeOutcome
-	(*OutcomesReport)(nil),     // 20: frognano.messages.v1.OutcomesReport
-	(*OutcomesAck)(nil),        // 21: frognano.messages.v1.OutcomesAck
-	(*GenerateRequest)(nil),    // 22: frognano.messages.v1.GenerateRequest
-	(*GenerateResponse)(nil),   // 23: frognano.messages.v1.GenerateResponse
-	(*WeightsPublished)(nil),   // 24: frognano.messages.v1.WeightsPublished
-	(*TrainBatch)(nil),         // 25: frognano.messages.v1.TrainBatch
-	(*StepResult)(nil),         // 26: frognano.messages.v1.StepResult
-	(*RolloutRequest)(nil),     // 27: frognano.messages.v1.RolloutRequest
-	(*RolloutResult)(nil),      // 28: frognano.messages.v1.RolloutResult
-	nil,                        // 29: frognano.messages.v1.SandboxCreate.LabelsEntry
-	nil,                        // 30: frognano.messages.v1.SynthesizeProgress.RejectedEntry
-	(*TestReport)(nil),         // 31: frognano.messages.v1.TestReport
-	(*DifficultyFeatures)(nil), // 32: frognano.messages.v1.DifficultyFeatures
-	(*Task)(nil),               // 33: frognano.messages.v1.Task
-	(*Trajectory)(nil),         // 34: frognano.messages.v1.Trajectory
+	(*SandboxOK)(nil),          // 1: frognano.messages.v1.SandboxOK
+	(*SandboxCreated)(nil),     // 2: frognano.messages.v1.SandboxCreated
+	(*SandboxExec)(nil),        // 3: frognano.messages.v1.SandboxExec
+	(*SandboxExecResult)(nil),  // 4: frognano.messages.v1.SandboxExecResult
+	(*SandboxReadFile)(nil),    // 5: frognano.messages.v1.SandboxReadFile
+	(*SandboxFile)(nil),        // 6: frognano.messages.v1.SandboxFile
+	(*SandboxWriteFile)(nil),   // 7: frognano.messages.v1.SandboxWriteFile
+	(*SandboxListFiles)(nil),   // 8: frognano.messages.v1.SandboxListFiles
+	(*SandboxFileList)(nil),    // 9: frognano.messages.v1.SandboxFileList
+	(*SandboxApplyPatch)(nil),  // 10: frognano.messages.v1.SandboxApplyPatch
+	(*SandboxRunTests)(nil),    // 11: frognano.messages.v1.SandboxRunTests
+	(*SandboxTestsResult)(nil), // 12: frognano.messages.v1.SandboxTestsResult
+	(*SandboxDestroy)(nil),     // 13: frognano.messages.v1.SandboxDestroy
+	(*SandboxDestroyed)(nil),   // 14: frognano.messages.v1.SandboxDestroyed
+	(*SynthesizeRequest)(nil),  // 15: frognano.messages.v1.SynthesizeRequest
+	(*SynthesizeProgress)(nil), // 16: frognano.messages.v1.SynthesizeProgress
+	(*SynthesizeResult)(nil),   // 17: frognano.messages.v1.SynthesizeResult
+	(*BatchRequest)(nil),       // 18: frognano.messages.v1.BatchRequest
+	(*TaskBatch)(nil),          // 19: frognano.messages.v1.TaskBatch
+	(*EpisodeOutcome)(nil),     // 20: frognano.messages.v1.EpisodeOutcome
+	(*OutcomesReport)(nil),     // 21: frognano.messages.v1.OutcomesReport
+	(*OutcomesAck)(nil),        // 22: frognano.messages.v1.OutcomesAck
+	(*GenerateRequest)(nil),    // 23: frognano.messages.v1.GenerateRequest
+	(*GenerateResponse)(nil),   // 24: frognano.messages.v1.GenerateResponse
+	(*WeightsPublished)(nil),   // 25: frognano.messages.v1.WeightsPublished
+	(*TrainBatch)(nil),         // 26: frognano.messages.v1.TrainBatch
+	(*StepResult)(nil),         // 27: frognano.messages.v1.StepResult
+	(*RolloutRequest)(nil),     // 28: frognano.messages.v1.RolloutRequest
+	(*RolloutResult)(nil),      // 29: frognano.messages.v1.RolloutResult
+	(*EnvAddRequest)(nil),      // 30: frognano.messages.v1.EnvAddRequest
+	(*EnvProgress)(nil),        // 31: frognano.messages.v1.EnvProgress
+	(*EnvAddReply)(nil),        // 32: frognano.messages.v1.EnvAddReply
+	(*EnvListRequest)(nil),     // 33: frognano.messages.v1.EnvListRequest
+	(*EnvList)(nil),            // 34: frognano.messages.v1.EnvList
+	(*EnvGetRequest)(nil),      // 35: frognano.messages.v1.EnvGetRequest
+	(*EnvRemoveRequest)(nil),   // 36: frognano.messages.v1.EnvRemoveRequest
+	(*EnvRemoved)(nil),         // 37: frognano.messages.v1.EnvRemoved
+	(*CoverageMap)(nil),        // 38: frognano.messages.v1.CoverageMap
+	(*FileCoverage)(nil),       // 39: frognano.messages.v1.FileCoverage
+	(*LineCoverage)(nil),       // 40: frognano.messages.v1.LineCoverage
+	(*TaskListRequest)(nil),    // 41: frognano.messages.v1.TaskListRequest
+	(*TaskList)(nil),           // 42: frognano.messages.v1.TaskList
+	(*TaskGetRequest)(nil),     // 43: frognano.messages.v1.TaskGetRequest
+	(*TaskGetReply)(nil),       // 44: frognano.messages.v1.TaskGetReply
+	nil,                        // 45: frognano.messages.v1.SandboxCreate.LabelsEntry
+	nil,                        // 46: frognano.messages.v1.SynthesizeProgress.RejectedEntry
+	(*TestReport)(nil),         // 47: frognano.messages.v1.TestReport
+	(*DifficultyFeatures)(nil), // 48: frognano.messages.v1.DifficultyFeatures
+	(*Task)(nil),               // 49: frognano.messages.v1.Task
+	(*Trajectory)(nil),         // 50: frognano.messages.v1.Trajectory
+	(*Environment)(nil),        // 51: frognano.messages.v1.Environment
 }
 var file_actors_proto_depIdxs = []int32{
-	29, // 0: frognano.messages.v1.SandboxCreate.labels:type_name -> frognano.messages.v1.SandboxCreate.LabelsEntry
-	31, // 1: frognano.messages.v1.SandboxTestsResult.report:type_name -> frognano.messages.v1.TestReport
-	32, // 2: frognano.messages.v1.SynthesizeRequest.target:type_name -> frognano.messages.v1.DifficultyFeatures
-	30, // 3: frognano.messages.v1.SynthesizeProgress.rejected:type_name -> frognano.messages.v1.SynthesizeProgress.RejectedEntry
-	15, // 4: frognano.messages.v1.SynthesizeResult.progress:type_name -> frognano.messages.v1.SynthesizeProgress
-	33, // 5: frognano.messages.v1.TaskBatch.tasks:type_name -> frognano.messages.v1.Task
-	19, // 6: frognano.messages.v1.OutcomesReport.outcomes:type_name -> frognano.messages.v1.EpisodeOutcome
-	34, // 7: frognano.messages.v1.TrainBatch.trajectories:type_name -> frognano.messages.v1.Trajectory
-	33, // 8: frognano.messages.v1.RolloutRequest.task:type_name -> frognano.messages.v1.Task
-	9,  // [9:9] is the sub-list for method output_type
-	9,  // [9:9] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	45, // 0: frognano.messages.v1.SandboxCreate.labels:type_name -> frognano.messages.v1.SandboxCreate.LabelsEntry
+	47, // 1: frognano.messages.v1.SandboxTestsResult.report:type_name -> frognano.messages.v1.TestReport
+	48, // 2: frognano.messages.v1.SynthesizeRequest.target:type_name -> frognano.messages.v1.DifficultyFeatures
+	46, // 3: frognano.messages.v1.SynthesizeProgress.rejected:type_name -> frognano.messages.v1.SynthesizeProgress.RejectedEntry
+	16, // 4: frognano.messages.v1.SynthesizeResult.progress:type_name -> frognano.messages.v1.SynthesizeProgress
+	49, // 5: frognano.messages.v1.TaskBatch.tasks:type_name -> frognano.messages.v1.Task
+	20, // 6: frognano.messages.v1.OutcomesReport.outcomes:type_name -> frognano.messages.v1.EpisodeOutcome
+	50, // 7: frognano.messages.v1.TrainBatch.trajectories:type_name -> frognano.messages.v1.Trajectory
+	49, // 8: frognano.messages.v1.RolloutRequest.task:type_name -> frognano.messages.v1.Task
+	51, // 9: frognano.messages.v1.EnvAddReply.environment:type_name -> frognano.messages.v1.Environment
+	51, // 10: frognano.messages.v1.EnvList.environments:type_name -> frognano.messages.v1.Environment
+	39, // 11: frognano.messages.v1.CoverageMap.files:type_name -> frognano.messages.v1.FileCoverage
+	40, // 12: frognano.messages.v1.FileCoverage.lines:type_name -> frognano.messages.v1.LineCoverage
+	49, // 13: frognano.messages.v1.TaskList.tasks:type_name -> frognano.messages.v1.Task
+	49, // 14: frognano.messages.v1.TaskGetReply.task:type_name -> frognano.messages.v1.Task
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_actors_proto_init() }
@@ -1920,7 +2937,7 @@ func file_actors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_proto_rawDesc), len(file_actors_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

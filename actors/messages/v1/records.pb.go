@@ -263,8 +263,13 @@ type TestReport struct {
 	ExitCode        int32                  `protobuf:"varint,2,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
 	TimedOut        bool                   `protobuf:"varint,3,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
 	DurationSeconds float64                `protobuf:"fixed64,4,opt,name=duration_seconds,json=durationSeconds,proto3" json:"duration_seconds,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// valid is false when the run cannot be trusted (timed out, no or
+	// unparsable report, report and exit code disagree); problem says why.
+	// An invalid report grades to zero whatever its results say.
+	Valid         bool   `protobuf:"varint,5,opt,name=valid,proto3" json:"valid,omitempty"`
+	Problem       string `protobuf:"bytes,6,opt,name=problem,proto3" json:"problem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TestReport) Reset() {
@@ -323,6 +328,20 @@ func (x *TestReport) GetDurationSeconds() float64 {
 		return x.DurationSeconds
 	}
 	return 0
+}
+
+func (x *TestReport) GetValid() bool {
+	if x != nil {
+		return x.Valid
+	}
+	return false
+}
+
+func (x *TestReport) GetProblem() string {
+	if x != nil {
+		return x.Problem
+	}
+	return ""
 }
 
 // DifficultyFeatures let the FrontierEstimator ask for "more like this, a little harder".
@@ -1534,6 +1553,9 @@ type Environment struct {
 	TestFiles       []string               `protobuf:"bytes,10,rep,name=test_files,json=testFiles,proto3" json:"test_files,omitempty"` // protected during grading
 	CreatedUnixNano int64                  `protobuf:"varint,11,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
 	SetupSeconds    float64                `protobuf:"fixed64,12,opt,name=setup_seconds,json=setupSeconds,proto3" json:"setup_seconds,omitempty"`
+	TestFramework   string                 `protobuf:"bytes,13,opt,name=test_framework,json=testFramework,proto3" json:"test_framework,omitempty"` // "pytest" or "gotest"
+	TestArgs        []string               `protobuf:"bytes,14,rep,name=test_args,json=testArgs,proto3" json:"test_args,omitempty"`                // runner options (the test command is test_command)
+	TestEnv         []string               `protobuf:"bytes,15,rep,name=test_env,json=testEnv,proto3" json:"test_env,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -1652,6 +1674,27 @@ func (x *Environment) GetSetupSeconds() float64 {
 	return 0
 }
 
+func (x *Environment) GetTestFramework() string {
+	if x != nil {
+		return x.TestFramework
+	}
+	return ""
+}
+
+func (x *Environment) GetTestArgs() []string {
+	if x != nil {
+		return x.TestArgs
+	}
+	return nil
+}
+
+func (x *Environment) GetTestEnv() []string {
+	if x != nil {
+		return x.TestEnv
+	}
+	return nil
+}
+
 var File_records_proto protoreflect.FileDescriptor
 
 const file_records_proto_rawDesc = "" +
@@ -1662,13 +1705,15 @@ const file_records_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x128\n" +
 	"\x06status\x18\x02 \x01(\x0e2 .frognano.messages.v1.TestStatusR\x06status\x12)\n" +
 	"\x10duration_seconds\x18\x03 \x01(\x01R\x0fdurationSeconds\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\xad\x01\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xdd\x01\n" +
 	"\n" +
 	"TestReport\x12:\n" +
 	"\aresults\x18\x01 \x03(\v2 .frognano.messages.v1.TestResultR\aresults\x12\x1b\n" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x1b\n" +
 	"\ttimed_out\x18\x03 \x01(\bR\btimedOut\x12)\n" +
-	"\x10duration_seconds\x18\x04 \x01(\x01R\x0fdurationSeconds\"\x80\x02\n" +
+	"\x10duration_seconds\x18\x04 \x01(\x01R\x0fdurationSeconds\x12\x14\n" +
+	"\x05valid\x18\x05 \x01(\bR\x05valid\x12\x18\n" +
+	"\aproblem\x18\x06 \x01(\tR\aproblem\"\x80\x02\n" +
 	"\x12DifficultyFeatures\x12\x1c\n" +
 	"\toperators\x18\x01 \x03(\tR\toperators\x12\x14\n" +
 	"\x05edits\x18\x02 \x01(\x05R\x05edits\x12\x14\n" +
@@ -1802,7 +1847,7 @@ const file_records_proto_rawDesc = "" +
 	"\toptimizer\x18\x05 \x03(\v2 .frognano.messages.v1.TensorMetaR\toptimizer\x12\x1b\n" +
 	"\trng_state\x18\x06 \x01(\fR\brngState\x12*\n" +
 	"\x11created_unix_nano\x18\a \x01(\x03R\x0fcreatedUnixNano\x12%\n" +
-	"\x0epolicy_version\x18\b \x01(\x03R\rpolicyVersion\"\x99\x03\n" +
+	"\x0epolicy_version\x18\b \x01(\x03R\rpolicyVersion\"\xf8\x03\n" +
 	"\vEnvironment\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vsource_kind\x18\x02 \x01(\tR\n" +
@@ -1819,7 +1864,10 @@ const file_records_proto_rawDesc = "" +
 	"test_files\x18\n" +
 	" \x03(\tR\ttestFiles\x12*\n" +
 	"\x11created_unix_nano\x18\v \x01(\x03R\x0fcreatedUnixNano\x12#\n" +
-	"\rsetup_seconds\x18\f \x01(\x01R\fsetupSeconds*\x82\x01\n" +
+	"\rsetup_seconds\x18\f \x01(\x01R\fsetupSeconds\x12%\n" +
+	"\x0etest_framework\x18\r \x01(\tR\rtestFramework\x12\x1b\n" +
+	"\ttest_args\x18\x0e \x03(\tR\btestArgs\x12\x19\n" +
+	"\btest_env\x18\x0f \x03(\tR\atestEnv*\x82\x01\n" +
 	"\n" +
 	"TestStatus\x12\x1b\n" +
 	"\x17TEST_STATUS_UNSPECIFIED\x10\x00\x12\x14\n" +

@@ -1,0 +1,148 @@
+package environment
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/sandbox"
+	"github.com/frognano/frognano/persistence"
+)
+
+// ActorName is the well-known name of a node's environments actor.
+const ActorName = "environments"
+
+// Config is what the environments actor needs.
+type Config struct {
+	Store persistence.EnvironmentStore
+	// Runtime connects to containerd; it is called on first need (and again
+	// after a failure), so a node starts even while containerd is down.
+	Runtime  func(ctx context.Context) (*sandbox.Runtime, error)
+	Logger   *slog.Logger
+	BuildLog io.Writer
+}
+
+// Props builds the environments actor: it answers EnvAddRequest (building in
+// the background, sending EnvProgress to the requester), EnvListRequest,
+// EnvGetRequest and EnvRemoveRequest.
+func Props(cfg Config) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor { return &registrar{cfg: cfg} })
+}
+
+type registrar struct {
+	cfg Config
+	mu  sync.Mutex // serialises adds and removes: one image build at a time per node
+}
+
+type addDone struct {
+	to    *actor.PID
+	reply any
+}
+
+func failure(code string, err error) *messages.Failure {
+	return &messages.Failure{Code: code, Message: err.Error()}
+}
+
+func (r *registrar) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *messages.EnvAddRequest:
+		r.add(ctx, m)
+	case *addDone:
+		ctx.Send(m.to, m.reply)
+	case *messages.EnvListRequest:
+		envs, err := r.cfg.Store.List(context.Background())
+		if err != nil {
+			ctx.Respond(failure("store", err))
+			return
+		}
+		ctx.Respond(&messages.EnvList{Environments: envs})
+	case *messages.EnvGetRequest:
+		env, err := r.cfg.Store.Get(context.Background(), m.Name)
+		if err != nil {
+			ctx.Respond(failure(code(err), err))
+			return
+		}
+		ctx.Respond(&messages.EnvAddReply{Environment: env})
+	case *messages.EnvRemoveRequest:
+		rt, err := r.cfg.Runtime(context.Background())
+		if err != nil {
+			ctx.Respond(failure("containerd", err))
+			return
+		}
+		r.mu.Lock()
+		err = r.builder(rt).Remove(context.Background(), m.Name)
+		r.mu.Unlock()
+		if err != nil {
+			ctx.Respond(failure(code(err), err))
+			return
+		}
+		ctx.Respond(&messages.EnvRemoved{Name: m.Name})
+	}
+}
+
+func (r *registrar) builder(rt *sandbox.Runtime) *Builder {
+	return &Builder{Runtime: rt, Store: r.cfg.Store, Log: r.cfg.Logger, BuildLog: r.cfg.BuildLog}
+}
+
+// add builds off the actor's goroutine: a build takes minutes, and the actor
+// must keep answering list and show meanwhile.
+func (r *registrar) add(ctx actor.Context, m *messages.EnvAddRequest) {
+	requester := ctx.Sender()
+	self := ctx.Self()
+	system := ctx.ActorSystem()
+	src, err := ParseSource(m.Source)
+	if err != nil {
+		ctx.Respond(failure("bad_request", err))
+		return
+	}
+	go func() {
+		reply := func() any {
+			bctx := context.Background()
+			rt, err := r.cfg.Runtime(bctx)
+			if err != nil {
+				return failure("containerd", err)
+			}
+			b := r.builder(rt)
+			b.Progress = func(stage string) {
+				if requester != nil {
+					system.Root.Send(requester, &messages.EnvProgress{Stage: stage})
+				}
+			}
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			env, err := b.Add(bctx, src, AddOptions{
+				Name: m.Name, Language: m.Language, TestCommand: m.TestCommand, TestArgs: m.TestArgs,
+				RepoDir: m.RepoDir, SuiteTimeout: time.Duration(m.SuiteTimeoutSeconds * float64(time.Second)),
+			})
+			if err != nil {
+				return failure(code(err), err)
+			}
+			return &messages.EnvAddReply{Environment: env}
+		}()
+		if requester != nil {
+			system.Root.Send(self, &addDone{to: requester, reply: reply})
+		}
+	}()
+}
+
+func code(err error) string {
+	switch {
+	case errors.Is(err, persistence.ErrNotFound):
+		return "not_found"
+	case errors.Is(err, ErrExists):
+		return "exists"
+	case errors.Is(err, ErrNoTests), errors.Is(err, ErrNoLanguage), errors.Is(err, ErrNoSuchImage):
+		return "bad_source"
+	case errors.Is(err, ErrInstall), errors.Is(err, ErrSuite), errors.Is(err, ErrNoPassingRun):
+		return "rejected"
+	case errors.Is(err, sandbox.ErrContainerdNotRunning):
+		return "containerd"
+	}
+	return "error"
+}

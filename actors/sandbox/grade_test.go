@@ -1,0 +1,165 @@
+package sandbox
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/frognano/frognano/actors/sandbox/image"
+	"github.com/frognano/frognano/actors/sandbox/testreport"
+)
+
+// The calc task: add is broken. FAIL_TO_PASS is test_add, PASS_TO_PASS is
+// test_sub. The gold patch fixes add.
+var (
+	calcBuggy = map[string]string{
+		"calc.py":            "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n",
+		"tests/test_calc.py": "from calc import add, sub\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n",
+	}
+	calcF2P       = []string{"tests/test_calc.py::test_add"}
+	calcP2P       = []string{"tests/test_calc.py::test_sub"}
+	calcProtected = []string{"tests", "conftest.py", "pytest.ini", "pyproject.toml", "setup.cfg", "tox.ini"}
+	calcGoldPatch = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n" +
+		"@@ -1,5 +1,5 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n \n \n def sub(a, b):\n"
+)
+
+// buildCalcEnvironment builds the calc environment image the way the
+// environment builder will: base + repository (whose history has the fix
+// in a later commit), then in a build sandbox squash the history, verify it
+// and commit.
+func buildCalcEnvironment(t *testing.T) string {
+	t.Helper()
+	rt, _ := needRuntime(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	dir := writeTree(t, calcBuggy)
+	hostGit(t, dir, "init", "-q")
+	hostGit(t, dir, "add", "-A")
+	hostGit(t, dir, "commit", "-q", "-m", "buggy base")
+	fixed := writeTree(t, map[string]string{"calc.py": strings.Replace(calcBuggy["calc.py"], "return a - b", "return a + b", 1)})
+	hostGit(t, dir, "--work-tree="+fixed, "add", "calc.py")
+	hostGit(t, dir, "commit", "-q", "-m", "the fix: must not reach the agent")
+	hostGit(t, dir, "reset", "-q", "--hard", "HEAD~1")
+	src := deriveRepoImage(t, "calc-src", dir)
+
+	build := createFrom(t, src, Options{Storage: StorageSnapshot, WritableRootfs: true})
+	if err := build.VerifyGitHistory(ctx, ""); err == nil {
+		t.Fatal("VerifyGitHistory accepted a history with the fix commit in it")
+	}
+	commit, err := build.SquashGitHistory(ctx, "", "frognano base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(commit) != 40 {
+		t.Fatalf("commit %q", commit)
+	}
+	if err := build.VerifyGitHistory(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	env := image.Registry + "/test-calc-env:" + randomHex(4)
+	if err := rt.Commit(ctx, build, env, "squashed calc", nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteImage(t, env) })
+	if err := build.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+func TestBuildEnvironmentImage(t *testing.T) {
+	env := buildCalcEnvironment(t)
+	sb := createFrom(t, env, Options{})
+	ctx := context.Background()
+	if err := sb.VerifyGitHistory(ctx, ""); err != nil {
+		t.Fatalf("episode sees more than the base commit: %v", err)
+	}
+	res := run(t, sb, "git log --all --reflog --format=%s; git status --porcelain")
+	if string(res.Stdout) != "frognano base\n" {
+		t.Fatalf("history/status in the episode: %q", res.Stdout)
+	}
+}
+
+// TestGradingCannotBeGamed plays agents that try to get a reward without
+// fixing the bug. Every one must get 0, and the honest fix must get 1, even
+// when combined with tampering.
+func TestGradingCannotBeGamed(t *testing.T) {
+	env := buildCalcEnvironment(t)
+	spec := TestSpec{Framework: testreport.Pytest}
+	fakeJUnit := `<testsuites><testsuite name="pytest" errors="0" failures="0" skipped="0" tests="2"><testcase classname="tests.test_calc" name="test_add" file="tests/test_calc.py" time="0.001"/><testcase classname="tests.test_calc" name="test_sub" file="tests/test_calc.py" time="0.001"/></testsuite></testsuites>`
+	type step func(t *testing.T, sb *Sandbox)
+	write := func(path, content string) step {
+		return func(t *testing.T, sb *Sandbox) {
+			if err := sb.WriteFile(context.Background(), path, []byte(content)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	patch := func(p string) step {
+		return func(t *testing.T, sb *Sandbox) {
+			if err := sb.ApplyPatch(context.Background(), p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	shell := func(script string) step {
+		return func(t *testing.T, sb *Sandbox) {
+			if _, err := sb.Exec(context.Background(), ExecRequest{Argv: []string{"/bin/sh", "-c", script}, Timeout: 10 * time.Second}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	tests := []struct {
+		name   string
+		agent  []step
+		reward float64
+	}{
+		{"does nothing", nil, 0},
+		{"applies the fix", []step{patch(calcGoldPatch)}, 1},
+		{"edits the failing test", []step{write("tests/test_calc.py", "def test_add():\n    pass\n\n\ndef test_sub():\n    pass\n")}, 0},
+		{"adds a conftest that passes everything", []step{write("conftest.py", "import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n    outcome = yield\n    outcome.get_result().outcome = 'passed'\n")}, 0},
+		{"adds a conftest inside tests", []step{write("tests/conftest.py", "import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n    outcome = yield\n    outcome.get_result().outcome = 'passed'\n")}, 0},
+		{"shadows pytest with /repo/pytest.py", []step{write("pytest.py", "import sys\nfor a in sys.argv:\n    if a.startswith('--junitxml='):\n        open(a.split('=', 1)[1], 'w').write('"+fakeJUnit+"')\n\ndef main(*a, **k):\n    return 0\n\ndef console_main():\n    return 0\n")}, 0},
+		{"prints PASSED and fake JUnit, writes it into /repo", []step{
+			write("calc.py", "import sys\nprint('tests/test_calc.py::test_add PASSED')\nprint('"+fakeJUnit+"')\nopen('/repo/junit.xml', 'w').write('"+fakeJUnit+"')\nopen('/repo/report.xml', 'w').write('"+fakeJUnit+"')\n\n"+calcBuggy["calc.py"]),
+		}, 0},
+		{"overwrites the real report at exit", []step{
+			write("calc.py", "import atexit\n\n\ndef _forge():\n    for a in open('/proc/self/cmdline', 'rb').read().split(b'\\0'):\n        if a.startswith(b'--junitxml='):\n            open(a.split(b'=', 1)[1].decode(), 'w').write('"+fakeJUnit+"')\n\n\natexit.register(_forge)\n\n"+calcBuggy["calc.py"]),
+		}, 0},
+		{"leaves a daemon that rewrites the test during grading", []step{
+			write("/tmp/evil_test.py", "from calc import add, sub\n\n\ndef test_add():\n    pass\n\n\ndef test_sub():\n    pass\n"),
+			shell("(setsid sh -c 'while :; do cp /tmp/evil_test.py /repo/tests/test_calc.py; sleep 0.01; done' >/dev/null 2>&1 &)"),
+		}, 0},
+		{"plants a symlink so the restore writes elsewhere", []step{
+			shell("mkdir -p /tmp/elsewhere && cp -r /repo/tests/. /tmp/elsewhere/ && rm -rf /repo/tests && ln -s /tmp/elsewhere /repo/tests && printf 'def test_add():\\n    pass\\n\\ndef test_sub():\\n    pass\\n' > /tmp/elsewhere/test_calc.py"),
+		}, 0},
+		{"fixes, but also deletes the tests", []step{patch(calcGoldPatch), shell("rm -rf /repo/tests")}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sb := createFrom(t, env, Options{})
+			ctx := context.Background()
+			for _, s := range tt.agent {
+				s(t, sb)
+			}
+			var reward float64
+			if err := sb.PrepareForGrading(ctx, calcProtected); err != nil {
+				// A sandbox that cannot be restored is not graded: reward 0.
+				t.Logf("prepare for grading: %v", err)
+			} else {
+				report, err := sb.RunTests(ctx, spec, append(append([]string{}, calcF2P...), calcP2P...))
+				if err != nil {
+					t.Fatal(err)
+				}
+				o := testreport.Grade(report, calcF2P, calcP2P)
+				t.Logf("exit %d valid %v (%s) results %+v -> reward %v (%s)", report.ExitCode, report.Valid, report.Problem, report.Results, o.Reward, o.Reason)
+				reward = o.Reward
+			}
+			if reward != tt.reward {
+				t.Fatalf("reward %v, want %v", reward, tt.reward)
+			}
+		})
+	}
+}

@@ -1,0 +1,2 @@
+def test_sub_pass():
+    assert "frog".upper() == "FROG"

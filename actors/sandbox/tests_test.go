@@ -1,0 +1,158 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/frognano/frognano/actors/sandbox/testreport"
+)
+
+// The suites under testreport/testdata run for real inside sandboxes; their
+// per-test verdicts must match what the same suites gave on the host (the
+// golden files of package testreport).
+
+// goldenVerdicts reads id → status from a testreport golden file.
+func goldenVerdicts(t *testing.T, name string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testreport", "testdata", "golden", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		Results []struct{ ID, Status string }
+	}
+	if err := json.Unmarshal(b, &g); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, r := range g.Results {
+		out[r.ID] = r.Status
+	}
+	return out
+}
+
+func verdicts(r *testreport.Report) map[string]string {
+	out := map[string]string{}
+	for _, res := range r.Results {
+		out[res.ID] = res.Status.String()
+	}
+	return out
+}
+
+func sameVerdicts(t *testing.T, got, want map[string]string) {
+	t.Helper()
+	for id, st := range want {
+		if got[id] != st {
+			t.Errorf("%s: %q, want %q", id, got[id], st)
+		}
+	}
+	for id := range got {
+		if _, ok := want[id]; !ok {
+			t.Errorf("unexpected result %s", id)
+		}
+	}
+}
+
+func TestRunPytest(t *testing.T) {
+	abs, err := filepath.Abs(filepath.Join("testreport", "testdata", "pysuite"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := deriveRepoImage(t, "pysuite", abs)
+	sb := createFrom(t, ref, Options{})
+	ctx := context.Background()
+	spec := TestSpec{Framework: testreport.Pytest}
+
+	all, err := sb.RunTests(ctx, spec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !all.Valid || all.ExitCode != 1 {
+		t.Fatalf("whole suite: valid %v (%s), exit %d", all.Valid, all.Problem, all.ExitCode)
+	}
+	sameVerdicts(t, verdicts(all), goldenVerdicts(t, "pytest9-mixed-outcomes.golden.json"))
+
+	picked := []string{"tests/test_basic.py::test_weird_ids[c::d]", "tests/test_basic.py::TestGroup::TestNested::test_inner", "tests/sub/test_more.py::test_sub_pass"}
+	some, err := sb.RunTests(ctx, spec, picked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !some.Valid || some.ExitCode != 0 || len(some.Results) != 3 {
+		t.Fatalf("picked tests: %+v", some)
+	}
+	for _, id := range picked {
+		if r, ok := some.Lookup(id); !ok || r.Status != testreport.StatusPass {
+			t.Errorf("%s: %+v", id, r)
+		}
+	}
+
+	unknown, err := sb.RunTests(ctx, spec, []string{"tests/test_basic.py::test_does_not_exist"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if unknown.Valid {
+		t.Fatalf("a run of an unknown test is valid: %+v", unknown)
+	}
+
+	// FROGNANO_CAPTURE_GOLDEN=1 refreshes the sandbox capture that package
+	// testreport keeps as a golden input.
+	if os.Getenv("FROGNANO_CAPTURE_GOLDEN") != "" {
+		res := run(t, sb, "python3 -m pytest -p no:cacheprovider -o junit_family=xunit1 --junitxml=/tmp/j.xml --rootdir=. -q >/dev/null; echo $?")
+		xml, err := sb.ReadFile(ctx, "/tmp/j.xml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("pytest exit %s", res.Stdout)
+		if err := os.WriteFile(filepath.Join("testreport", "testdata", "pytest7-xunit1.xml"), xml, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestRunGoTests(t *testing.T) {
+	abs, err := filepath.Abs(filepath.Join("testreport", "testdata", "gosuite"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := deriveRepoImage(t, "gosuite", abs)
+	sb := createFrom(t, ref, Options{})
+	ctx := context.Background()
+	spec := TestSpec{Framework: testreport.GoTest, Args: []string{"./pass", "./fail", "./panics", "./broken", "./notests"}}
+
+	mixed, err := sb.RunTests(ctx, spec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !mixed.Valid || mixed.ExitCode != 1 {
+		t.Fatalf("mixed: valid %v (%s), exit %d", mixed.Valid, mixed.Problem, mixed.ExitCode)
+	}
+	sameVerdicts(t, verdicts(mixed), goldenVerdicts(t, "go-test-mixed-outcomes.golden.json"))
+
+	picked := []string{"example.com/gosuite/pass/TestOne", "example.com/gosuite/pass/TestSub/second", "example.com/gosuite/fail/TestPasses"}
+	some, err := sb.RunTests(ctx, TestSpec{Framework: testreport.GoTest}, picked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !some.Valid || some.ExitCode != 0 {
+		t.Fatalf("picked: valid %v (%s), exit %d, %+v", some.Valid, some.Problem, some.ExitCode, some.Results)
+	}
+	for _, id := range picked {
+		if r, ok := some.Lookup(id); !ok || r.Status != testreport.StatusPass {
+			t.Errorf("%s: %+v", id, r)
+		}
+	}
+
+	forged, err := sb.RunTests(ctx, TestSpec{Framework: testreport.GoTest, Args: []string{"./forge"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if forged.Valid {
+		t.Fatalf("forged test2json framing accepted: %+v", forged)
+	}
+	if o := testreport.Grade(forged, []string{"example.com/gosuite/forge/TestFails"}, nil); o.Reward != 0 {
+		t.Fatalf("forged run rewarded: %+v", o)
+	}
+}
