@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/frognano/frognano/actors/diag"
+	"github.com/frognano/frognano/actors/environment"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 )
 
@@ -19,13 +21,15 @@ import (
 func runCmd(a *app) *cobra.Command {
 	var jobs int
 	var rounds int64
+	var envSource string
 	cmd := &cobra.Command{
 		Use:   "run",
-		Short: "Run the main job on an embedded node (today: cluster bring-up and a verified distributed work check)",
+		Short: "Run the main job on an embedded node (today: cluster check and the default environment)",
 		Long: `run starts an embedded node (joining a cluster through --seeds if given),
 records a run in the node's Badger store, spreads --jobs verified digest jobs
-over every cluster member by remote spawning, and reports what each member
-did. The run's status and figures are kept in the store.`,
+over every cluster member by remote spawning, and makes sure the environment
+--env (default six==1.16.0, a PyPI sdist) is registered, building its image and
+baseline the first time. The run's status and figures are kept in the store.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if a.nodeAddr != "" {
@@ -97,6 +101,15 @@ did. The run's status and figures are kept in the store.`,
 				finish("failed")
 				return fmt.Errorf("%d of %d jobs failed or answered wrongly", bad, len(report.Outcomes))
 			}
+			if envSource != "" {
+				env, err := ensureEnvironment(c, envSource, cmd.ErrOrStderr())
+				if err != nil {
+					finish("failed")
+					return err
+				}
+				run.Metrics["env_baseline_tests"] = float64(len(env.Baseline.GetResults()))
+				fmt.Fprintf(out, "environment %s: %s, image %s, baseline %s\n", env.Name, env.Language, env.Image, summarize(env.Baseline))
+			}
 			finish("done")
 			fmt.Fprintf(out, "run %s done: %d jobs verified in %.2fs; recorded in %s\n", run.Id, len(report.Outcomes), report.Seconds, n.DB().Dir())
 			return nil
@@ -104,5 +117,24 @@ did. The run's status and figures are kept in the store.`,
 	}
 	cmd.Flags().IntVar(&jobs, "jobs", 32, "digest jobs to spread over the cluster")
 	cmd.Flags().Int64Var(&rounds, "rounds", 100000, "SHA-256 rounds per job")
+	cmd.Flags().StringVar(&envSource, "env", "six==1.16.0", "environment source to make sure is registered (empty: skip)")
 	return cmd
+}
+
+// ensureEnvironment returns the environment for source, registering it first
+// when the node does not have it yet.
+func ensureEnvironment(c *client, source string, progress io.Writer) (*messages.Environment, error) {
+	src, err := environment.ParseSource(source)
+	if err != nil {
+		return nil, err
+	}
+	envs := c.pid(environment.ActorName)
+	if res, err := c.askActor(envs, &messages.EnvGetRequest{Name: environment.DefaultName(src)}, time.Minute); err == nil {
+		return res.(*messages.EnvAddReply).Environment, nil
+	}
+	res, err := c.askWithProgress(envs, &messages.EnvAddRequest{Source: source}, 2*time.Hour, progress)
+	if err != nil {
+		return nil, err
+	}
+	return res.(*messages.EnvAddReply).Environment, nil
 }

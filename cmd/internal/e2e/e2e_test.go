@@ -328,7 +328,7 @@ func runNode(t *testing.T, args ...string) (string, int) {
 // checks the run it recorded survives in Badger.
 func TestRunRecordsInTheStore(t *testing.T) {
 	data := t.TempDir()
-	out, code := cli(t, "run", "--data-dir", data, "--jobs", "8", "--rounds", "1000")
+	out, code := cli(t, "run", "--data-dir", data, "--jobs", "8", "--rounds", "1000", "--env=")
 	if code != 0 || !strings.Contains(out, "8 jobs verified") {
 		t.Fatalf("frognano run (exit %d):\n%s", code, out)
 	}
