@@ -37,6 +37,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // request and response mirror agentRequest and agentResponse in package
@@ -105,6 +106,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "agent: prctl(PR_SET_DUMPABLE): %v\n", errno)
 	}
 	go reap()
+	warmThreads(16)
 
 	in := bufio.NewReaderSize(os.Stdin, 64<<10)
 	for {
@@ -120,6 +122,26 @@ func main() {
 	// frognano went away: keep the sandbox alive (and reaped) until it is
 	// destroyed or swept.
 	select {}
+}
+
+// warmThreads makes the Go runtime start n OS threads now, while the pids
+// limit has room. Threads count against that limit; under a fork bomb the
+// runtime could not clone a new one, and a Go program that cannot create a
+// thread dies — PID 1 dying ends the sandbox. Threads the runtime has made
+// stay parked and are reused, so later blocking syscalls find one ready.
+func warmThreads(n int) {
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ts := syscall.Timespec{Nsec: 20_000_000}
+			// A raw blocking syscall holds its thread, so each goroutine
+			// needs its own.
+			syscall.Syscall(syscall.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
+		}()
+	}
+	wg.Wait()
 }
 
 var outMu sync.Mutex
