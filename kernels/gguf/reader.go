@@ -7,7 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
+
+	"github.com/frognano/frognano/kernels/mapfile"
 )
 
 // TensorInfo describes one tensor. Offset is relative to the start of the
@@ -81,41 +82,16 @@ type File struct {
 
 // Open memory-maps (or, where mmap is unavailable, lazily reads) a GGUF file.
 func Open(path string) (*File, error) {
-	fh, err := os.Open(path)
+	mf, err := mapfile.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	st, err := fh.Stat()
+	f, err := parse(mf, mf.Size)
 	if err != nil {
-		fh.Close()
-		return nil, err
-	}
-	size := st.Size()
-	var (
-		r      io.ReaderAt = fh
-		mapped []byte
-		closer = fh.Close
-	)
-	if size > 0 {
-		if m, err := mmapFile(fh, size); err == nil {
-			mapped = m
-			r = byteReaderAt(m)
-			closer = func() error {
-				err := munmapFile(m)
-				if cerr := fh.Close(); err == nil {
-					err = cerr
-				}
-				return err
-			}
-		}
-	}
-	f, err := parse(r, size)
-	if err != nil {
-		closer()
+		mf.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	f.mapped = mapped
-	f.closer = closer
+	f.mapped, f.closer = mf.Bytes, mf.Close
 	return f, nil
 }
 
@@ -134,22 +110,6 @@ func (f *File) Close() error {
 	c := f.closer
 	f.closer = nil
 	return c()
-}
-
-type byteReaderAt []byte
-
-func (b byteReaderAt) ReadAt(p []byte, off int64) (int, error) {
-	if off < 0 {
-		return 0, errors.New("gguf: negative offset")
-	}
-	if off >= int64(len(b)) {
-		return 0, io.EOF
-	}
-	n := copy(p, b[off:])
-	if n < len(p) {
-		return n, io.EOF
-	}
-	return n, nil
 }
 
 // decoder reads the header sequentially and turns short reads into

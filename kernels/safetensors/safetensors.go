@@ -16,12 +16,13 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"sort"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/frognano/frognano/kernels/gguf"
+
+	"github.com/frognano/frognano/kernels/mapfile"
 )
 
 // Errors returned (wrapped, with details).
@@ -114,39 +115,16 @@ type File struct {
 
 // Open maps (or, where mmap is unavailable, lazily reads) a safetensors file.
 func Open(path string) (*File, error) {
-	fh, err := os.Open(path)
+	mf, err := mapfile.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	st, err := fh.Stat()
+	f, err := NewReader(mf, mf.Size)
 	if err != nil {
-		fh.Close()
-		return nil, err
-	}
-	size := st.Size()
-	var (
-		r      io.ReaderAt = fh
-		mapped []byte
-		closer = fh.Close
-	)
-	if size > 0 {
-		if m, err := mmapFile(fh, size); err == nil {
-			mapped, r = m, bytesReaderAt(m)
-			closer = func() error {
-				err := munmapFile(m)
-				if cerr := fh.Close(); err == nil {
-					err = cerr
-				}
-				return err
-			}
-		}
-	}
-	f, err := NewReader(r, size)
-	if err != nil {
-		closer()
+		mf.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	f.mapped, f.closer = mapped, closer
+	f.mapped, f.closer = mf.Bytes, mf.Close
 	return f, nil
 }
 
@@ -159,19 +137,6 @@ func (f *File) Close() error {
 	c := f.closer
 	f.closer = nil
 	return c()
-}
-
-type bytesReaderAt []byte
-
-func (b bytesReaderAt) ReadAt(p []byte, off int64) (int, error) {
-	if off < 0 || off >= int64(len(b)) {
-		return 0, io.EOF
-	}
-	n := copy(p, b[off:])
-	if n < len(p) {
-		return n, io.EOF
-	}
-	return n, nil
 }
 
 type headerEntry struct {

@@ -1,13 +1,13 @@
 //go:build !(linux || darwin || freebsd || netbsd || openbsd || dragonfly)
 
-package gguf
+package mapfile
 
 import (
 	"errors"
 	"os"
 )
 
-// Without mmap the File reads tensor data lazily with ReadAt.
+// Without mmap a File is read lazily with ReadAt.
 func mmapFile(*os.File, int64) ([]byte, error) { return nil, errors.New("mmap unsupported") }
 
 func munmapFile([]byte) error { return nil }
