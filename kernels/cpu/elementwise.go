@@ -1,10 +1,6 @@
 package cpu
 
-import (
-	"math"
-
-	"github.com/frognano/frognano/kernels"
-)
+import "github.com/frognano/frognano/kernels"
 
 // Add sets dst = a + b.
 func (Backend) Add(dst, a, b kernels.Tensor) {
@@ -34,8 +30,8 @@ func (Backend) SwiGLU(dst, gate, up kernels.Tensor) {
 	forRows(len(dd), costExp, func(lo, hi int) {
 		dd, gd, ud := dd[lo:hi], gd[lo:hi], ud[lo:hi]
 		for i := range dd {
-			x := float64(gd[i])
-			dd[i] = float32(x/(1+math.Exp(-x))) * ud[i]
+			x := gd[i]
+			dd[i] = x / (1 + exp32(-x)) * ud[i]
 		}
 	})
 }

@@ -17,12 +17,25 @@ import (
 type Tensor struct {
 	shape []int
 	data  []float32
+	dims  [4]int // holds shape up to rank 4, so that a view is one allocation
+}
+
+// with returns a tensor of data with a copy of shape.
+func with(data []float32, shape []int) *Tensor {
+	t := &Tensor{data: data}
+	if len(shape) <= len(t.dims) {
+		t.shape = t.dims[:len(shape):len(shape)]
+		copy(t.shape, shape)
+	} else {
+		t.shape = cloneShape(shape)
+	}
+	return t
 }
 
 // New returns a zero-filled tensor of the given shape. It panics on a
 // negative dimension.
 func New(shape ...int) *Tensor {
-	return &Tensor{shape: cloneShape(shape), data: make([]float32, numel(shape))}
+	return with(make([]float32, numel(shape)), shape)
 }
 
 // From wraps data, without copying, as a tensor of the given shape. It panics
@@ -31,7 +44,7 @@ func From(data []float32, shape ...int) *Tensor {
 	if n := numel(shape); n != len(data) {
 		panic(fmt.Sprintf("tensor: %d values for shape %v (%d elements)", len(data), shape, n))
 	}
-	return &Tensor{shape: cloneShape(shape), data: data}
+	return with(data, shape)
 }
 
 // Shape returns the dimensions, outermost first. The slice belongs to the
@@ -88,9 +101,9 @@ func (t *Tensor) Slice(lo, hi int) *Tensor {
 	for _, d := range t.shape[1:] {
 		inner *= d
 	}
-	shape := cloneShape(t.shape)
-	shape[0] = hi - lo
-	return &Tensor{shape: shape, data: t.data[lo*inner : hi*inner : hi*inner]}
+	v := with(t.data[lo*inner:hi*inner:hi*inner], t.shape)
+	v.shape[0] = hi - lo
+	return v
 }
 
 // String gives the shape and, for small tensors, the values; for test
