@@ -1,5 +1,6 @@
 // Package services wires frognano's actors into a node: the environments
-// actor, the SandboxWorker kind, and the containerd connection they share.
+// and synthesizer actors, the SandboxWorker kind, and the containerd
+// connection they share.
 // Both binaries (the daemon and the CLI's embedded node) use it, so they
 // offer the same actors.
 package services
@@ -16,6 +17,7 @@ import (
 	"github.com/frognano/frognano/actors/environment"
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/actors/sandboxworker"
+	"github.com/frognano/frognano/actors/synth"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/node"
 )
@@ -80,6 +82,12 @@ func (s *Sandboxes) Options(buildLog io.Writer) ([]node.Kind, []node.NamedActor)
 		Name: environment.ActorName,
 		Props: func(n *node.Node) *actor.Props {
 			return environment.Props(environment.Config{Store: n.DB().Environments(), Runtime: s.Runtime, Logger: s.log, BuildLog: buildLog})
+		},
+	}, {
+		Name: synth.ActorName,
+		Props: func(n *node.Node) *actor.Props {
+			return synth.Props(synth.ActorConfig{Environments: n.DB().Environments(), Tasks: n.DB().Tasks(), Coverage: n.DB().Coverage(),
+				Runtime: s.Runtime, Logger: s.log.With("component", "synth")})
 		},
 	}}
 	return kinds, actors

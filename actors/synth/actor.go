@@ -1,0 +1,141 @@
+package synth
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/sandbox"
+	"github.com/frognano/frognano/persistence"
+)
+
+// ActorName is the well-known name of a node's synthesizer actor.
+const ActorName = "synthesizer"
+
+// ActorConfig is what the synthesizer actor needs from its node.
+type ActorConfig struct {
+	Environments persistence.EnvironmentStore
+	Tasks        persistence.TaskStore
+	Coverage     persistence.CoverageStore
+	// Runtime connects to containerd on first need, so a node starts while
+	// containerd is down.
+	Runtime func(ctx context.Context) (*sandbox.Runtime, error)
+	// Workers validating at once (default: the number of CPUs).
+	Workers int
+	Logger  *slog.Logger
+}
+
+// Props builds the synthesizer actor. It answers SynthesizeRequest
+// (running in the background and sending SynthesizeProgress to the
+// requester after every verdict, then SynthesizeResult or a Failure),
+// TaskListRequest and TaskGetRequest. Synthesis requests run one at a time:
+// each already keeps every core busy.
+func Props(cfg ActorConfig) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor {
+		ctx, cancel := context.WithCancel(context.Background())
+		s := New(Config{
+			Sandboxes: &Containerd{Runtime: cfg.Runtime},
+			Tasks:     cfg.Tasks, Coverage: cfg.Coverage, Workers: cfg.Workers, Logger: cfg.Logger,
+		})
+		return &synthActor{cfg: cfg, s: s, ctx: ctx, cancel: cancel}
+	})
+}
+
+type synthActor struct {
+	cfg    ActorConfig
+	s      *Synthesizer
+	mu     sync.Mutex // one synthesis at a time
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+type synthDone struct {
+	to    *actor.PID
+	reply any
+}
+
+func failure(code string, err error) *messages.Failure {
+	return &messages.Failure{Code: code, Message: err.Error()}
+}
+
+func (a *synthActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Stopping:
+		a.cancel() // a running synthesis stops; its stored tasks stay
+	case *messages.SynthesizeRequest:
+		a.synthesize(ctx, m)
+	case *synthDone:
+		ctx.Send(m.to, m.reply)
+	case *messages.TaskListRequest:
+		tasks, err := a.cfg.Tasks.List(context.Background(), persistence.TaskFilter{Environment: m.Environment})
+		if err != nil {
+			ctx.Respond(failure("store", err))
+			return
+		}
+		ctx.Respond(&messages.TaskList{Tasks: tasks})
+	case *messages.TaskGetRequest:
+		t, err := a.cfg.Tasks.Get(context.Background(), m.Id)
+		if err != nil {
+			ctx.Respond(failure(code(err), err))
+			return
+		}
+		ctx.Respond(&messages.TaskGetReply{Task: t})
+	}
+}
+
+// synthesize runs off the actor's goroutine: a run takes minutes, and the
+// actor keeps answering task queries meanwhile.
+func (a *synthActor) synthesize(ctx actor.Context, m *messages.SynthesizeRequest) {
+	requester, self, system := ctx.Sender(), ctx.Self(), ctx.ActorSystem()
+	env, err := a.cfg.Environments.Get(context.Background(), m.Environment)
+	if err != nil {
+		ctx.Respond(failure(code(err), err))
+		return
+	}
+	req := RequestFromProto(m)
+	go func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		res, err := a.s.Synthesize(a.ctx, env, req, func(p Progress) {
+			if requester != nil {
+				system.Root.Send(requester, p.Proto())
+			}
+		})
+		var reply any = res.Proto()
+		if err != nil {
+			reply = failure(code(err), err)
+		}
+		if requester != nil {
+			system.Root.Send(self, &synthDone{to: requester, reply: reply})
+		}
+	}()
+}
+
+// RequestFromProto reads a SynthesizeRequest.
+func RequestFromProto(m *messages.SynthesizeRequest) Request {
+	return Request{
+		Count: int(m.Count), Operators: m.Operators, Bugs: int(m.Bugs), Seed: m.Seed,
+		HintLevel: int(m.GetTarget().GetHintLevel()), FullSuiteScreening: m.FullSuiteScreening,
+		DryRun: m.DryRun, MaxCandidates: int(m.MaxCandidates),
+	}
+}
+
+func code(err error) string {
+	switch {
+	case errors.Is(err, persistence.ErrNotFound):
+		return "not_found"
+	case errors.Is(err, ErrBadRequest):
+		return "bad_request"
+	case errors.Is(err, ErrNoPassingTests):
+		return "no_passing_tests"
+	case errors.Is(err, ErrCoverage):
+		return "coverage"
+	case errors.Is(err, sandbox.ErrContainerdNotRunning):
+		return "containerd"
+	}
+	return "error"
+}

@@ -1,0 +1,349 @@
+package synth
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/frognano/frognano/actors/environment"
+	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/sandbox"
+	"github.com/frognano/frognano/actors/sandbox/testreport"
+	"github.com/frognano/frognano/actors/synth/mutate"
+	"github.com/frognano/frognano/persistence"
+)
+
+// The environments of the integration tests: two PyPI sdists with their
+// tests and one Go module, each built once per test binary.
+func sixEnv(t *testing.T) *messages.Environment { return testEnv(t, "synth-six", "six==1.16.0") }
+func inflectionEnv(t *testing.T) *messages.Environment {
+	return testEnv(t, "synth-inflection", "inflection==0.5.1")
+}
+func uuidEnv(t *testing.T) *messages.Environment {
+	return testEnv(t, "synth-uuid", "github.com/google/uuid@v1.6.0")
+}
+
+// verifyTask checks a task without the synthesizer's code: in a fresh
+// sandbox of the environment image, the bug patch makes every FAIL_TO_PASS
+// test fail, and the gold patch on top makes the task grade as resolved
+// (FAIL_TO_PASS and PASS_TO_PASS all passing), through sandbox.RunTests as
+// a grader runs them.
+func verifyTask(t *testing.T, env *messages.Environment, task *messages.Task) {
+	t.Helper()
+	ctx := context.Background()
+	rt := needRuntime(t)
+	sb, err := rt.Create(ctx, env.Image, sandbox.Options{RepoDir: env.RepoDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(ctx)
+	spec := environment.Spec(env)
+	spec.Timeout = 3 * time.Minute
+	// RunTests' isolated interpreter ignores PYTHONDONTWRITEBYTECODE; a
+	// same-size edit within one mtime second would run stale bytecode.
+	dropPyc := func() {
+		if _, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "find . -name __pycache__ -prune -exec rm -rf {} +"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sb.ApplyPatch(ctx, task.BugPatch); err != nil {
+		t.Fatalf("%s: bug patch: %v", task.Id, err)
+	}
+	dropPyc()
+	rep, err := sb.RunTests(ctx, spec, task.FailToPass)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := statuses(rep)
+	for _, id := range task.FailToPass {
+		if !failed(st[id]) {
+			t.Errorf("%s: with the bug, FAIL_TO_PASS %s is %v (report valid %v: %s)", task.Id, id, st[id], rep.Valid, rep.Problem)
+		}
+	}
+	if err := sb.ApplyPatch(ctx, task.GoldPatch); err != nil {
+		t.Fatalf("%s: gold patch: %v", task.Id, err)
+	}
+	dropPyc()
+	// Bug then gold restores the base commit (bytecode aside: some sdists
+	// ship __pycache__, and dropPyc removed it).
+	res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"git", "status", "--porcelain", "--untracked-files=no"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(res.Stdout)) {
+		if !strings.HasSuffix(strings.TrimSpace(line), ".pyc") {
+			t.Errorf("%s: bug + gold does not restore the base commit: %q", task.Id, line)
+		}
+	}
+	rep, err = sb.RunTests(ctx, spec, slices.Concat(task.FailToPass, task.PassToPass))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := testreport.Grade(rep, task.FailToPass, task.PassToPass); !o.Resolved {
+		t.Errorf("%s: with the gold patch the task does not grade as resolved: %s (failing %v, missing %v)", task.Id, o.Reason, o.Failing, o.Missing)
+	}
+}
+
+// checkTask checks a task's record: lists, features, provenance, a
+// statement at its hint level that does not leak the fix.
+func checkTask(t *testing.T, env *messages.Environment, task *messages.Task, hint int, bugs int) {
+	t.Helper()
+	d := task.Difficulty
+	switch {
+	case task.Environment != env.Name || task.Image != env.Image || task.Language != env.Language:
+		t.Errorf("%s: environment fields %q %q %q", task.Id, task.Environment, task.Image, task.Language)
+	case len(task.FailToPass) == 0 || len(task.PassToPass) == 0:
+		t.Errorf("%s: F2P %d P2P %d", task.Id, len(task.FailToPass), len(task.PassToPass))
+	case len(task.FailToPass)+len(task.PassToPass) != len(baselinePassing(env)):
+		t.Errorf("%s: F2P+P2P = %d, baseline passing %d", task.Id, len(task.FailToPass)+len(task.PassToPass), len(baselinePassing(env)))
+	case d == nil || len(d.Operators) != bugs || d.Edits < 1 || d.Files < 1 || d.LinesTouched < 1 || int(d.FailingTests) != len(task.FailToPass) ||
+		int(d.HintLevel) != hint || d.TestDistance < 0 || d.TestDistance > 2 || d.Mode != "agent":
+		t.Errorf("%s: difficulty %v", task.Id, d)
+	case task.Provenance.GetGenerator() != Generator || task.Provenance.GetOperator() != strings.Join(d.Operators, "+"):
+		t.Errorf("%s: provenance %v", task.Id, task.Provenance)
+	case task.Validation.GetRuns() < 3 || task.Validation.GetCandidatesTried() < 1:
+		t.Errorf("%s: validation %v", task.Id, task.Validation)
+	case task.Id != TaskID(env.Name, keyOf(task)):
+		t.Errorf("%s: id is not the content hash of its bug", task.Id)
+	case !slices.Equal(task.ProtectedFiles, env.TestFiles):
+		t.Errorf("%s: protected files %v", task.Id, task.ProtectedFiles)
+	}
+	if !strings.Contains(task.ProblemStatement, task.FailToPass[0]) {
+		t.Errorf("%s: statement does not name the failing test:\n%s", task.Id, task.ProblemStatement)
+	}
+	if hint >= HintLocation != strings.Contains(task.ProblemStatement, "Since the last change") {
+		t.Errorf("%s: statement at hint level %d:\n%s", task.Id, hint, task.ProblemStatement)
+	}
+	if hint >= HintSource && !strings.Contains(task.ProblemStatement, "This is the current code of") {
+		t.Errorf("%s: statement at hint level 2 shows no source:\n%s", task.Id, task.ProblemStatement)
+	}
+	// No line the gold patch restores may be quoted, unless the buggy code
+	// around the bug (the bug patch's context and added lines) has it too.
+	var buggyNear []string
+	for line := range strings.Lines(task.BugPatch) {
+		if (strings.HasPrefix(line, " ") || strings.HasPrefix(line, "+")) && !strings.HasPrefix(line, "+++") {
+			buggyNear = append(buggyNear, line[1:])
+		}
+	}
+	for line := range strings.Lines(task.GoldPatch) {
+		fix := strings.TrimSpace(strings.TrimPrefix(line, "+"))
+		if !strings.HasPrefix(line, "+") || strings.HasPrefix(line, "+++") || len(fix) < 12 || !strings.Contains(task.ProblemStatement, fix) {
+			continue
+		}
+		if !slices.ContainsFunc(buggyNear, func(b string) bool { return strings.Contains(b, fix) }) {
+			t.Errorf("%s: statement quotes the fix %q:\n%s", task.Id, fix, task.ProblemStatement)
+		}
+	}
+}
+
+func keyOf(task *messages.Task) string { return mutate.PatchKey(task.BugPatch) }
+
+func TestSynthesizePythonSix(t *testing.T) {
+	env := sixEnv(t)
+	s, _, tasks, covStore := newSynth(t)
+	ctx := context.Background()
+	var progress []Progress
+	res, err := s.Synthesize(ctx, env, Request{Count: 3, Seed: 1, HintLevel: HintTests}, func(p Progress) { progress = append(progress, p) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("six: %d tasks from %d candidates in %v, %.1f CPU-s, coverage %.1fs, rejected %s", len(res.Tasks), res.Candidates, res.Wall.Round(time.Millisecond), res.CPUSeconds, res.CoverageSeconds, FormatReasons(res.Rejected))
+	if len(res.Tasks) != 3 || res.Validated != 3 {
+		t.Fatalf("%d tasks, want 3 (rejected %v)", len(res.Tasks), res.Rejected)
+	}
+	if len(progress) < 4 || progress[len(progress)-1].Stage != "done" || progress[len(progress)-1].Validated != 3 {
+		t.Errorf("progress: %d reports, last %+v", len(progress), progress[len(progress)-1])
+	}
+	if res.CoverageSeconds <= 0 || res.CPUSeconds <= 0 || res.TestRuns < 9 {
+		t.Errorf("figures: coverage %.2fs, CPU %.2fs, %d test runs", res.CoverageSeconds, res.CPUSeconds, res.TestRuns)
+	}
+	for _, task := range res.Tasks {
+		checkTask(t, env, task, HintTests, 1)
+		verifyTask(t, env, task)
+		if got, err := tasks.Get(ctx, task.Id); err != nil || got.BugPatch != task.BugPatch {
+			t.Errorf("%s not stored: %v", task.Id, err)
+		}
+	}
+	cm, err := covStore.Get(ctx, env.Name)
+	if err != nil || cm.Image != env.Image || len(cm.Tests) < 100 || len(cm.Files) != 1 || cm.Files[0].Path != "six.py" {
+		t.Fatalf("stored coverage map: %d tests, files %v, %v", len(cm.GetTests()), cm.GetFiles(), err)
+	}
+
+	// The same seed again: the coverage map comes from the store, and the
+	// bugs already stored are skipped, not validated again.
+	res2, err := s.Synthesize(ctx, env, Request{Count: 1, Seed: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res2.CoverageSeconds != 0 || res2.Rejected[ReasonDuplicateStored] != 3 || len(res2.Tasks) != 1 {
+		t.Errorf("second run: coverage %.2fs, rejected %v, %d tasks", res2.CoverageSeconds, res2.Rejected, len(res2.Tasks))
+	}
+	for _, old := range res.Tasks {
+		if res2.Tasks[0].Id == old.Id {
+			t.Errorf("the second run validated %s again", old.Id)
+		}
+	}
+	if n, _ := tasks.Count(ctx, persistence.TaskFilter{Environment: env.Name}); n != 4 {
+		t.Errorf("%d tasks stored, want 4", n)
+	}
+}
+
+func TestSynthesizePythonInflection(t *testing.T) {
+	env := inflectionEnv(t)
+	s, _, _, _ := newSynth(t)
+	ctx := context.Background()
+	res, err := s.Synthesize(ctx, env, Request{Count: 3, Seed: 2, HintLevel: HintSource}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("inflection: %d tasks from %d candidates in %v, %.1f CPU-s, rejected %s", len(res.Tasks), res.Candidates, res.Wall.Round(time.Millisecond), res.CPUSeconds, FormatReasons(res.Rejected))
+	if len(res.Tasks) != 3 {
+		t.Fatalf("%d tasks, want 3 (rejected %v)", len(res.Tasks), res.Rejected)
+	}
+	for _, task := range res.Tasks {
+		checkTask(t, env, task, HintSource, 1)
+		verifyTask(t, env, task)
+	}
+
+	t.Run("multi-bug", func(t *testing.T) {
+		res, err := s.Synthesize(ctx, env, Request{Count: 1, Seed: 3, Bugs: 2, HintLevel: HintLocation}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Tasks) != 1 {
+			t.Fatalf("%d tasks, want 1 (rejected %v)", len(res.Tasks), res.Rejected)
+		}
+		task := res.Tasks[0]
+		checkTask(t, env, task, HintLocation, 2)
+		if strings.Count(task.BugPatch, "\n@@ ") < 2 {
+			t.Errorf("a two-bug task with one hunk:\n%s", task.BugPatch)
+		}
+		verifyTask(t, env, task)
+	})
+
+	t.Run("operator without a site", func(t *testing.T) {
+		// inflection has no try statement.
+		res, err := s.Synthesize(ctx, env, Request{Count: 1, Seed: 1, Operators: []string{"unwrap_try"}}, nil)
+		if err != nil || len(res.Tasks) != 0 || res.Rejected["no_site"] == 0 || res.Generated != 0 {
+			t.Errorf("unwrap_try on inflection: %v, %d tasks, rejected %v", err, len(res.Tasks), res.Rejected)
+		}
+	})
+
+	t.Run("benchmark", func(t *testing.T) {
+		cov, full, err := Bench(ctx, s, env, 8, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		WriteBench(&b, cov, full)
+		t.Log("\n" + b.String())
+		if cov.Candidates != 8 || full.Candidates != 8 || cov.CPU <= 0 || full.CPU <= 0 || cov.Tasks == 0 {
+			t.Errorf("bench: %+v %+v", cov, full)
+		}
+	})
+}
+
+func TestSynthesizeGoUUID(t *testing.T) {
+	env := uuidEnv(t)
+	s, _, _, covStore := newSynth(t)
+	ctx := context.Background()
+	res, err := s.Synthesize(ctx, env, Request{Count: 3, Seed: 4, HintLevel: HintLocation}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("uuid: %d tasks from %d candidates in %v, %.1f CPU-s, coverage %.1fs, rejected %s", len(res.Tasks), res.Candidates, res.Wall.Round(time.Millisecond), res.CPUSeconds, res.CoverageSeconds, FormatReasons(res.Rejected))
+	if len(res.Tasks) != 3 {
+		t.Fatalf("%d tasks, want 3 (rejected %v)", len(res.Tasks), res.Rejected)
+	}
+	for _, task := range res.Tasks {
+		checkTask(t, env, task, HintLocation, 1)
+		if !strings.Contains(task.ProblemStatement, "package `github.com/google/uuid`") && !strings.Contains(task.ProblemStatement, "`github.com/google/uuid.") {
+			t.Errorf("%s: statement does not name the package:\n%s", task.Id, task.ProblemStatement)
+		}
+		verifyTask(t, env, task)
+	}
+	cm, err := covStore.Get(ctx, env.Name)
+	if err != nil || !strings.Contains(cm.Tool, "go test") || len(cm.Tests) < 20 {
+		t.Errorf("go coverage map: %v tests, tool %q, %v", len(cm.GetTests()), cm.GetTool(), err)
+	}
+	for _, f := range cm.GetFiles() {
+		if strings.HasSuffix(f.Path, "_test.go") || strings.Contains(f.Path, "/") && strings.HasPrefix(f.Path, "github.com") {
+			t.Errorf("coverage map has %s", f.Path)
+		}
+	}
+
+	t.Run("operator with no Go form", func(t *testing.T) {
+		res, err := s.Synthesize(ctx, env, Request{Count: 1, Seed: 4, Operators: []string{"unwrap_try"}}, nil)
+		if err != nil || len(res.Tasks) != 0 || res.Rejected[ReasonOperatorNotApplicable] != 1 {
+			t.Errorf("unwrap_try on Go: %v, %d tasks, rejected %v", err, len(res.Tasks), res.Rejected)
+		}
+	})
+}
+
+// TestActor drives the synthesizer actor with messages, as a node does.
+func TestActor(t *testing.T) {
+	env := sixEnv(t)
+	rt := needRuntime(t)
+	envs := persistence.NewMemory()
+	if err := envs.Environments().Put(context.Background(), env); err != nil {
+		t.Fatal(err)
+	}
+	system := actor.NewActorSystem()
+	defer system.Shutdown()
+	pid, err := system.Root.SpawnNamed(Props(ActorConfig{Environments: envs.Environments(), Tasks: envs.Tasks(), Coverage: persistence.NewMemoryCoverage(),
+		Runtime: func(context.Context) (*sandbox.Runtime, error) { return rt, nil }, Logger: quietLogger()}), ActorName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan any, 1)
+	var progress []*messages.SynthesizeProgress
+	system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		switch m := ctx.Message().(type) {
+		case *actor.Started:
+			ctx.Request(pid, &messages.SynthesizeRequest{Environment: env.Name, Count: 2, Seed: 11, Target: &messages.DifficultyFeatures{HintLevel: 1}})
+		case *messages.SynthesizeProgress:
+			progress = append(progress, m)
+		case *messages.SynthesizeResult, *messages.Failure:
+			done <- m
+		}
+	}))
+	var res *messages.SynthesizeResult
+	select {
+	case m := <-done:
+		var ok bool
+		if res, ok = m.(*messages.SynthesizeResult); !ok {
+			t.Fatalf("reply %v", m)
+		}
+	case <-time.After(5 * time.Minute):
+		t.Fatal("no SynthesizeResult")
+	}
+	if len(res.TaskIds) != 2 || res.Seed != 11 || res.Progress.GetValidated() != 2 || len(progress) == 0 || res.CpuSeconds <= 0 {
+		t.Fatalf("result %v after %d progress reports", res, len(progress))
+	}
+	list, err := system.Root.RequestFuture(pid, &messages.TaskListRequest{Environment: env.Name}, 10*time.Second).Result()
+	if err != nil || len(list.(*messages.TaskList).Tasks) != 2 {
+		t.Fatalf("TaskList: %v %v", list, err)
+	}
+	got, err := system.Root.RequestFuture(pid, &messages.TaskGetRequest{Id: res.TaskIds[0]}, 10*time.Second).Result()
+	if err != nil || got.(*messages.TaskGetReply).Task.GetId() != res.TaskIds[0] {
+		t.Fatalf("TaskGet: %v %v", got, err)
+	}
+	for _, bad := range []*messages.SynthesizeRequest{{Environment: "no-such-env", Count: 1}, {Environment: env.Name, Count: 1, Operators: []string{"nope"}}} {
+		r, err := system.Root.RequestFuture(pid, bad, time.Minute).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, ok := r.(*messages.Failure)
+		if !ok || (bad.Environment == "no-such-env") != (f.Code == "not_found") {
+			t.Errorf("request %v: reply %v", bad, r)
+		}
+	}
+	r, _ := system.Root.RequestFuture(pid, &messages.TaskGetRequest{Id: "missing"}, 10*time.Second).Result()
+	if f, ok := r.(*messages.Failure); !ok || f.Code != "not_found" {
+		t.Errorf("TaskGet(missing) = %v", r)
+	}
+}

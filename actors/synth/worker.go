@@ -1,0 +1,264 @@
+package synth
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/frognano/frognano/actors/sandbox"
+	"github.com/frognano/frognano/actors/sandbox/testreport"
+	"github.com/frognano/frognano/actors/synth/mutate"
+)
+
+// worker validates candidates one at a time in its own sandbox, created on
+// first use and reset (not recreated) between candidates: a reset is a git
+// checkout of a few files, a new container costs ten times more.
+type worker struct {
+	r     *run
+	id    int
+	sb    Sandbox
+	dirty bool
+	tried int // candidates since this worker's last validated task
+	// patched are the files patched since the last reset, whose bytecode
+	// the reset drops.
+	patched []string
+	pytest  *pytestServer // for this sandbox; nil until the first pytest run
+}
+
+// outcome is a candidate's verdict.
+type outcome struct {
+	reason   string // "" when validated
+	f2p, p2p []string
+	full     *testreport.Report // the whole suite with the bug
+	runs     int
+	seconds  float64
+	canceled bool // the run ended before a verdict
+}
+
+func (w *worker) prepare(ctx context.Context) error {
+	if w.sb != nil && w.dirty {
+		err := shell(ctx, w.sb, w.r.env.GetRepoDir(), resetScript, time.Minute)
+		if err == nil && len(w.patched) > 0 {
+			err = shell(ctx, w.sb, w.r.env.GetRepoDir(), dropBytecode, time.Minute, w.patched...)
+		}
+		w.patched = nil
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			w.r.s.cfg.Logger.Warn("sandbox reset failed; replacing the sandbox", "err", err)
+			w.destroy()
+		}
+	}
+	if w.sb == nil {
+		sb, err := w.r.s.cfg.Sandboxes.Create(ctx, w.r.env)
+		if err != nil {
+			return err
+		}
+		w.sb = sb
+		w.pytest = nil
+	}
+	w.dirty = false
+	return nil
+}
+
+func (w *worker) destroy() {
+	if w.sb == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := w.sb.Destroy(ctx); err != nil {
+		w.r.s.cfg.Logger.Warn("destroy validation sandbox", "sandbox", w.sb.ID(), "err", err)
+	}
+	w.sb = nil
+}
+
+// broken turns an error from the sandbox into an outcome: a canceled run,
+// or a broken sandbox that is replaced before the next candidate.
+func (w *worker) broken(ctx context.Context, err error) outcome {
+	if ctx.Err() != nil {
+		return outcome{canceled: true}
+	}
+	w.r.s.cfg.Logger.Warn("validation sandbox failed; replacing it", "err", err)
+	w.destroy()
+	return outcome{reason: ReasonSandbox}
+}
+
+// timeout bounds a run of tests in wall-clock time: generous for the
+// tests' baseline time (a bug can make them slower, and the node may be
+// busy), plus room for the runner to start and, in Go, to compile.
+func (w *worker) timeout(tests []string) time.Duration {
+	return 20*time.Second + 5*w.baselineTime(tests)
+}
+
+// cpuLimit bounds a pytest run in CPU time (see pytestServer.run): an
+// infinite loop costs this much instead of the whole timeout.
+func (w *worker) cpuLimit(tests []string) time.Duration {
+	return 3*time.Second + 5*w.baselineTime(tests)
+}
+
+// baselineTime is what tests took at baseline (nil: the whole suite).
+func (w *worker) baselineTime(tests []string) time.Duration {
+	secs := 0.0
+	if tests == nil {
+		secs = w.r.env.GetBaseline().GetDurationSeconds()
+	} else {
+		for _, t := range tests {
+			secs += w.r.duration[t]
+		}
+	}
+	return time.Duration(secs * float64(time.Second))
+}
+
+// runTests runs tests (nil: the whole suite); failFast stops at the first
+// failure, which is all screening needs.
+func (w *worker) runTests(ctx context.Context, tests []string, failFast bool, o *outcome) (*testreport.Report, error) {
+	spec := w.r.spec
+	spec.Timeout = w.timeout(tests)
+	if failFast {
+		switch spec.Framework {
+		case testreport.Pytest:
+			spec.Args = append(slices.Clone(spec.Args), "-x")
+		case testreport.GoTest:
+			spec.Args = append(slices.Clone(spec.Args), "-failfast")
+		}
+	}
+	o.runs++
+	start := time.Now()
+	defer func() {
+		w.r.s.cfg.Logger.Debug("test run", "worker", w.id, "tests", len(tests), "fail_fast", failFast, "seconds", time.Since(start).Seconds())
+	}()
+	if spec.Framework == testreport.Pytest && !w.r.s.cfg.NoForkServer {
+		if w.pytest == nil {
+			python := "python3"
+			if len(spec.Command) > 0 {
+				python = spec.Command[0]
+			}
+			w.pytest = &pytestServer{sb: w.sb, python: python, repo: w.r.env.GetRepoDir(), env: spec.Env}
+		}
+		if rep, ok, err := w.pytest.run(ctx, spec, tests, w.cpuLimit(tests)); ok || err != nil {
+			return rep, err
+		}
+	}
+	return w.sb.RunTests(ctx, spec, tests)
+}
+
+func (w *worker) patch(ctx context.Context, patch string, files []string) (bad bool, err error) {
+	w.dirty = true
+	if err := w.sb.ApplyPatch(ctx, patch); err != nil {
+		var pe *sandbox.PatchError
+		if errors.As(err, &pe) {
+			return true, nil
+		}
+		return false, err
+	}
+	if w.r.lang == mutate.Python {
+		w.patched = append(w.patched, files...)
+		if err := shell(ctx, w.sb, w.r.env.GetRepoDir(), dropBytecode, time.Minute, files...); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+// rest is the baseline-passing tests not in screened (sorted).
+func (w *worker) rest(screened []string) []string {
+	in := make(map[string]bool, len(screened))
+	for _, t := range screened {
+		in[t] = true
+	}
+	var out []string
+	for _, t := range sortedKeys(w.r.passing) {
+		if !in[t] {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// validate runs the checks on c; screenOnly stops after screening (the
+// multi-bug pool). In full-suite mode, screening is the whole suite and
+// doubles as the full check.
+func (w *worker) validate(ctx context.Context, c candidate, screenOnly bool) (o outcome) {
+	start := time.Now()
+	defer func() { o.seconds = time.Since(start).Seconds() }()
+	if err := w.prepare(ctx); err != nil {
+		return w.broken(ctx, err)
+	}
+	if bad, err := w.patch(ctx, c.Patch, c.Features.Files); err != nil {
+		return w.broken(ctx, err)
+	} else if bad {
+		o.reason = ReasonPatchApply
+		return o
+	}
+	// In full-suite mode, and when the covering tests are most of the suite
+	// anyway, screening is the whole suite and doubles as the full check.
+	var full *testreport.Report
+	if w.r.req.FullSuiteScreening || 2*len(c.tests) >= len(w.r.passing) {
+		rep, err := w.runTests(ctx, nil, false, &o)
+		if err != nil {
+			return w.broken(ctx, err)
+		}
+		if screenOnly {
+			o.reason = screenVerdict(rep, sortedKeys(w.r.passing))
+			return o
+		}
+		full = rep
+		if _, _, reason := fullVerdict(full, w.r.passing); reason == ReasonNoFailToPass {
+			o.reason = ReasonSurvived // this run was the screening
+			return o
+		}
+	} else {
+		// Screening runs to the end (no fail-fast) so that the full check
+		// only has to run the other baseline-passing tests: every test runs
+		// once with the bug, in two processes instead of one.
+		rep, err := w.runTests(ctx, c.tests, screenOnly, &o)
+		if err != nil {
+			return w.broken(ctx, err)
+		}
+		if o.reason = screenVerdict(rep, c.tests); o.reason != "" || screenOnly {
+			return o
+		}
+		full = rep
+		if rest := w.rest(c.tests); len(rest) > 0 {
+			more, err := w.runTests(ctx, rest, false, &o)
+			if err != nil {
+				return w.broken(ctx, err)
+			}
+			full = mergeReports(rep, more)
+		}
+	}
+	o.full = full
+	if o.f2p, o.p2p, o.reason = fullVerdict(full, w.r.passing); o.reason != "" {
+		return o
+	}
+	rep, err := w.runTests(ctx, o.f2p, false, &o)
+	if err != nil {
+		return w.broken(ctx, err)
+	}
+	if o.reason = rerunVerdict(rep, o.f2p); o.reason != "" {
+		st := statuses(rep)
+		var bad []string
+		for _, id := range o.f2p {
+			if !failed(st[id]) {
+				bad = append(bad, id+"="+st[id].String())
+			}
+		}
+		w.r.s.cfg.Logger.Debug("flaky candidate: the rerun disagrees", "valid", rep.Valid, "problem", rep.Problem, "exit", rep.ExitCode,
+			"fail_to_pass", len(o.f2p), "not_failing_again", bad, "patch", c.Patch)
+		return o
+	}
+	if bad, err := w.patch(ctx, c.Gold, c.Features.Files); err != nil {
+		return w.broken(ctx, err)
+	} else if bad {
+		o.reason = ReasonGoldApply
+		return o
+	}
+	if rep, err = w.runTests(ctx, o.f2p, false, &o); err != nil {
+		return w.broken(ctx, err)
+	}
+	o.reason = goldVerdict(rep, o.f2p)
+	return o
+}
