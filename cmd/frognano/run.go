@@ -11,6 +11,7 @@ import (
 	"github.com/frognano/frognano/actors/diag"
 	"github.com/frognano/frognano/actors/environment"
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/synth"
 )
 
 // runCmd is the main job. Today the pipeline is the spine: it brings up a
@@ -22,14 +23,16 @@ func runCmd(a *app) *cobra.Command {
 	var jobs int
 	var rounds int64
 	var envSource string
+	var tasks int32
 	cmd := &cobra.Command{
 		Use:   "run",
-		Short: "Run the main job on an embedded node (today: cluster check and the default environment)",
+		Short: "Run the main job on an embedded node (today: cluster check, the default environment and task synthesis)",
 		Long: `run starts an embedded node (joining a cluster through --seeds if given),
 records a run in the node's Badger store, spreads --jobs verified digest jobs
 over every cluster member by remote spawning, and makes sure the environment
 --env (default six==1.16.0, a PyPI sdist) is registered, building its image and
-baseline the first time. The run's status and figures are kept in the store.`,
+baseline the first time, then synthesizes --tasks validated bug-fix tasks from
+it. The run's status and figures are kept in the store.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if a.nodeAddr != "" {
@@ -109,6 +112,18 @@ baseline the first time. The run's status and figures are kept in the store.`,
 				}
 				run.Metrics["env_baseline_tests"] = float64(len(env.Baseline.GetResults()))
 				fmt.Fprintf(out, "environment %s: %s, image %s, baseline %s\n", env.Name, env.Language, env.Image, summarize(env.Baseline))
+				if tasks > 0 {
+					res, err := c.synthesize(&messages.SynthesizeRequest{Environment: env.Name, Count: tasks, Bugs: 1,
+						Seed: uint64(started.UnixNano()), Target: &messages.DifficultyFeatures{HintLevel: int32(synth.HintLocation)}}, cmd.ErrOrStderr())
+					if err != nil {
+						finish("failed")
+						return err
+					}
+					run.Metrics["tasks_synthesized"] = float64(len(res.TaskIds))
+					run.Metrics["synth_candidates"] = float64(res.GetProgress().GetCandidates())
+					fmt.Fprintf(out, "synthesized %d validated tasks from %d candidates in %.1fs (frognano tasks ls --env %s)\n",
+						len(res.TaskIds), res.GetProgress().GetCandidates(), res.WallSeconds, env.Name)
+				}
 			}
 			finish("done")
 			fmt.Fprintf(out, "run %s done: %d jobs verified in %.2fs; recorded in %s\n", run.Id, len(report.Outcomes), report.Seconds, n.DB().Dir())
@@ -118,6 +133,7 @@ baseline the first time. The run's status and figures are kept in the store.`,
 	cmd.Flags().IntVar(&jobs, "jobs", 32, "digest jobs to spread over the cluster")
 	cmd.Flags().Int64Var(&rounds, "rounds", 100000, "SHA-256 rounds per job")
 	cmd.Flags().StringVar(&envSource, "env", "six==1.16.0", "environment source to make sure is registered (empty: skip)")
+	cmd.Flags().Int32Var(&tasks, "tasks", 5, "validated tasks to synthesize from the environment (0: none)")
 	return cmd
 }
 
