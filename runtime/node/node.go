@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"sort"
 	"strconv"
@@ -117,7 +118,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 	if err := os.MkdirAll(cfg.Node.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("node.data_dir: %w", err)
 	}
-	if n.db, err = persistence.Open(cfg.Node.DataDir, persistence.WithLogger(log.With("component", "badger"))); err != nil {
+	if n.db, err = persistence.Open(StoreDir(cfg), persistence.WithLogger(log.With("component", "badger"))); err != nil {
 		return nil, fmt.Errorf("node.data_dir %s: %w", cfg.Node.DataDir, err)
 	}
 
@@ -195,6 +196,10 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 		"memory_bytes", n.caps.MemoryBytes, "containerd", n.caps.Containerd, "gpus", len(n.caps.Gpus))
 	return n, nil
 }
+
+// StoreDir is where a node keeps its Badger database: a directory of its own
+// inside the data directory, which also holds other state (the model store).
+func StoreDir(cfg config.Config) string { return filepath.Join(cfg.Node.DataDir, "db") }
 
 // reserveRemote checks the remoting address is free (protoactor panics when it
 // is not) and resolves port 0 to a concrete free port.

@@ -211,10 +211,10 @@ func TestBadInput(t *testing.T) {
 	})
 	t.Run("corrupt data dir", func(t *testing.T) {
 		cfg := testConfig(t)
-		if err := os.MkdirAll(cfg.Node.DataDir, 0o755); err != nil {
+		if err := os.MkdirAll(StoreDir(cfg), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		junk := filepath.Join(cfg.Node.DataDir, "MANIFEST")
+		junk := filepath.Join(StoreDir(cfg), "MANIFEST")
 		if err := os.WriteFile(junk, []byte("this is not a badger manifest"), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -292,13 +292,14 @@ func TestBadInputGivesOneClearError(t *testing.T) {
 	})
 	t.Run("corrupt data dir", func(t *testing.T) {
 		dir := t.TempDir()
-		os.WriteFile(filepath.Join(dir, "MANIFEST"), []byte("garbage"), 0o644)
-		os.WriteFile(filepath.Join(dir, "000001.vlog"), []byte("more garbage"), 0o644)
+		os.MkdirAll(filepath.Join(dir, "db"), 0o755)
+		os.WriteFile(filepath.Join(dir, "db", "MANIFEST"), []byte("garbage"), 0o644)
+		os.WriteFile(filepath.Join(dir, "db", "000001.vlog"), []byte("more garbage"), 0o644)
 		out, code := runNode(t, "--data-dir", dir, "--http-addr", freeAddr(t), "--remote-addr", freeAddr(t))
 		if code == 0 || !strings.Contains(out, "corrupt") {
 			t.Fatalf("exit %d:\n%s", code, out)
 		}
-		if b, _ := os.ReadFile(filepath.Join(dir, "MANIFEST")); string(b) != "garbage" {
+		if b, _ := os.ReadFile(filepath.Join(dir, "db", "MANIFEST")); string(b) != "garbage" {
 			t.Errorf("MANIFEST changed by a refused start")
 		}
 	})
@@ -332,7 +333,7 @@ func TestRunRecordsInTheStore(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "8 jobs verified") {
 		t.Fatalf("frognano run (exit %d):\n%s", code, out)
 	}
-	db, err := persistence.Open(data)
+	db, err := persistence.Open(filepath.Join(data, "db"))
 	if err != nil {
 		t.Fatal(err)
 	}
