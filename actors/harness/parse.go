@@ -1,0 +1,173 @@
+// Package harness is the plain-Go part of FrogNano's agent harness: it
+// parses the tool calls a model writes in ChatML (Qwen2.5's format, as
+// kernels/tokenizer.RenderChat renders them) and runs FrogNano's tools
+// against a Sandbox. The agent loop and the actor sit on top of it.
+package harness
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+const (
+	openTag  = "<tool_call>"
+	closeTag = "</tool_call>"
+)
+
+// ToolCall is one call the model made. Its fields match
+// tokenizer.ToolCall, so the loop can convert it to put it back into the
+// history.
+type ToolCall struct {
+	Name      string
+	Arguments json.RawMessage
+}
+
+// Kinds of malformed tool calls, for errors.Is. Each is the model's
+// mistake, shown to it as an observation, never a reason to stop.
+var (
+	ErrUnclosedTag        = errors.New("unclosed <tool_call> tag")
+	ErrMalformedCall      = errors.New("malformed tool call")
+	ErrUnknownTool        = errors.New("unknown tool")
+	ErrMissingArgument    = errors.New("missing argument")
+	ErrUnexpectedArgument = errors.New("unexpected argument")
+	ErrArgumentType       = errors.New("wrong argument type")
+	ErrArgumentRange      = errors.New("argument out of range")
+)
+
+// CallError is a tool call that could not be parsed or does not fit its
+// tool's schema.
+type CallError struct {
+	Index  int    // which <tool_call> block, from 0
+	Tool   string // empty when the name could not be read
+	Err    error  // one of the Err* kinds above
+	Detail string
+}
+
+func (e *CallError) Error() string {
+	s := fmt.Sprintf("tool call %d", e.Index)
+	if e.Tool != "" {
+		s += fmt.Sprintf(" (%s)", e.Tool)
+	}
+	s += ": " + e.Err.Error()
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	}
+	return s
+}
+
+func (e *CallError) Unwrap() error { return e.Err }
+
+// ParseToolCalls extracts the <tool_call> blocks from an assistant turn and
+// checks each against FrogNano's tools. Text outside the blocks is the
+// model's own and ignored. The JSON is read by a decoder rather than cut at
+// the closing tag, so a string argument may itself contain "</tool_call>".
+// On any error no calls are returned: the turn is rejected as a whole, and
+// the error (a *CallError) becomes the observation.
+func ParseToolCalls(text string) ([]ToolCall, error) {
+	var calls []ToolCall
+	for i := 0; ; i++ {
+		start := strings.Index(text, openTag)
+		if start < 0 {
+			return calls, nil
+		}
+		text = text[start+len(openTag):]
+		call, n, err := parseBlock(text)
+		if err != nil {
+			err.Index = i
+			return nil, err
+		}
+		calls = append(calls, call)
+		text = text[n:]
+	}
+}
+
+// parseBlock reads one call from just after an opening tag and returns the
+// number of bytes consumed, through the closing tag.
+func parseBlock(text string) (ToolCall, int, *CallError) {
+	dec := json.NewDecoder(strings.NewReader(text))
+	dec.UseNumber()
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		if !strings.Contains(text, closeTag) {
+			return ToolCall{}, 0, &CallError{Err: ErrUnclosedTag}
+		}
+		return ToolCall{}, 0, &CallError{Err: ErrMalformedCall, Detail: err.Error()}
+	}
+	end := int(dec.InputOffset())
+	rest := strings.TrimLeft(text[end:], " \t\r\n")
+	if !strings.HasPrefix(rest, closeTag) {
+		if !strings.Contains(rest, closeTag) {
+			return ToolCall{}, 0, &CallError{Err: ErrUnclosedTag}
+		}
+		return ToolCall{}, 0, &CallError{Err: ErrMalformedCall, Detail: "text after the JSON object inside <tool_call>"}
+	}
+	consumed := len(text) - len(rest) + len(closeTag)
+
+	var body struct {
+		Name      *string         `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&body); err != nil {
+		return ToolCall{}, 0, &CallError{Err: ErrMalformedCall, Detail: err.Error()}
+	}
+	if body.Name == nil || *body.Name == "" {
+		return ToolCall{}, 0, &CallError{Err: ErrMalformedCall, Detail: `no "name"`}
+	}
+	call := ToolCall{Name: *body.Name, Arguments: body.Arguments}
+	if len(call.Arguments) == 0 || string(call.Arguments) == "null" {
+		call.Arguments = json.RawMessage("{}")
+	}
+	if err := validate(call); err != nil {
+		err.Tool = call.Name
+		return ToolCall{}, 0, err
+	}
+	return call, consumed, nil
+}
+
+// validate checks a call's arguments against its tool's parameters.
+func validate(call ToolCall) *CallError {
+	tool, ok := lookupTool(call.Name)
+	if !ok {
+		return &CallError{Err: ErrUnknownTool, Detail: fmt.Sprintf("%q; tools are %s", call.Name, strings.Join(toolNames(), ", "))}
+	}
+	var args map[string]json.RawMessage
+	if err := json.Unmarshal(call.Arguments, &args); err != nil || args == nil {
+		return &CallError{Err: ErrMalformedCall, Detail: `"arguments" must be a JSON object`}
+	}
+	for name := range args {
+		if _, ok := tool.param(name); !ok {
+			return &CallError{Err: ErrUnexpectedArgument, Detail: name}
+		}
+	}
+	for _, p := range tool.Params {
+		v, ok := args[p.Name]
+		if !ok || string(v) == "null" {
+			if p.Required {
+				return &CallError{Err: ErrMissingArgument, Detail: p.Name}
+			}
+			continue
+		}
+		switch p.Type {
+		case TypeString:
+			var s string
+			if json.Unmarshal(v, &s) != nil {
+				return &CallError{Err: ErrArgumentType, Detail: p.Name + " must be a string"}
+			}
+		case TypeInteger:
+			n, err := strconv.ParseInt(string(v), 10, 64)
+			if err != nil {
+				return &CallError{Err: ErrArgumentType, Detail: p.Name + " must be an integer"}
+			}
+			if n < p.Min {
+				return &CallError{Err: ErrArgumentRange, Detail: fmt.Sprintf("%s must be at least %d", p.Name, p.Min)}
+			}
+		}
+	}
+	return nil
+}
