@@ -67,7 +67,6 @@ type Provider struct {
 	cl       *cluster.Cluster
 	cancel   context.CancelFunc
 	done     chan struct{}
-	changed  func([]Member)
 	info     func() *messages.NodeInfo
 	// callers are HTTP addresses of nodes that polled us, so that a node
 	// started without seeds still learns about nodes that joined through it.
@@ -83,8 +82,6 @@ type Options struct {
 	Heartbeat      time.Duration // poll interval
 	FailureTimeout time.Duration // silence after which a member is gone
 	Logger         *slog.Logger
-	// OnChange is called with the live members after every topology change.
-	OnChange func([]Member)
 }
 
 // New returns a provider for a node whose HTTP server is reachable at httpAddr;
@@ -104,7 +101,6 @@ func New(httpAddr string, info func() *messages.NodeInfo, o Options) *Provider {
 		lastSeen:  map[string]time.Time{},
 		callers:   map[string]time.Time{},
 		members:   map[string]Member{},
-		changed:   o.OnChange,
 	}
 }
 
@@ -320,8 +316,5 @@ func (p *Provider) publish() {
 	p.mu.Unlock()
 	if cl != nil {
 		cl.MemberList.UpdateClusterTopology(ms)
-	}
-	if p.changed != nil {
-		p.changed(live)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -56,7 +57,7 @@ func (m *manager) spawn(ctx actor.Context, req *messages.SpawnRequest) {
 	member := req.Member
 	if member == "" {
 		for _, mem := range m.n.Members() {
-			if contains(mem.Kinds, req.Kind) {
+			if slices.Contains(mem.Kinds, req.Kind) {
 				member = mem.Address()
 				break
 			}
@@ -137,13 +138,4 @@ func (b *digestBatch) add(ctx actor.Context, o *messages.DigestOutcome) {
 		ctx.Send(b.requester, b.report)
 		ctx.Stop(ctx.Self())
 	}
-}
-
-func contains(xs []string, x string) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }

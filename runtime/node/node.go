@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -282,7 +283,7 @@ func (n *Node) Info() *messages.NodeInfo {
 func (n *Node) offers(member, kind string) bool {
 	for _, m := range n.Members() {
 		if m.Address() == member {
-			return contains(m.Kinds, kind)
+			return slices.Contains(m.Kinds, kind)
 		}
 	}
 	return false
@@ -300,17 +301,7 @@ func (n *Node) unknownKind(kind, member string) error {
 	if member != "" {
 		where = "member " + member
 	}
-	return fmt.Errorf("unknown actor kind %q on %s (kinds offered: %s)", kind, where, strings.Join(dedupe(offered), ", "))
-}
-
-func dedupe(xs []string) []string {
-	var out []string
-	for i, x := range xs {
-		if i == 0 || x != xs[i-1] {
-			out = append(out, x)
-		}
-	}
-	return out
+	return fmt.Errorf("unknown actor kind %q on %s (kinds offered: %s)", kind, where, strings.Join(slices.Compact(offered), ", "))
 }
 
 // Stop shuts the node down: HTTP first (so load balancers see it go), then
