@@ -1,0 +1,54 @@
+package harness
+
+import (
+	"context"
+
+	"github.com/frognano/frognano/kernels/sample"
+)
+
+// Policy generates continuations of token sequences: the model under
+// training served by a Sampler (actors/sampler), or an external
+// OpenAI-compatible server used for evaluation and synthesis.
+//
+// It works on token ids, not text, so that a trajectory records exactly the
+// tokens that were sampled and the log-probabilities the sampler gave them,
+// which the learner's importance ratios need. The harness owns the chat
+// template: it renders the conversation into ids, and extends them turn by
+// turn (prompt, generated tokens, then the rendered tool results) rather than
+// re-rendering, so no turn's tokens change after they were sampled.
+type Policy interface {
+	Generate(ctx context.Context, req GenerateRequest) (GenerateResult, error)
+}
+
+// GenerateRequest asks for one continuation of PromptIDs.
+type GenerateRequest struct {
+	PromptIDs []int32
+	MaxTokens int           // most new tokens, the stop token included
+	Sampling  sample.Params // zero: greedy
+	Seed      uint64        // same prompt, seed and policy version: same tokens
+	Stop      []int32       // ids that end the turn
+	// MinPolicyVersion, when positive, asks for a policy at least this
+	// recent: a Sampler holding an older version waits for the newer one.
+	MinPolicyVersion int64
+}
+
+// FinishReason says why a continuation ended.
+type FinishReason string
+
+const (
+	FinishStop    FinishReason = "stop"    // a Stop id was sampled; it is the last of TokenIDs
+	FinishLength  FinishReason = "length"  // MaxTokens reached
+	FinishContext FinishReason = "context" // the model's context (or the sampler's cache) is full
+)
+
+// GenerateResult is a continuation: the sampled ids, each one's
+// log-probability under the sampling distribution (softmax of the
+// temperature-scaled logits, before top-k/top-p truncation; see
+// kernels/sample), and the policy version that produced every one of them
+// (a continuation never mixes versions).
+type GenerateResult struct {
+	TokenIDs      []int32
+	LogProbs      []float32
+	Finish        FinishReason
+	PolicyVersion int64
+}
