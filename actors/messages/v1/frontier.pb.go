@@ -13,6 +13,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
+	sync "sync"
 	unsafe "unsafe"
 )
 
@@ -23,19 +24,1030 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// DifficultyModel is an online logistic regression over task features that
+// predicts the current policy's solve rate of a task not yet tried.
+type DifficultyModel struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// weights by feature name ("bias", "op=flip_comparison", "hint=1",
+	// "log_edits", ...).
+	Weights map[string]float64 `protobuf:"bytes,1,rep,name=weights,proto3" json:"weights,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	// evidence is the discounted number of episodes that carried each feature.
+	Evidence map[string]float64 `protobuf:"bytes,2,rep,name=evidence,proto3" json:"evidence,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	// numeric_means holds running means of the raw numeric features per bugs
+	// count ("bugs=2/log_lines"), used to fill in what a synthesis request
+	// cannot fix in advance.
+	NumericMeans  map[string]float64 `protobuf:"bytes,3,rep,name=numeric_means,json=numericMeans,proto3" json:"numeric_means,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	NumericCounts map[string]float64 `protobuf:"bytes,4,rep,name=numeric_counts,json=numericCounts,proto3" json:"numeric_counts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	Updates       int64              `protobuf:"varint,5,opt,name=updates,proto3" json:"updates,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DifficultyModel) Reset() {
+	*x = DifficultyModel{}
+	mi := &file_frontier_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DifficultyModel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DifficultyModel) ProtoMessage() {}
+
+func (x *DifficultyModel) ProtoReflect() protoreflect.Message {
+	mi := &file_frontier_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DifficultyModel.ProtoReflect.Descriptor instead.
+func (*DifficultyModel) Descriptor() ([]byte, []int) {
+	return file_frontier_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *DifficultyModel) GetWeights() map[string]float64 {
+	if x != nil {
+		return x.Weights
+	}
+	return nil
+}
+
+func (x *DifficultyModel) GetEvidence() map[string]float64 {
+	if x != nil {
+		return x.Evidence
+	}
+	return nil
+}
+
+func (x *DifficultyModel) GetNumericMeans() map[string]float64 {
+	if x != nil {
+		return x.NumericMeans
+	}
+	return nil
+}
+
+func (x *DifficultyModel) GetNumericCounts() map[string]float64 {
+	if x != nil {
+		return x.NumericCounts
+	}
+	return nil
+}
+
+func (x *DifficultyModel) GetUpdates() int64 {
+	if x != nil {
+		return x.Updates
+	}
+	return 0
+}
+
+// CalibrationBin compares predicted with observed solve rates of the
+// episodes whose prediction fell into one tenth of [0, 1].
+type CalibrationBin struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PredictedSum  float64                `protobuf:"fixed64,1,opt,name=predicted_sum,json=predictedSum,proto3" json:"predicted_sum,omitempty"`
+	ObservedSum   float64                `protobuf:"fixed64,2,opt,name=observed_sum,json=observedSum,proto3" json:"observed_sum,omitempty"`
+	Episodes      float64                `protobuf:"fixed64,3,opt,name=episodes,proto3" json:"episodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CalibrationBin) Reset() {
+	*x = CalibrationBin{}
+	mi := &file_frontier_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CalibrationBin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CalibrationBin) ProtoMessage() {}
+
+func (x *CalibrationBin) ProtoReflect() protoreflect.Message {
+	mi := &file_frontier_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CalibrationBin.ProtoReflect.Descriptor instead.
+func (*CalibrationBin) Descriptor() ([]byte, []int) {
+	return file_frontier_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CalibrationBin) GetPredictedSum() float64 {
+	if x != nil {
+		return x.PredictedSum
+	}
+	return 0
+}
+
+func (x *CalibrationBin) GetObservedSum() float64 {
+	if x != nil {
+		return x.ObservedSum
+	}
+	return 0
+}
+
+func (x *CalibrationBin) GetEpisodes() float64 {
+	if x != nil {
+		return x.Episodes
+	}
+	return 0
+}
+
+// BatchMetrics describes one outcome report: G episodes per task of a batch.
+type BatchMetrics struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           int64                  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	PolicyVersion int64                  `protobuf:"varint,2,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	Groups        int32                  `protobuf:"varint,3,opt,name=groups,proto3" json:"groups,omitempty"`
+	// effective_groups have rewards that are not all equal (a non-zero
+	// GRPO advantage somewhere in the group).
+	EffectiveGroups int32   `protobuf:"varint,4,opt,name=effective_groups,json=effectiveGroups,proto3" json:"effective_groups,omitempty"`
+	Episodes        int32   `protobuf:"varint,5,opt,name=episodes,proto3" json:"episodes,omitempty"`
+	RewardSum       float64 `protobuf:"fixed64,6,opt,name=reward_sum,json=rewardSum,proto3" json:"reward_sum,omitempty"`
+	PredictedSum    float64 `protobuf:"fixed64,7,opt,name=predicted_sum,json=predictedSum,proto3" json:"predicted_sum,omitempty"` // posterior means before the update, per episode
+	UnixNano        int64   `protobuf:"varint,8,opt,name=unix_nano,json=unixNano,proto3" json:"unix_nano,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *BatchMetrics) Reset() {
+	*x = BatchMetrics{}
+	mi := &file_frontier_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchMetrics) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchMetrics) ProtoMessage() {}
+
+func (x *BatchMetrics) ProtoReflect() protoreflect.Message {
+	mi := &file_frontier_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchMetrics.ProtoReflect.Descriptor instead.
+func (*BatchMetrics) Descriptor() ([]byte, []int) {
+	return file_frontier_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *BatchMetrics) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *BatchMetrics) GetPolicyVersion() int64 {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return 0
+}
+
+func (x *BatchMetrics) GetGroups() int32 {
+	if x != nil {
+		return x.Groups
+	}
+	return 0
+}
+
+func (x *BatchMetrics) GetEffectiveGroups() int32 {
+	if x != nil {
+		return x.EffectiveGroups
+	}
+	return 0
+}
+
+func (x *BatchMetrics) GetEpisodes() int32 {
+	if x != nil {
+		return x.Episodes
+	}
+	return 0
+}
+
+func (x *BatchMetrics) GetRewardSum() float64 {
+	if x != nil {
+		return x.RewardSum
+	}
+	return 0
+}
+
+func (x *BatchMetrics) GetPredictedSum() float64 {
+	if x != nil {
+		return x.PredictedSum
+	}
+	return 0
+}
+
+func (x *BatchMetrics) GetUnixNano() int64 {
+	if x != nil {
+		return x.UnixNano
+	}
+	return 0
+}
+
+// SynthesisSpec is one setting of the features a synthesis request can fix.
+type SynthesisSpec struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Environment   string                 `protobuf:"bytes,1,opt,name=environment,proto3" json:"environment,omitempty"`
+	Operators     []string               `protobuf:"bytes,2,rep,name=operators,proto3" json:"operators,omitempty"`
+	Bugs          int32                  `protobuf:"varint,3,opt,name=bugs,proto3" json:"bugs,omitempty"`
+	HintLevel     int32                  `protobuf:"varint,4,opt,name=hint_level,json=hintLevel,proto3" json:"hint_level,omitempty"`
+	Mode          string                 `protobuf:"bytes,5,opt,name=mode,proto3" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SynthesisSpec) Reset() {
+	*x = SynthesisSpec{}
+	mi := &file_frontier_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SynthesisSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SynthesisSpec) ProtoMessage() {}
+
+func (x *SynthesisSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_frontier_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SynthesisSpec.ProtoReflect.Descriptor instead.
+func (*SynthesisSpec) Descriptor() ([]byte, []int) {
+	return file_frontier_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SynthesisSpec) GetEnvironment() string {
+	if x != nil {
+		return x.Environment
+	}
+	return ""
+}
+
+func (x *SynthesisSpec) GetOperators() []string {
+	if x != nil {
+		return x.Operators
+	}
+	return nil
+}
+
+func (x *SynthesisSpec) GetBugs() int32 {
+	if x != nil {
+		return x.Bugs
+	}
+	return 0
+}
+
+func (x *SynthesisSpec) GetHintLevel() int32 {
+	if x != nil {
+		return x.HintLevel
+	}
+	return 0
+}
+
+func (x *SynthesisSpec) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+// SynthesisRecord is one request the estimator sent to the Synthesizer.
+type SynthesisRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Spec          *SynthesisSpec         `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	Asked         int32                  `protobuf:"varint,3,opt,name=asked,proto3" json:"asked,omitempty"`
+	Predicted     float64                `protobuf:"fixed64,4,opt,name=predicted,proto3" json:"predicted,omitempty"` // the model's solve rate for spec when asked
+	Status        string                 `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`         // "pending", "done", "failed"
+	Error         string                 `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	TaskIds       []string               `protobuf:"bytes,7,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"` // delivered
+	Graded        int32                  `protobuf:"varint,8,opt,name=graded,proto3" json:"graded,omitempty"`                 // delivered tasks graded at least once
+	Effective     int32                  `protobuf:"varint,9,opt,name=effective,proto3" json:"effective,omitempty"`           // of those, first group with mixed rewards
+	SentUnixNano  int64                  `protobuf:"varint,10,opt,name=sent_unix_nano,json=sentUnixNano,proto3" json:"sent_unix_nano,omitempty"`
+	DoneUnixNano  int64                  `protobuf:"varint,11,opt,name=done_unix_nano,json=doneUnixNano,proto3" json:"done_unix_nano,omitempty"`
+	PolicyVersion int64                  `protobuf:"varint,12,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SynthesisRecord) Reset() {
+	*x = SynthesisRecord{}
+	mi := &file_frontier_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SynthesisRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SynthesisRecord) ProtoMessage() {}
+
+func (x *SynthesisRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_frontier_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SynthesisRecord.ProtoReflect.Descriptor instead.
+func (*SynthesisRecord) Descriptor() ([]byte, []int) {
+	return file_frontier_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SynthesisRecord) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SynthesisRecord) GetSpec() *SynthesisSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *SynthesisRecord) GetAsked() int32 {
+	if x != nil {
+		return x.Asked
+	}
+	return 0
+}
+
+func (x *SynthesisRecord) GetPredicted() float64 {
+	if x != nil {
+		return x.Predicted
+	}
+	return 0
+}
+
+func (x *SynthesisRecord) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *SynthesisRecord) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *SynthesisRecord) GetTaskIds() []string {
+	if x != nil {
+		return x.TaskIds
+	}
+	return nil
+}
+
+func (x *SynthesisRecord) GetGraded() int32 {
+	if x != nil {
+		return x.Graded
+	}
+	return 0
+}
+
+func (x *SynthesisRecord) GetEffective() int32 {
+	if x != nil {
+		return x.Effective
+	}
+	return 0
+}
+
+func (x *SynthesisRecord) GetSentUnixNano() int64 {
+	if x != nil {
+		return x.SentUnixNano
+	}
+	return 0
+}
+
+func (x *SynthesisRecord) GetDoneUnixNano() int64 {
+	if x != nil {
+		return x.DoneUnixNano
+	}
+	return 0
+}
+
+func (x *SynthesisRecord) GetPolicyVersion() int64 {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return 0
+}
+
+// TaskPicks are the batch sequence numbers that picked a task recently.
+type TaskPicks struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Batches       []int64                `protobuf:"varint,1,rep,packed,name=batches,proto3" json:"batches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskPicks) Reset() {
+	*x = TaskPicks{}
+	mi := &file_frontier_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskPicks) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskPicks) ProtoMessage() {}
+
+func (x *TaskPicks) ProtoReflect() protoreflect.Message {
+	mi := &file_frontier_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskPicks.ProtoReflect.Descriptor instead.
+func (*TaskPicks) Descriptor() ([]byte, []int) {
+	return file_frontier_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *TaskPicks) GetBatches() []int64 {
+	if x != nil {
+		return x.Batches
+	}
+	return nil
+}
+
+type FrontierState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PolicyVersion int64                  `protobuf:"varint,1,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	BatchSeq      int64                  `protobuf:"varint,2,opt,name=batch_seq,json=batchSeq,proto3" json:"batch_seq,omitempty"` // batches handed out
+	Model         *DifficultyModel       `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	// counters: outcomes recorded, rejected (unknown_task, stale_version,
+	// bad_outcome, sandbox_failure), retirements, revisits, synthesis
+	// requests and failures, ...
+	Counters         map[string]int64      `protobuf:"bytes,4,rep,name=counters,proto3" json:"counters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Recent           []*BatchMetrics       `protobuf:"bytes,5,rep,name=recent,proto3" json:"recent,omitempty"`                                             // newest last
+	Calibration      []*CalibrationBin     `protobuf:"bytes,6,rep,name=calibration,proto3" json:"calibration,omitempty"`                                   // posterior mean
+	ModelCalibration []*CalibrationBin     `protobuf:"bytes,7,rep,name=model_calibration,json=modelCalibration,proto3" json:"model_calibration,omitempty"` // model alone, first tries
+	Synthesis        []*SynthesisRecord    `protobuf:"bytes,8,rep,name=synthesis,proto3" json:"synthesis,omitempty"`                                       // newest last
+	Picks            map[string]*TaskPicks `protobuf:"bytes,9,rep,name=picks,proto3" json:"picks,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// spec_backoff: spec key -> batch sequence before which it is not asked for
+	// again (after a failed or empty delivery).
+	SpecBackoff          map[string]int64 `protobuf:"bytes,10,rep,name=spec_backoff,json=specBackoff,proto3" json:"spec_backoff,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	TotalGroups          int64            `protobuf:"varint,11,opt,name=total_groups,json=totalGroups,proto3" json:"total_groups,omitempty"`
+	TotalEffectiveGroups int64            `protobuf:"varint,12,opt,name=total_effective_groups,json=totalEffectiveGroups,proto3" json:"total_effective_groups,omitempty"`
+	NextRequest          int64            `protobuf:"varint,13,opt,name=next_request,json=nextRequest,proto3" json:"next_request,omitempty"`
+	Reports              int64            `protobuf:"varint,14,opt,name=reports,proto3" json:"reports,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *FrontierState) Reset() {
+	*x = FrontierState{}
+	mi := &file_frontier_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FrontierState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FrontierState) ProtoMessage() {}
+
+func (x *FrontierState) ProtoReflect() protoreflect.Message {
+	mi := &file_frontier_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FrontierState.ProtoReflect.Descriptor instead.
+func (*FrontierState) Descriptor() ([]byte, []int) {
+	return file_frontier_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *FrontierState) GetPolicyVersion() int64 {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return 0
+}
+
+func (x *FrontierState) GetBatchSeq() int64 {
+	if x != nil {
+		return x.BatchSeq
+	}
+	return 0
+}
+
+func (x *FrontierState) GetModel() *DifficultyModel {
+	if x != nil {
+		return x.Model
+	}
+	return nil
+}
+
+func (x *FrontierState) GetCounters() map[string]int64 {
+	if x != nil {
+		return x.Counters
+	}
+	return nil
+}
+
+func (x *FrontierState) GetRecent() []*BatchMetrics {
+	if x != nil {
+		return x.Recent
+	}
+	return nil
+}
+
+func (x *FrontierState) GetCalibration() []*CalibrationBin {
+	if x != nil {
+		return x.Calibration
+	}
+	return nil
+}
+
+func (x *FrontierState) GetModelCalibration() []*CalibrationBin {
+	if x != nil {
+		return x.ModelCalibration
+	}
+	return nil
+}
+
+func (x *FrontierState) GetSynthesis() []*SynthesisRecord {
+	if x != nil {
+		return x.Synthesis
+	}
+	return nil
+}
+
+func (x *FrontierState) GetPicks() map[string]*TaskPicks {
+	if x != nil {
+		return x.Picks
+	}
+	return nil
+}
+
+func (x *FrontierState) GetSpecBackoff() map[string]int64 {
+	if x != nil {
+		return x.SpecBackoff
+	}
+	return nil
+}
+
+func (x *FrontierState) GetTotalGroups() int64 {
+	if x != nil {
+		return x.TotalGroups
+	}
+	return 0
+}
+
+func (x *FrontierState) GetTotalEffectiveGroups() int64 {
+	if x != nil {
+		return x.TotalEffectiveGroups
+	}
+	return 0
+}
+
+func (x *FrontierState) GetNextRequest() int64 {
+	if x != nil {
+		return x.NextRequest
+	}
+	return 0
+}
+
+func (x *FrontierState) GetReports() int64 {
+	if x != nil {
+		return x.Reports
+	}
+	return 0
+}
+
+// FrontierStateRequest asks the frontier actor for its current state.
+type FrontierStateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FrontierStateRequest) Reset() {
+	*x = FrontierStateRequest{}
+	mi := &file_frontier_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FrontierStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FrontierStateRequest) ProtoMessage() {}
+
+func (x *FrontierStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_frontier_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FrontierStateRequest.ProtoReflect.Descriptor instead.
+func (*FrontierStateRequest) Descriptor() ([]byte, []int) {
+	return file_frontier_proto_rawDescGZIP(), []int{7}
+}
+
+// FrontierBand counts active or retired tasks in one band of solve rate.
+type FrontierBand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Tasks         int32                  `protobuf:"varint,2,opt,name=tasks,proto3" json:"tasks,omitempty"`
+	Low           float64                `protobuf:"fixed64,3,opt,name=low,proto3" json:"low,omitempty"`
+	High          float64                `protobuf:"fixed64,4,opt,name=high,proto3" json:"high,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FrontierBand) Reset() {
+	*x = FrontierBand{}
+	mi := &file_frontier_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FrontierBand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FrontierBand) ProtoMessage() {}
+
+func (x *FrontierBand) ProtoReflect() protoreflect.Message {
+	mi := &file_frontier_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FrontierBand.ProtoReflect.Descriptor instead.
+func (*FrontierBand) Descriptor() ([]byte, []int) {
+	return file_frontier_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *FrontierBand) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *FrontierBand) GetTasks() int32 {
+	if x != nil {
+		return x.Tasks
+	}
+	return 0
+}
+
+func (x *FrontierBand) GetLow() float64 {
+	if x != nil {
+		return x.Low
+	}
+	return 0
+}
+
+func (x *FrontierBand) GetHigh() float64 {
+	if x != nil {
+		return x.High
+	}
+	return 0
+}
+
+type FrontierStateReply struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	State               *FrontierState         `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	Pool                []*FrontierBand        `protobuf:"bytes,2,rep,name=pool,proto3" json:"pool,omitempty"`
+	FrontierTasks       int32                  `protobuf:"varint,3,opt,name=frontier_tasks,json=frontierTasks,proto3" json:"frontier_tasks,omitempty"`
+	TargetFrontierTasks int32                  `protobuf:"varint,4,opt,name=target_frontier_tasks,json=targetFrontierTasks,proto3" json:"target_frontier_tasks,omitempty"`
+	BandLow             float64                `protobuf:"fixed64,5,opt,name=band_low,json=bandLow,proto3" json:"band_low,omitempty"`
+	BandHigh            float64                `protobuf:"fixed64,6,opt,name=band_high,json=bandHigh,proto3" json:"band_high,omitempty"`
+	PoolTasks           int32                  `protobuf:"varint,7,opt,name=pool_tasks,json=poolTasks,proto3" json:"pool_tasks,omitempty"`
+	// synthesis_specs: the settings the estimator would ask for next, with
+	// their predicted solve rates, best first.
+	NextSpecs     []*SynthesisRecord `protobuf:"bytes,8,rep,name=next_specs,json=nextSpecs,proto3" json:"next_specs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FrontierStateReply) Reset() {
+	*x = FrontierStateReply{}
+	mi := &file_frontier_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FrontierStateReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FrontierStateReply) ProtoMessage() {}
+
+func (x *FrontierStateReply) ProtoReflect() protoreflect.Message {
+	mi := &file_frontier_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FrontierStateReply.ProtoReflect.Descriptor instead.
+func (*FrontierStateReply) Descriptor() ([]byte, []int) {
+	return file_frontier_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *FrontierStateReply) GetState() *FrontierState {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *FrontierStateReply) GetPool() []*FrontierBand {
+	if x != nil {
+		return x.Pool
+	}
+	return nil
+}
+
+func (x *FrontierStateReply) GetFrontierTasks() int32 {
+	if x != nil {
+		return x.FrontierTasks
+	}
+	return 0
+}
+
+func (x *FrontierStateReply) GetTargetFrontierTasks() int32 {
+	if x != nil {
+		return x.TargetFrontierTasks
+	}
+	return 0
+}
+
+func (x *FrontierStateReply) GetBandLow() float64 {
+	if x != nil {
+		return x.BandLow
+	}
+	return 0
+}
+
+func (x *FrontierStateReply) GetBandHigh() float64 {
+	if x != nil {
+		return x.BandHigh
+	}
+	return 0
+}
+
+func (x *FrontierStateReply) GetPoolTasks() int32 {
+	if x != nil {
+		return x.PoolTasks
+	}
+	return 0
+}
+
+func (x *FrontierStateReply) GetNextSpecs() []*SynthesisRecord {
+	if x != nil {
+		return x.NextSpecs
+	}
+	return nil
+}
+
 var File_frontier_proto protoreflect.FileDescriptor
 
 const file_frontier_proto_rawDesc = "" +
 	"\n" +
-	"\x0efrontier.proto\x12\x14frognano.messages.v1\x1a\rrecords.protoB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
+	"\x0efrontier.proto\x12\x14frognano.messages.v1\x1a\rrecords.proto\"\x85\x05\n" +
+	"\x0fDifficultyModel\x12L\n" +
+	"\aweights\x18\x01 \x03(\v22.frognano.messages.v1.DifficultyModel.WeightsEntryR\aweights\x12O\n" +
+	"\bevidence\x18\x02 \x03(\v23.frognano.messages.v1.DifficultyModel.EvidenceEntryR\bevidence\x12\\\n" +
+	"\rnumeric_means\x18\x03 \x03(\v27.frognano.messages.v1.DifficultyModel.NumericMeansEntryR\fnumericMeans\x12_\n" +
+	"\x0enumeric_counts\x18\x04 \x03(\v28.frognano.messages.v1.DifficultyModel.NumericCountsEntryR\rnumericCounts\x12\x18\n" +
+	"\aupdates\x18\x05 \x01(\x03R\aupdates\x1a:\n" +
+	"\fWeightsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\x1a;\n" +
+	"\rEvidenceEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\x1a?\n" +
+	"\x11NumericMeansEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\x1a@\n" +
+	"\x12NumericCountsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"t\n" +
+	"\x0eCalibrationBin\x12#\n" +
+	"\rpredicted_sum\x18\x01 \x01(\x01R\fpredictedSum\x12!\n" +
+	"\fobserved_sum\x18\x02 \x01(\x01R\vobservedSum\x12\x1a\n" +
+	"\bepisodes\x18\x03 \x01(\x01R\bepisodes\"\x87\x02\n" +
+	"\fBatchMetrics\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12%\n" +
+	"\x0epolicy_version\x18\x02 \x01(\x03R\rpolicyVersion\x12\x16\n" +
+	"\x06groups\x18\x03 \x01(\x05R\x06groups\x12)\n" +
+	"\x10effective_groups\x18\x04 \x01(\x05R\x0feffectiveGroups\x12\x1a\n" +
+	"\bepisodes\x18\x05 \x01(\x05R\bepisodes\x12\x1d\n" +
+	"\n" +
+	"reward_sum\x18\x06 \x01(\x01R\trewardSum\x12#\n" +
+	"\rpredicted_sum\x18\a \x01(\x01R\fpredictedSum\x12\x1b\n" +
+	"\tunix_nano\x18\b \x01(\x03R\bunixNano\"\x96\x01\n" +
+	"\rSynthesisSpec\x12 \n" +
+	"\venvironment\x18\x01 \x01(\tR\venvironment\x12\x1c\n" +
+	"\toperators\x18\x02 \x03(\tR\toperators\x12\x12\n" +
+	"\x04bugs\x18\x03 \x01(\x05R\x04bugs\x12\x1d\n" +
+	"\n" +
+	"hint_level\x18\x04 \x01(\x05R\thintLevel\x12\x12\n" +
+	"\x04mode\x18\x05 \x01(\tR\x04mode\"\x80\x03\n" +
+	"\x0fSynthesisRecord\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
+	"\x04spec\x18\x02 \x01(\v2#.frognano.messages.v1.SynthesisSpecR\x04spec\x12\x14\n" +
+	"\x05asked\x18\x03 \x01(\x05R\x05asked\x12\x1c\n" +
+	"\tpredicted\x18\x04 \x01(\x01R\tpredicted\x12\x16\n" +
+	"\x06status\x18\x05 \x01(\tR\x06status\x12\x14\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\x12\x19\n" +
+	"\btask_ids\x18\a \x03(\tR\ataskIds\x12\x16\n" +
+	"\x06graded\x18\b \x01(\x05R\x06graded\x12\x1c\n" +
+	"\teffective\x18\t \x01(\x05R\teffective\x12$\n" +
+	"\x0esent_unix_nano\x18\n" +
+	" \x01(\x03R\fsentUnixNano\x12$\n" +
+	"\x0edone_unix_nano\x18\v \x01(\x03R\fdoneUnixNano\x12%\n" +
+	"\x0epolicy_version\x18\f \x01(\x03R\rpolicyVersion\"%\n" +
+	"\tTaskPicks\x12\x18\n" +
+	"\abatches\x18\x01 \x03(\x03R\abatches\"\x88\b\n" +
+	"\rFrontierState\x12%\n" +
+	"\x0epolicy_version\x18\x01 \x01(\x03R\rpolicyVersion\x12\x1b\n" +
+	"\tbatch_seq\x18\x02 \x01(\x03R\bbatchSeq\x12;\n" +
+	"\x05model\x18\x03 \x01(\v2%.frognano.messages.v1.DifficultyModelR\x05model\x12M\n" +
+	"\bcounters\x18\x04 \x03(\v21.frognano.messages.v1.FrontierState.CountersEntryR\bcounters\x12:\n" +
+	"\x06recent\x18\x05 \x03(\v2\".frognano.messages.v1.BatchMetricsR\x06recent\x12F\n" +
+	"\vcalibration\x18\x06 \x03(\v2$.frognano.messages.v1.CalibrationBinR\vcalibration\x12Q\n" +
+	"\x11model_calibration\x18\a \x03(\v2$.frognano.messages.v1.CalibrationBinR\x10modelCalibration\x12C\n" +
+	"\tsynthesis\x18\b \x03(\v2%.frognano.messages.v1.SynthesisRecordR\tsynthesis\x12D\n" +
+	"\x05picks\x18\t \x03(\v2..frognano.messages.v1.FrontierState.PicksEntryR\x05picks\x12W\n" +
+	"\fspec_backoff\x18\n" +
+	" \x03(\v24.frognano.messages.v1.FrontierState.SpecBackoffEntryR\vspecBackoff\x12!\n" +
+	"\ftotal_groups\x18\v \x01(\x03R\vtotalGroups\x124\n" +
+	"\x16total_effective_groups\x18\f \x01(\x03R\x14totalEffectiveGroups\x12!\n" +
+	"\fnext_request\x18\r \x01(\x03R\vnextRequest\x12\x18\n" +
+	"\areports\x18\x0e \x01(\x03R\areports\x1a;\n" +
+	"\rCountersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1aY\n" +
+	"\n" +
+	"PicksEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x125\n" +
+	"\x05value\x18\x02 \x01(\v2\x1f.frognano.messages.v1.TaskPicksR\x05value:\x028\x01\x1a>\n" +
+	"\x10SpecBackoffEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x16\n" +
+	"\x14FrontierStateRequest\"^\n" +
+	"\fFrontierBand\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05tasks\x18\x02 \x01(\x05R\x05tasks\x12\x10\n" +
+	"\x03low\x18\x03 \x01(\x01R\x03low\x12\x12\n" +
+	"\x04high\x18\x04 \x01(\x01R\x04high\"\xff\x02\n" +
+	"\x12FrontierStateReply\x129\n" +
+	"\x05state\x18\x01 \x01(\v2#.frognano.messages.v1.FrontierStateR\x05state\x126\n" +
+	"\x04pool\x18\x02 \x03(\v2\".frognano.messages.v1.FrontierBandR\x04pool\x12%\n" +
+	"\x0efrontier_tasks\x18\x03 \x01(\x05R\rfrontierTasks\x122\n" +
+	"\x15target_frontier_tasks\x18\x04 \x01(\x05R\x13targetFrontierTasks\x12\x19\n" +
+	"\bband_low\x18\x05 \x01(\x01R\abandLow\x12\x1b\n" +
+	"\tband_high\x18\x06 \x01(\x01R\bbandHigh\x12\x1d\n" +
+	"\n" +
+	"pool_tasks\x18\a \x01(\x05R\tpoolTasks\x12D\n" +
+	"\n" +
+	"next_specs\x18\b \x03(\v2%.frognano.messages.v1.SynthesisRecordR\tnextSpecsB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
 
-var file_frontier_proto_goTypes = []any{}
+var (
+	file_frontier_proto_rawDescOnce sync.Once
+	file_frontier_proto_rawDescData []byte
+)
+
+func file_frontier_proto_rawDescGZIP() []byte {
+	file_frontier_proto_rawDescOnce.Do(func() {
+		file_frontier_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_frontier_proto_rawDesc), len(file_frontier_proto_rawDesc)))
+	})
+	return file_frontier_proto_rawDescData
+}
+
+var file_frontier_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_frontier_proto_goTypes = []any{
+	(*DifficultyModel)(nil),      // 0: frognano.messages.v1.DifficultyModel
+	(*CalibrationBin)(nil),       // 1: frognano.messages.v1.CalibrationBin
+	(*BatchMetrics)(nil),         // 2: frognano.messages.v1.BatchMetrics
+	(*SynthesisSpec)(nil),        // 3: frognano.messages.v1.SynthesisSpec
+	(*SynthesisRecord)(nil),      // 4: frognano.messages.v1.SynthesisRecord
+	(*TaskPicks)(nil),            // 5: frognano.messages.v1.TaskPicks
+	(*FrontierState)(nil),        // 6: frognano.messages.v1.FrontierState
+	(*FrontierStateRequest)(nil), // 7: frognano.messages.v1.FrontierStateRequest
+	(*FrontierBand)(nil),         // 8: frognano.messages.v1.FrontierBand
+	(*FrontierStateReply)(nil),   // 9: frognano.messages.v1.FrontierStateReply
+	nil,                          // 10: frognano.messages.v1.DifficultyModel.WeightsEntry
+	nil,                          // 11: frognano.messages.v1.DifficultyModel.EvidenceEntry
+	nil,                          // 12: frognano.messages.v1.DifficultyModel.NumericMeansEntry
+	nil,                          // 13: frognano.messages.v1.DifficultyModel.NumericCountsEntry
+	nil,                          // 14: frognano.messages.v1.FrontierState.CountersEntry
+	nil,                          // 15: frognano.messages.v1.FrontierState.PicksEntry
+	nil,                          // 16: frognano.messages.v1.FrontierState.SpecBackoffEntry
+}
 var file_frontier_proto_depIdxs = []int32{
-	0, // [0:0] is the sub-list for method output_type
-	0, // [0:0] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	10, // 0: frognano.messages.v1.DifficultyModel.weights:type_name -> frognano.messages.v1.DifficultyModel.WeightsEntry
+	11, // 1: frognano.messages.v1.DifficultyModel.evidence:type_name -> frognano.messages.v1.DifficultyModel.EvidenceEntry
+	12, // 2: frognano.messages.v1.DifficultyModel.numeric_means:type_name -> frognano.messages.v1.DifficultyModel.NumericMeansEntry
+	13, // 3: frognano.messages.v1.DifficultyModel.numeric_counts:type_name -> frognano.messages.v1.DifficultyModel.NumericCountsEntry
+	3,  // 4: frognano.messages.v1.SynthesisRecord.spec:type_name -> frognano.messages.v1.SynthesisSpec
+	0,  // 5: frognano.messages.v1.FrontierState.model:type_name -> frognano.messages.v1.DifficultyModel
+	14, // 6: frognano.messages.v1.FrontierState.counters:type_name -> frognano.messages.v1.FrontierState.CountersEntry
+	2,  // 7: frognano.messages.v1.FrontierState.recent:type_name -> frognano.messages.v1.BatchMetrics
+	1,  // 8: frognano.messages.v1.FrontierState.calibration:type_name -> frognano.messages.v1.CalibrationBin
+	1,  // 9: frognano.messages.v1.FrontierState.model_calibration:type_name -> frognano.messages.v1.CalibrationBin
+	4,  // 10: frognano.messages.v1.FrontierState.synthesis:type_name -> frognano.messages.v1.SynthesisRecord
+	15, // 11: frognano.messages.v1.FrontierState.picks:type_name -> frognano.messages.v1.FrontierState.PicksEntry
+	16, // 12: frognano.messages.v1.FrontierState.spec_backoff:type_name -> frognano.messages.v1.FrontierState.SpecBackoffEntry
+	6,  // 13: frognano.messages.v1.FrontierStateReply.state:type_name -> frognano.messages.v1.FrontierState
+	8,  // 14: frognano.messages.v1.FrontierStateReply.pool:type_name -> frognano.messages.v1.FrontierBand
+	4,  // 15: frognano.messages.v1.FrontierStateReply.next_specs:type_name -> frognano.messages.v1.SynthesisRecord
+	5,  // 16: frognano.messages.v1.FrontierState.PicksEntry.value:type_name -> frognano.messages.v1.TaskPicks
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_frontier_proto_init() }
@@ -50,12 +1062,13 @@ func file_frontier_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_frontier_proto_rawDesc), len(file_frontier_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   0,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_frontier_proto_goTypes,
 		DependencyIndexes: file_frontier_proto_depIdxs,
+		MessageInfos:      file_frontier_proto_msgTypes,
 	}.Build()
 	File_frontier_proto = out.File
 	file_frontier_proto_goTypes = nil

@@ -90,6 +90,7 @@ func (s *Sandboxes) Options(buildLog io.Writer) ([]node.Kind, []node.NamedActor)
 				Runtime: s.Runtime, Logger: s.log.With("component", "synth")})
 		},
 	}}
+	actors = append(actors, frontierActor(s.log))
 	return kinds, actors
 }
 

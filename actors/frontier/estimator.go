@@ -1,0 +1,756 @@
+package frontier
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"maps"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/persistence"
+)
+
+// ErrBadRequest marks a request the estimator refuses (a batch of no tasks,
+// a negative policy version).
+var ErrBadRequest = errors.New("bad request")
+
+// Retirement reasons, stored in TaskStats.RetiredReason.
+const (
+	Mastered = "mastered"
+	Hopeless = "hopeless"
+)
+
+// Synthesis request statuses, stored in SynthesisRecord.Status.
+const (
+	StatusPending = "pending"
+	StatusDone    = "done"
+	StatusFailed  = "failed"
+)
+
+// Counter names in FrontierState.Counters.
+const (
+	CountRecorded        = "outcomes_recorded"
+	CountUnknownTask     = "rejected_unknown_task"
+	CountStaleVersion    = "rejected_stale_version"
+	CountBadOutcome      = "rejected_bad_outcome"
+	CountSandboxFailure  = "skipped_sandbox_failure"
+	CountRetiredMastered = "retired_mastered"
+	CountRetiredHopeless = "retired_hopeless"
+	CountRevived         = "revived"
+	CountRevisits        = "revisits"
+	CountCapRelaxed      = "cap_relaxed"
+	CountBatches         = "batches"
+	CountSynthRequests   = "synthesis_requests"
+	CountSynthFailed     = "synthesis_failed"
+	CountSynthTimeout    = "synthesis_timeout"
+	CountSynthShort      = "synthesis_short"
+	CountSynthDelivered  = "synthesis_delivered"
+	CountSynthUnknown    = "synthesis_unknown_result"
+	CountSynthNoEnv      = "synthesis_no_environment"
+	CountSynthOutside    = "synthesis_outside_band"
+)
+
+// Params tune the estimator. Zero fields take the defaults of DefaultParams.
+type Params struct {
+	// BandLow and BandHigh bound the frontier: tasks whose posterior mean
+	// solve rate lies inside are where p(1−p) is large.
+	BandLow, BandHigh float64
+	// Discount multiplies a task's evidence (its Beta pseudo-counts beyond
+	// the prior) once per policy version step, so older evidence counts less.
+	Discount float64
+	// MaxStaleVersions: outcomes of a policy older than the current version
+	// minus this are rejected (counted, logged).
+	MaxStaleVersions int64
+	// PriorStrength is the weight, in episodes, of the difficulty model's
+	// prediction in a task's posterior.
+	PriorStrength float64
+	// MasteredAbove and HopelessBelow retire tasks whose posterior mean
+	// passes them once they have MinRetireEvidence discounted episodes (and,
+	// for hopeless, MinHopelessAttempts episodes in all). A hopeless task
+	// comes back when a revisit lifts its mean above ReviveAbove.
+	MasteredAbove, HopelessBelow, ReviveAbove float64
+	MinRetireEvidence                         float64
+	MinHopelessAttempts                       int64
+	// Every RevisitEvery-th batch gives one slot to a hopeless task last
+	// graded at least RevisitAfterVersions policy versions ago.
+	RevisitEvery, RevisitAfterVersions int64
+	// A task appears at most MaxPicks times in any PickWindow consecutive
+	// batches (and at most once per batch), unless the pool is too small to
+	// fill the batch otherwise (counted as cap_relaxed).
+	MaxPicks   int
+	PickWindow int64
+	// TargetFrontier is the number of frontier tasks the synthesis control
+	// keeps in the pool.
+	TargetFrontier int
+	// MaxRequestTasks bounds one synthesis request; MaxPendingRequests the
+	// requests in flight; RequestTimeout how long one may stay unanswered.
+	MaxRequestTasks    int
+	MaxPendingRequests int
+	RequestTimeout     time.Duration
+	// SpecBackoff: batches during which a setting whose request failed or
+	// delivered nothing is not asked for again.
+	SpecBackoff int64
+	// DiversityWeight penalises settings already common in the pool.
+	DiversityWeight float64
+	// The settings synthesis may ask for; Environments empty means those of
+	// the pool (or the ones the caller passes).
+	Operators    []string
+	HintLevels   []int
+	Bugs         []int
+	Modes        []string
+	Environments []string
+	// LearningRate and L2 of the difficulty model.
+	LearningRate, L2 float64
+	// MaxBatch bounds a batch request.
+	MaxBatch int
+}
+
+// DefaultParams are the settings the node's estimator runs with.
+func DefaultParams() Params {
+	return Params{
+		BandLow: 0.3, BandHigh: 0.7, Discount: 0.95, MaxStaleVersions: 64, PriorStrength: 2,
+		MasteredAbove: 0.9, HopelessBelow: 0.05, ReviveAbove: 0.15, MinRetireEvidence: 8, MinHopelessAttempts: 16,
+		RevisitEvery: 8, RevisitAfterVersions: 16, MaxPicks: 1, PickWindow: 2,
+		TargetFrontier: 128, MaxRequestTasks: 16, MaxPendingRequests: 1, RequestTimeout: time.Hour,
+		SpecBackoff: 32, DiversityWeight: 0.5,
+		Operators: []string{"flip_comparison", "swap_arithmetic", "swap_boolean", "off_by_one", "negate_condition",
+			"remove_statement", "remove_branch", "remove_return", "swap_arguments", "change_constant",
+			"swap_variable", "remove_guard", "unwrap_try", "break_loop_exit", "change_default"},
+		HintLevels: []int{0, 1, 2}, Bugs: []int{1, 2, 3}, Modes: []string{"agent"},
+		LearningRate: 0.05, L2: 1e-4, MaxBatch: 4096,
+	}
+}
+
+func (p Params) withDefaults() Params {
+	d := DefaultParams()
+	f := func(x *float64, v float64) {
+		if *x == 0 {
+			*x = v
+		}
+	}
+	i := func(x *int64, v int64) {
+		if *x == 0 {
+			*x = v
+		}
+	}
+	f(&p.BandLow, d.BandLow)
+	f(&p.BandHigh, d.BandHigh)
+	f(&p.Discount, d.Discount)
+	i(&p.MaxStaleVersions, d.MaxStaleVersions)
+	f(&p.PriorStrength, d.PriorStrength)
+	f(&p.MasteredAbove, d.MasteredAbove)
+	f(&p.HopelessBelow, d.HopelessBelow)
+	f(&p.ReviveAbove, d.ReviveAbove)
+	f(&p.MinRetireEvidence, d.MinRetireEvidence)
+	i(&p.MinHopelessAttempts, d.MinHopelessAttempts)
+	i(&p.RevisitEvery, d.RevisitEvery)
+	i(&p.RevisitAfterVersions, d.RevisitAfterVersions)
+	if p.MaxPicks == 0 {
+		p.MaxPicks = d.MaxPicks
+	}
+	i(&p.PickWindow, d.PickWindow)
+	if p.TargetFrontier == 0 {
+		p.TargetFrontier = d.TargetFrontier
+	}
+	if p.MaxRequestTasks == 0 {
+		p.MaxRequestTasks = d.MaxRequestTasks
+	}
+	if p.MaxPendingRequests == 0 {
+		p.MaxPendingRequests = d.MaxPendingRequests
+	}
+	if p.RequestTimeout == 0 {
+		p.RequestTimeout = d.RequestTimeout
+	}
+	i(&p.SpecBackoff, d.SpecBackoff)
+	f(&p.DiversityWeight, d.DiversityWeight)
+	if len(p.Operators) == 0 {
+		p.Operators = d.Operators
+	}
+	if len(p.HintLevels) == 0 {
+		p.HintLevels = d.HintLevels
+	}
+	if len(p.Bugs) == 0 {
+		p.Bugs = d.Bugs
+	}
+	if len(p.Modes) == 0 {
+		p.Modes = d.Modes
+	}
+	f(&p.LearningRate, d.LearningRate)
+	f(&p.L2, d.L2)
+	if p.MaxBatch == 0 {
+		p.MaxBatch = d.MaxBatch
+	}
+	return p
+}
+
+func (p Params) validate() error {
+	switch {
+	case !(0 < p.BandLow && p.BandLow < p.BandHigh && p.BandHigh < 1):
+		return fmt.Errorf("%w: band [%v, %v] must satisfy 0 < low < high < 1", ErrBadRequest, p.BandLow, p.BandHigh)
+	case !(0 < p.Discount && p.Discount <= 1):
+		return fmt.Errorf("%w: discount %v must be in (0, 1]", ErrBadRequest, p.Discount)
+	case !(p.HopelessBelow < p.ReviveAbove && p.ReviveAbove < p.MasteredAbove):
+		return fmt.Errorf("%w: need hopeless_below < revive_above < mastered_above", ErrBadRequest)
+	case p.MaxPicks < 1 || p.PickWindow < 1 || p.TargetFrontier < 0 || p.MaxRequestTasks < 1 || p.MaxPendingRequests < 1:
+		return fmt.Errorf("%w: picks, window, target and request limits must be positive", ErrBadRequest)
+	}
+	return nil
+}
+
+// Config is what an Estimator needs.
+type Config struct {
+	// Name keys the estimator's state record (default "default").
+	Name       string
+	Tasks      persistence.TaskStore
+	Curriculum persistence.CurriculumStore
+	State      persistence.FrontierStore
+	Params     Params
+	Logger     *slog.Logger
+	// Now is the clock (default time.Now); simulations pass a fake one.
+	Now func() time.Time
+}
+
+// Estimator keeps the task pool at the learnability frontier: per-task
+// solve-rate posteriors, the difficulty model, batch selection, retirement
+// and synthesis control. It is plain Go, used by the frontier actor and by
+// the simulator alike, and not safe for concurrent use (the actor
+// serialises calls). Every change is committed to the stores before it
+// takes effect in memory, so an Estimator opened again on the same stores
+// continues exactly where the last one stopped.
+type Estimator struct {
+	cfg Config
+	p   Params
+	log *slog.Logger
+
+	state *messages.FrontierState
+	stats map[string]*messages.TaskStats
+	pool  map[string]*poolTask
+	ids   []string // sorted pool ids
+	// poolCount is the TaskStore count at the last sync.
+	poolCount int
+	// requestOf maps a delivered task to the synthesis request that made it.
+	requestOf map[string]string
+}
+
+type poolTask struct {
+	task *messages.Task
+	f    Features
+	spec string
+}
+
+// Open loads the estimator's state, posteriors and pool from the stores.
+func Open(ctx context.Context, cfg Config) (*Estimator, error) {
+	if cfg.Tasks == nil || cfg.Curriculum == nil || cfg.State == nil {
+		return nil, fmt.Errorf("%w: frontier estimator needs task, curriculum and state stores", ErrBadRequest)
+	}
+	if cfg.Name == "" {
+		cfg.Name = "default"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	p := cfg.Params.withDefaults()
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	e := &Estimator{cfg: cfg, p: p, log: cfg.Logger, stats: map[string]*messages.TaskStats{}, requestOf: map[string]string{}}
+	st, err := cfg.State.Get(ctx, cfg.Name)
+	switch {
+	case errors.Is(err, persistence.ErrNotFound):
+		st = &messages.FrontierState{}
+	case err != nil:
+		return nil, fmt.Errorf("open frontier estimator: %w", err)
+	}
+	e.state = ensureState(st)
+	stats, err := cfg.Curriculum.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("open frontier estimator: %w", err)
+	}
+	for _, s := range stats {
+		e.stats[s.GetTaskId()] = s
+	}
+	e.indexRequests()
+	if err := e.syncPool(ctx, true); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func ensureState(st *messages.FrontierState) *messages.FrontierState {
+	st.Model = ensureModel(st.Model)
+	if st.Counters == nil {
+		st.Counters = map[string]int64{}
+	}
+	if st.Picks == nil {
+		st.Picks = map[string]*messages.TaskPicks{}
+	}
+	if st.SpecBackoff == nil {
+		st.SpecBackoff = map[string]int64{}
+	}
+	if len(st.Calibration) != calibrationBins {
+		st.Calibration = newBins()
+	}
+	if len(st.ModelCalibration) != calibrationBins {
+		st.ModelCalibration = newBins()
+	}
+	return st
+}
+
+const (
+	calibrationBins = 10
+	recentBatches   = 64
+	keptRequests    = 64
+)
+
+func newBins() []*messages.CalibrationBin {
+	b := make([]*messages.CalibrationBin, calibrationBins)
+	for i := range b {
+		b[i] = &messages.CalibrationBin{}
+	}
+	return b
+}
+
+func (e *Estimator) indexRequests() {
+	e.requestOf = map[string]string{}
+	for _, r := range e.state.GetSynthesis() {
+		for _, id := range r.GetTaskIds() {
+			e.requestOf[id] = r.GetId()
+		}
+	}
+}
+
+// syncPool reloads the pool from the task store when its count changed
+// (or always, with force).
+func (e *Estimator) syncPool(ctx context.Context, force bool) error {
+	n, err := e.cfg.Tasks.Count(ctx, persistence.TaskFilter{})
+	if err != nil {
+		return fmt.Errorf("count tasks: %w", err)
+	}
+	if !force && n == e.poolCount && e.pool != nil {
+		return nil
+	}
+	tasks, err := e.cfg.Tasks.List(ctx, persistence.TaskFilter{})
+	if err != nil {
+		return fmt.Errorf("list tasks: %w", err)
+	}
+	e.pool = make(map[string]*poolTask, len(tasks))
+	e.ids = e.ids[:0]
+	for _, t := range tasks {
+		f := FeaturesOf(t)
+		e.pool[t.GetId()] = &poolTask{task: t, f: f, spec: SpecKey(f.spec())}
+		e.ids = append(e.ids, t.GetId())
+	}
+	slices.Sort(e.ids)
+	e.poolCount = n
+	return nil
+}
+
+// Refresh reloads the pool from the task store (after tasks were added).
+func (e *Estimator) Refresh(ctx context.Context) error { return e.syncPool(ctx, true) }
+
+// PolicyVersion is the newest policy version the estimator has seen.
+func (e *Estimator) PolicyVersion() int64 { return e.state.GetPolicyVersion() }
+
+// Params returns the parameters in effect.
+func (e *Estimator) Params() Params { return e.p }
+
+// prior is the model's prediction for a pool task, kept away from 0 and 1
+// so the Beta prior stays proper.
+func (e *Estimator) prior(m *messages.DifficultyModel, f Features) float64 {
+	return math.Min(0.99, math.Max(0.01, predict(m, f)))
+}
+
+// posterior returns the Beta parameters of a task's solve rate at the
+// current policy version: the model's prior plus the task's evidence,
+// discounted for every version step since it was gathered.
+func (e *Estimator) posterior(m *messages.DifficultyModel, st *messages.TaskStats, f Features, version int64) (a, b float64) {
+	p := e.prior(m, f)
+	a, b = e.p.PriorStrength*p, e.p.PriorStrength*(1-p)
+	if st != nil {
+		d := e.decay(st, version)
+		a += st.GetAlpha() * d
+		b += st.GetBeta() * d
+	}
+	return a, b
+}
+
+func (e *Estimator) decay(st *messages.TaskStats, version int64) float64 {
+	steps := version - st.GetPolicyVersion()
+	if steps <= 0 {
+		return 1
+	}
+	return math.Pow(e.p.Discount, float64(steps))
+}
+
+// Mean is the posterior mean solve rate of a pool task (the model's
+// prediction for one never tried), or false for a task not in the pool.
+func (e *Estimator) Mean(id string) (float64, bool) {
+	pt, ok := e.pool[id]
+	if !ok {
+		return 0, false
+	}
+	a, b := e.posterior(e.state.Model, e.stats[id], pt.f, e.state.GetPolicyVersion())
+	return a / (a + b), true
+}
+
+// Predict is the difficulty model's solve rate for a task's features.
+func (e *Estimator) Predict(t *messages.Task) float64 { return predict(e.state.Model, FeaturesOf(t)) }
+
+// Stats returns a copy of a task's stored stats, or nil.
+func (e *Estimator) Stats(id string) *messages.TaskStats {
+	if st, ok := e.stats[id]; ok {
+		return proto.Clone(st).(*messages.TaskStats)
+	}
+	return nil
+}
+
+// State returns a copy of the estimator's state record.
+func (e *Estimator) State() *messages.FrontierState {
+	return proto.Clone(e.state).(*messages.FrontierState)
+}
+
+// commit stores state and stats and only then installs them.
+func (e *Estimator) commit(ctx context.Context, state *messages.FrontierState, stats []*messages.TaskStats) error {
+	if err := e.cfg.State.Commit(ctx, e.cfg.Name, state, stats); err != nil {
+		return err
+	}
+	if state != nil {
+		e.state = state
+	}
+	for _, st := range stats {
+		e.stats[st.GetTaskId()] = st
+	}
+	return nil
+}
+
+func (e *Estimator) cloneState() *messages.FrontierState {
+	return ensureState(proto.Clone(e.state).(*messages.FrontierState))
+}
+
+func seedOf(parts ...string) uint64 {
+	h := fnv.New64a()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return h.Sum64()
+}
+
+type candidate struct {
+	id     string
+	score  float64
+	picks  int
+	capped bool
+}
+
+// SelectBatch picks n distinct tasks for the next batch of the policy at
+// version. Each active task's solve rate is drawn from its posterior
+// (Thompson sampling) and the tasks with the largest drawn p(1−p) are
+// taken, so tasks near p = 0.5 are preferred while uncertain ones (new
+// tasks, tasks whose evidence has faded) get explored. Tasks picked
+// MaxPicks times in the last PickWindow batches wait, unless nothing else
+// can fill the batch. Every RevisitEvery-th batch one slot goes to a
+// hopeless task not graded for RevisitAfterVersions versions. seed 0 derives
+// the draw from the batch sequence number. The batch may be shorter than n
+// only when the pool has fewer than n active tasks.
+func (e *Estimator) SelectBatch(ctx context.Context, n int, version int64, seed uint64) ([]*messages.Task, error) {
+	if n < 1 || n > e.p.MaxBatch {
+		return nil, fmt.Errorf("%w: batch of %d tasks, want 1 to %d", ErrBadRequest, n, e.p.MaxBatch)
+	}
+	if version < 0 {
+		return nil, fmt.Errorf("%w: negative policy version %d", ErrBadRequest, version)
+	}
+	if err := e.syncPool(ctx, false); err != nil {
+		return nil, err
+	}
+	st := e.cloneState()
+	if version > st.PolicyVersion {
+		st.PolicyVersion = version
+	}
+	seq := st.BatchSeq + 1
+	if seed == 0 {
+		seed = seedOf(e.cfg.Name, "batch")
+	}
+	rng := rand.New(rand.NewPCG(seed, uint64(seq)))
+	v := st.PolicyVersion
+
+	var active, revisit []candidate
+	for _, id := range e.ids {
+		pt := e.pool[id]
+		ts := e.stats[id]
+		a, b := e.posterior(st.Model, ts, pt.f, v)
+		p := sampleBeta(rng, a, b)
+		score := p * (1 - p)
+		c := candidate{id: id, score: score, picks: recentPicks(st.Picks[id], seq, e.p.PickWindow)}
+		c.capped = c.picks >= e.p.MaxPicks
+		switch {
+		case !ts.GetRetired():
+			active = append(active, c)
+		case ts.GetRetiredReason() == Hopeless && v-ts.GetPolicyVersion() >= e.p.RevisitAfterVersions:
+			revisit = append(revisit, c)
+		}
+	}
+	byScore := func(x, y candidate) int {
+		if c := cmp.Compare(y.score, x.score); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.id, y.id)
+	}
+	slices.SortFunc(active, byScore)
+	var chosen []string
+	if e.p.RevisitEvery > 0 && seq%e.p.RevisitEvery == 0 && len(revisit) > 0 {
+		slices.SortFunc(revisit, byScore)
+		chosen = append(chosen, revisit[0].id)
+		st.Counters[CountRevisits]++
+	}
+	var capped []candidate
+	for _, c := range active {
+		if len(chosen) == n {
+			break
+		}
+		if c.capped {
+			capped = append(capped, c)
+			continue
+		}
+		chosen = append(chosen, c.id)
+	}
+	if len(chosen) < n && len(capped) > 0 {
+		slices.SortStableFunc(capped, func(x, y candidate) int { return cmp.Compare(x.picks, y.picks) })
+		for _, c := range capped {
+			if len(chosen) == n {
+				break
+			}
+			chosen = append(chosen, c.id)
+			st.Counters[CountCapRelaxed]++
+		}
+	}
+	for id, tp := range st.Picks {
+		tp.Batches = slices.DeleteFunc(tp.Batches, func(b int64) bool { return b <= seq-e.p.PickWindow })
+		if len(tp.Batches) == 0 {
+			delete(st.Picks, id)
+		}
+	}
+	for _, id := range chosen {
+		tp := st.Picks[id]
+		if tp == nil {
+			tp = &messages.TaskPicks{}
+			st.Picks[id] = tp
+		}
+		tp.Batches = append(tp.Batches, seq)
+	}
+	st.BatchSeq = seq
+	st.Counters[CountBatches]++
+	if err := e.commit(ctx, st, nil); err != nil {
+		return nil, fmt.Errorf("select batch: %w", err)
+	}
+	out := make([]*messages.Task, len(chosen))
+	for i, id := range chosen {
+		out[i] = e.pool[id].task
+	}
+	return out, nil
+}
+
+// recentPicks counts the batches within the window before seq that picked a task.
+func recentPicks(tp *messages.TaskPicks, seq, window int64) int {
+	n := 0
+	for _, b := range tp.GetBatches() {
+		if b > seq-window {
+			n++
+		}
+	}
+	return n
+}
+
+// RecordResult says what Record did with a report.
+type RecordResult struct {
+	Recorded int
+	// Rejected counts outcomes left out, by counter name.
+	Rejected  map[string]int
+	Groups    int
+	Effective int
+}
+
+// Record updates the posteriors, the difficulty model, retirement and the
+// metrics from graded episodes, in one commit. Outcomes of tasks not in the
+// pool, of policy versions older than MaxStaleVersions behind the newest,
+// with rewards outside [0, 1] or negative versions, and sandbox failures are
+// left out, counted and logged; the rest are recorded. Episodes of one task
+// in one report form a group (G episodes of a batch); a group is effective
+// when its rewards are not all equal.
+func (e *Estimator) Record(ctx context.Context, outcomes []*messages.EpisodeOutcome) (RecordResult, error) {
+	res := RecordResult{Rejected: map[string]int{}}
+	st := e.cloneState()
+	unknownSynced := false
+	groups := map[string][]*messages.EpisodeOutcome{}
+	examples := map[string]string{}
+	reject := func(counter string, o *messages.EpisodeOutcome) {
+		res.Rejected[counter]++
+		if _, ok := examples[counter]; !ok {
+			examples[counter] = fmt.Sprintf("task %q version %d reward %v", o.GetTaskId(), o.GetPolicyVersion(), o.GetReward())
+		}
+	}
+	for _, o := range outcomes {
+		if o.GetPolicyVersion() > st.PolicyVersion {
+			st.PolicyVersion = o.GetPolicyVersion()
+		}
+	}
+	for _, o := range outcomes {
+		r := o.GetReward()
+		switch {
+		case o.GetSandboxFailure():
+			reject(CountSandboxFailure, o)
+			continue
+		case o.GetPolicyVersion() < 0 || math.IsNaN(r) || r < 0 || r > 1:
+			reject(CountBadOutcome, o)
+			continue
+		case o.GetPolicyVersion() < st.PolicyVersion-e.p.MaxStaleVersions:
+			reject(CountStaleVersion, o)
+			continue
+		}
+		if _, ok := e.pool[o.GetTaskId()]; !ok && !unknownSynced {
+			unknownSynced = true
+			if err := e.syncPool(ctx, false); err != nil {
+				return res, err
+			}
+		}
+		if _, ok := e.pool[o.GetTaskId()]; !ok {
+			reject(CountUnknownTask, o)
+			continue
+		}
+		groups[o.GetTaskId()] = append(groups[o.GetTaskId()], o)
+	}
+	for counter, n := range res.Rejected {
+		st.Counters[counter] += int64(n)
+		e.log.Warn("frontier: outcomes left out", "reason", counter, "count", n, "example", examples[counter])
+	}
+	v := st.PolicyVersion
+	now := e.cfg.Now()
+	bm := &messages.BatchMetrics{Seq: st.Reports + 1, PolicyVersion: v, UnixNano: now.UnixNano()}
+	var changed []*messages.TaskStats
+	for _, id := range slices.Sorted(maps.Keys(groups)) {
+		group := groups[id]
+		pt := e.pool[id]
+		ts := &messages.TaskStats{TaskId: id}
+		if old := e.stats[id]; old != nil {
+			ts = proto.Clone(old).(*messages.TaskStats)
+		}
+		a, b := e.posterior(st.Model, ts, pt.f, v)
+		mean := a / (a + b)
+		modelP := predict(st.Model, pt.f)
+		var sum, wsum, wsucc float64
+		successes := int64(0)
+		allEqual := true
+		for _, o := range group {
+			r := o.GetReward()
+			w := math.Pow(e.p.Discount, float64(v-o.GetPolicyVersion()))
+			sum += r
+			wsum += w
+			wsucc += w * r
+			if r >= 0.5 {
+				successes++
+			}
+			if r != group[0].GetReward() {
+				allEqual = false
+			}
+		}
+		k := float64(len(group))
+		addBin(st.Calibration, mean, k, sum)
+		if ts.GetAttempts() == 0 {
+			addBin(st.ModelCalibration, modelP, k, sum)
+			if rid, ok := e.requestOf[id]; ok {
+				if rec := findRequest(st, rid); rec != nil {
+					rec.Graded++
+					if !allEqual {
+						rec.Effective++
+					}
+				}
+			}
+		}
+		learn(st.Model, pt.f, wsucc, wsum, 1, e.p.LearningRate, e.p.L2)
+		d := e.decay(ts, v)
+		ts.Alpha = ts.GetAlpha()*d + wsucc
+		ts.Beta = ts.GetBeta()*d + (wsum - wsucc)
+		ts.PolicyVersion = v
+		ts.Attempts += int64(len(group))
+		ts.Successes += successes
+		ts.UpdatedUnixNano = now.UnixNano()
+		e.classify(st, ts, pt.f)
+		changed = append(changed, ts)
+
+		res.Recorded += len(group)
+		res.Groups++
+		bm.Groups++
+		bm.Episodes += int32(len(group))
+		bm.RewardSum += sum
+		bm.PredictedSum += mean * k
+		if !allEqual {
+			res.Effective++
+			bm.EffectiveGroups++
+		}
+	}
+	st.Counters[CountRecorded] += int64(res.Recorded)
+	if bm.Groups > 0 {
+		st.Reports++
+		st.TotalGroups += int64(bm.Groups)
+		st.TotalEffectiveGroups += int64(bm.EffectiveGroups)
+		st.Recent = append(st.Recent, bm)
+		if len(st.Recent) > recentBatches {
+			st.Recent = st.Recent[len(st.Recent)-recentBatches:]
+		}
+	}
+	if err := e.commit(ctx, st, changed); err != nil {
+		return res, fmt.Errorf("record outcomes: %w", err)
+	}
+	return res, nil
+}
+
+func addBin(bins []*messages.CalibrationBin, predicted, episodes, observed float64) {
+	i := min(calibrationBins-1, max(0, int(predicted*calibrationBins)))
+	bins[i].PredictedSum += predicted * episodes
+	bins[i].ObservedSum += observed
+	bins[i].Episodes += episodes
+}
+
+// classify retires or revives a task after an update of its stats (already
+// decayed to the current version).
+func (e *Estimator) classify(st *messages.FrontierState, ts *messages.TaskStats, f Features) {
+	a, b := e.posterior(st.Model, ts, f, ts.GetPolicyVersion())
+	mean := a / (a + b)
+	evidence := ts.GetAlpha() + ts.GetBeta()
+	switch {
+	case ts.GetRetired() && ts.GetRetiredReason() == Hopeless:
+		if mean > e.p.ReviveAbove {
+			ts.Retired, ts.RetiredReason = false, ""
+			st.Counters[CountRevived]++
+		}
+	case ts.GetRetired():
+		// Mastered tasks stay retired: a better policy will not find them harder.
+	case evidence >= e.p.MinRetireEvidence && mean >= e.p.MasteredAbove:
+		ts.Retired, ts.RetiredReason = true, Mastered
+		st.Counters[CountRetiredMastered]++
+	case evidence >= e.p.MinRetireEvidence && ts.GetAttempts() >= e.p.MinHopelessAttempts && mean <= e.p.HopelessBelow:
+		ts.Retired, ts.RetiredReason = true, Hopeless
+		st.Counters[CountRetiredHopeless]++
+	}
+}
+
+func findRequest(st *messages.FrontierState, id string) *messages.SynthesisRecord {
+	for _, r := range st.Synthesis {
+		if r.GetId() == id {
+			return r
+		}
+	}
+	return nil
+}

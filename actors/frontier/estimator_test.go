@@ -1,0 +1,511 @@
+package frontier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/persistence"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func task(id, env, op string, bugs, hint int) *messages.Task {
+	ops := make([]string, bugs)
+	for i := range ops {
+		ops[i] = op
+	}
+	return &messages.Task{Id: id, Environment: env, Difficulty: &messages.DifficultyFeatures{
+		Operators: ops, Edits: int32(bugs), Files: 1, LinesTouched: int32(bugs), FailingTests: 1, HintLevel: int32(hint), Mode: "agent"}}
+}
+
+type fixture struct {
+	mem   *persistence.Memory
+	state persistence.FrontierStore
+	clock time.Time
+}
+
+func newFixture(t *testing.T, tasks ...*messages.Task) *fixture {
+	t.Helper()
+	f := &fixture{mem: persistence.NewMemory(), clock: time.Unix(1_700_000_000, 0)}
+	f.state = persistence.NewMemoryFrontier(f.mem.Curriculum())
+	if len(tasks) > 0 {
+		if err := f.mem.Tasks().PutMany(context.Background(), tasks); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
+func (f *fixture) open(t *testing.T, p Params) *Estimator {
+	t.Helper()
+	e, err := Open(context.Background(), Config{Tasks: f.mem.Tasks(), Curriculum: f.mem.Curriculum(), State: f.state,
+		Params: p, Logger: quiet, Now: func() time.Time { return f.clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func outcomes(id string, version int64, rewards ...float64) []*messages.EpisodeOutcome {
+	var out []*messages.EpisodeOutcome
+	for _, r := range rewards {
+		out = append(out, &messages.EpisodeOutcome{TaskId: id, PolicyVersion: version, Reward: r})
+	}
+	return out
+}
+
+func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol }
+
+func TestPosteriorUpdateAndDiscount(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, task("a", "env", "off_by_one", 1, 1))
+	e := f.open(t, Params{Discount: 0.5, MaxStaleVersions: 4})
+	res, err := e.Record(ctx, outcomes("a", 0, 1, 1, 0, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Recorded != 4 || res.Groups != 1 || res.Effective != 1 {
+		t.Errorf("result %+v, want 4 recorded in 1 effective group", res)
+	}
+	st := e.Stats("a")
+	if st.GetAlpha() != 3 || st.GetBeta() != 1 || st.GetAttempts() != 4 || st.GetSuccesses() != 3 {
+		t.Fatalf("stats after 3 of 4: %v", st)
+	}
+	// Two versions later the old evidence counts a quarter; an episode of
+	// the policy one version back counts half.
+	if _, err := e.Record(ctx, append(outcomes("a", 2, 0, 0), outcomes("a", 1, 1)...)); err != nil {
+		t.Fatal(err)
+	}
+	st = e.Stats("a")
+	if !near(st.GetAlpha(), 3*0.25+0.5, 1e-12) || !near(st.GetBeta(), 1*0.25+2, 1e-12) || st.GetPolicyVersion() != 2 || st.GetAttempts() != 7 {
+		t.Errorf("stats after discounting: %v", st)
+	}
+	// The posterior mean moves toward the model's prior as evidence fades.
+	before, _ := e.Mean("a")
+	if _, err := e.SelectBatch(ctx, 1, 40, 1); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := e.Mean("a")
+	prior := e.Predict(task("a", "env", "off_by_one", 1, 1))
+	if !(math.Abs(after-prior) < math.Abs(before-prior)) || !near(after, prior, 0.01) {
+		t.Errorf("mean %v → %v after 38 versions, prior %v: evidence did not fade", before, after, prior)
+	}
+	// Outcomes of a policy more than MaxStaleVersions behind are rejected.
+	res, err = e.Record(ctx, outcomes("a", 35, 1, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Recorded != 0 || res.Rejected[CountStaleVersion] != 2 || e.State().GetCounters()[CountStaleVersion] != 2 {
+		t.Errorf("stale outcomes: %+v, counters %v", res, e.State().GetCounters())
+	}
+}
+
+func TestBadInputCountedAndLeftOut(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, task("a", "env", "off_by_one", 1, 1))
+	e := f.open(t, Params{})
+	in := []*messages.EpisodeOutcome{
+		{TaskId: "ghost", PolicyVersion: 0, Reward: 1},
+		{TaskId: "a", PolicyVersion: 0, Reward: 2},
+		{TaskId: "a", PolicyVersion: 0, Reward: math.NaN()},
+		{TaskId: "a", PolicyVersion: -1, Reward: 1},
+		{TaskId: "a", PolicyVersion: 0, Reward: 1, SandboxFailure: true},
+		{TaskId: "a", PolicyVersion: 0, Reward: 1},
+	}
+	res, err := e.Record(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{CountUnknownTask: 1, CountBadOutcome: 3, CountSandboxFailure: 1}
+	for k, n := range want {
+		if res.Rejected[k] != n || e.State().GetCounters()[k] != int64(n) {
+			t.Errorf("%s: result %d, counter %d, want %d", k, res.Rejected[k], e.State().GetCounters()[k], n)
+		}
+	}
+	if res.Recorded != 1 || e.Stats("a").GetAttempts() != 1 {
+		t.Errorf("recorded %d, attempts %d, want 1", res.Recorded, e.Stats("a").GetAttempts())
+	}
+	if e.Stats("ghost") != nil {
+		t.Errorf("an unknown task got stats")
+	}
+	for _, n := range []int{0, -3, 1 << 20} {
+		if _, err := e.SelectBatch(ctx, n, 0, 0); !errors.Is(err, ErrBadRequest) {
+			t.Errorf("SelectBatch(%d) = %v, want ErrBadRequest", n, err)
+		}
+	}
+	if _, err := e.SelectBatch(ctx, 1, -1, 0); !errors.Is(err, ErrBadRequest) {
+		t.Errorf("SelectBatch(version -1) = %v, want ErrBadRequest", err)
+	}
+	if _, err := Open(ctx, Config{Tasks: f.mem.Tasks()}); !errors.Is(err, ErrBadRequest) {
+		t.Errorf("Open without stores = %v, want ErrBadRequest", err)
+	}
+	if _, err := Open(ctx, Config{Tasks: f.mem.Tasks(), Curriculum: f.mem.Curriculum(), State: f.state, Params: Params{BandLow: 0.9, BandHigh: 0.1}}); !errors.Is(err, ErrBadRequest) {
+		t.Errorf("Open with an inverted band = %v, want ErrBadRequest", err)
+	}
+	// An outcome for a task stored after the estimator loaded its pool is
+	// not unknown: the pool is reloaded first.
+	if err := f.mem.Tasks().Put(ctx, task("late", "env", "off_by_one", 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := e.Record(ctx, outcomes("late", 0, 1)); res.Recorded != 1 {
+		t.Errorf("outcome of a newly stored task: %+v", res)
+	}
+}
+
+// TestModelLearnsKnownFunction trains the difficulty model on episodes drawn
+// from a known logistic function of the features and checks its predictions
+// for settings it was trained on and for unseen combinations.
+func TestModelLearnsKnownFunction(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 7))
+	ops := []string{"a", "b", "c", "d"}
+	opW := map[string]float64{"a": 1.5, "b": 0.5, "c": -0.5, "d": -1.5}
+	truth := func(f Features) float64 {
+		return sigmoid(opW[f.Operators[0]] - 0.8*float64(f.Bugs-1) + 0.6*float64(f.HintLevel-1))
+	}
+	m := newModel()
+	feat := func(op string, bugs, hint int) Features {
+		return FeaturesOf(task("x", "env", op, bugs, hint))
+	}
+	for range 60000 {
+		f := feat(ops[r.IntN(4)], 1+r.IntN(3), r.IntN(3))
+		s := 0.0
+		for range 8 {
+			if r.Float64() < truth(f) {
+				s++
+			}
+		}
+		learn(m, f, s, 8, 1, 0.003, 1e-5)
+	}
+	worst := 0.0
+	for _, op := range ops {
+		for bugs := 1; bugs <= 3; bugs++ {
+			for hint := 0; hint <= 2; hint++ {
+				f := feat(op, bugs, hint)
+				worst = math.Max(worst, math.Abs(predict(m, f)-truth(f)))
+			}
+		}
+	}
+	if worst > 0.06 {
+		t.Errorf("worst prediction error %.3f, want ≤ 0.06", worst)
+	}
+	if !(predict(m, feat("a", 1, 2)) > predict(m, feat("d", 3, 0))) {
+		t.Errorf("model does not rank an easy setting above a hard one")
+	}
+}
+
+func TestSelectionPrefersFrontierCapsAndExplores(t *testing.T) {
+	ctx := context.Background()
+	var tasks []*messages.Task
+	for i := range 30 {
+		tasks = append(tasks, task(fmt.Sprintf("t%02d", i), "env", "off_by_one", 1, 1))
+	}
+	f := newFixture(t, tasks...)
+	e := f.open(t, Params{MaxPicks: 1, PickWindow: 2, RevisitEvery: 1000, Discount: 1})
+	// Evidence: t00–t09 solved 1 in 20, t10–t19 half, t20–t29 19 in 20
+	// (all short of retirement thresholds by design: high MinRetireEvidence).
+	e.p.MinRetireEvidence = 1e9
+	for i, tk := range tasks {
+		k := []int{1, 10, 19}[i/10]
+		rw := make([]float64, 20)
+		for j := range k {
+			rw[j] = 1
+		}
+		if _, err := e.Record(ctx, outcomes(tk.GetId(), 0, rw...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.mem.Tasks().Put(ctx, task("unseen", "env", "off_by_one", 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	picks := map[string]int{}
+	last := map[string]int{}
+	for b := 1; b <= 200; b++ {
+		batch, err := e.SelectBatch(ctx, 5, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(batch) != 5 {
+			t.Fatalf("batch %d has %d tasks", b, len(batch))
+		}
+		seen := map[string]bool{}
+		for _, tk := range batch {
+			id := tk.GetId()
+			if seen[id] {
+				t.Fatalf("batch %d has %s twice", b, id)
+			}
+			seen[id] = true
+			if l, ok := last[id]; ok && b-l < 2 {
+				t.Fatalf("%s picked in batches %d and %d: over its cap of 1 in 2", id, l, b)
+			}
+			last[id] = b
+			picks[id]++
+		}
+	}
+	band := func(lo, hi int) (n int) {
+		for i := lo; i < hi; i++ {
+			n += picks[fmt.Sprintf("t%02d", i)]
+		}
+		return n
+	}
+	hard, mid, easy := band(0, 10), band(10, 20), band(20, 30)
+	if !(mid > 3*hard && mid > 3*easy) {
+		t.Errorf("picks: hard %d, mid %d, easy %d: want p≈0.5 preferred", hard, mid, easy)
+	}
+	if picks["unseen"] == 0 {
+		t.Errorf("an untried task was never explored in 200 batches")
+	}
+	if e.State().GetCounters()[CountCapRelaxed] != 0 {
+		t.Errorf("cap relaxed with a pool of 31 for batches of 5")
+	}
+	// Same seed, same stores: the same batch.
+	f2 := newFixture(t, tasks...)
+	a, _ := f2.open(t, Params{}).SelectBatch(ctx, 5, 0, 42)
+	f3 := newFixture(t, tasks...)
+	b, _ := f3.open(t, Params{}).SelectBatch(ctx, 5, 0, 42)
+	for i := range a {
+		if a[i].GetId() != b[i].GetId() {
+			t.Fatalf("same seed, different batches")
+		}
+	}
+}
+
+func TestRetirementAndRevisit(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, task("easy", "env", "off_by_one", 1, 2), task("hard", "env", "remove_branch", 3, 0), task("mid", "env", "swap_args", 1, 1))
+	e := f.open(t, Params{RevisitEvery: 2, RevisitAfterVersions: 5, MinRetireEvidence: 8, MinHopelessAttempts: 16})
+	ones, zeros := make([]float64, 8), make([]float64, 8)
+	for i := range ones {
+		ones[i] = 1
+	}
+	for v := int64(0); v < 2; v++ {
+		if _, err := e.Record(ctx, append(outcomes("easy", v, ones...), outcomes("hard", v, zeros...)...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := e.Stats("easy"); !st.GetRetired() || st.GetRetiredReason() != Mastered {
+		t.Errorf("easy after 16 of 16: %v", st)
+	}
+	if st := e.Stats("hard"); !st.GetRetired() || st.GetRetiredReason() != Hopeless {
+		t.Errorf("hard after 0 of 16: %v", st)
+	}
+	// Retired tasks are not selected; before RevisitAfterVersions the
+	// hopeless one is not revisited.
+	for range 4 {
+		batch, err := e.SelectBatch(ctx, 3, 2, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(batch) != 1 || batch[0].GetId() != "mid" {
+			t.Fatalf("batch %v, want only the active task", ids(batch))
+		}
+	}
+	// Later, a revisit slot goes to the hopeless task (never the mastered one).
+	revisited := false
+	for range 4 {
+		batch, err := e.SelectBatch(ctx, 3, 10, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tk := range batch {
+			if tk.GetId() == "easy" {
+				t.Fatalf("mastered task selected")
+			}
+			revisited = revisited || tk.GetId() == "hard"
+		}
+	}
+	if !revisited || e.State().GetCounters()[CountRevisits] == 0 {
+		t.Fatalf("hopeless task not revisited after 8 versions")
+	}
+	// The policy improved: successes on the revisit bring it back.
+	if _, err := e.Record(ctx, outcomes("hard", 10, 1, 1, 1, 0, 0, 1, 0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.Stats("hard"); st.GetRetired() || e.State().GetCounters()[CountRevived] != 1 {
+		t.Errorf("hard after 5 of 8 on revisit: %v, counters %v", st, e.State().GetCounters())
+	}
+}
+
+func ids(ts []*messages.Task) []string {
+	var out []string
+	for _, t := range ts {
+		out = append(out, t.GetId())
+	}
+	return out
+}
+
+func TestSynthesisControl(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, task("seed", "six", "off_by_one", 1, 1))
+	p := Params{TargetFrontier: 10, MaxRequestTasks: 4, Operators: []string{"off_by_one", "remove_branch"}, SpecBackoff: 5, RequestTimeout: time.Hour}
+	e := f.open(t, p)
+	// A model that finds hint 2 easy, hint 0 hard, two bugs harder still.
+	e.state.Model.Weights = map[string]float64{"bias": 0, "hint=2": 2.5, "hint=1": 0.3, "hint=0": -0.3, "bugs=2": -1.5, "bugs=3": -3, "op=remove_branch": -0.2}
+	recs, err := e.PlanSynthesis(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 {
+		t.Fatalf("planned %d requests, want 1", len(recs))
+	}
+	r := recs[0]
+	if r.GetAsked() != 4 || r.GetSpec().GetEnvironment() != "six" || r.GetPredicted() < e.p.BandLow || r.GetPredicted() > e.p.BandHigh {
+		t.Errorf("request %v: want 4 tasks of six predicted inside the band", r)
+	}
+	firstHint := r.GetSpec().GetHintLevel()
+	// One request in flight: nothing more is planned.
+	if more, _ := e.PlanSynthesis(ctx, nil); len(more) != 0 {
+		t.Errorf("planned %d more with one pending", len(more))
+	}
+	req := SynthesizeRequestOf(r)
+	if req.GetCount() != 4 || req.GetTarget().GetHintLevel() != firstHint || req.GetBugs() != r.GetSpec().GetBugs() || req.GetSeed() == 0 {
+		t.Errorf("SynthesizeRequest %v from %v", req, r)
+	}
+	// Delivery: tasks join the pool and the request's yield is tracked.
+	made := []*messages.Task{task("n1", "six", "off_by_one", 1, int(firstHint)), task("n2", "six", "off_by_one", 1, int(firstHint))}
+	if err := f.mem.Tasks().PutMany(ctx, made); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Delivered(ctx, r.GetId(), []string{"n1", "n2"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.Mean("n1"); !ok {
+		t.Fatalf("delivered task not in the pool")
+	}
+	if _, err := e.Record(ctx, outcomes("n1", 0, 1, 0, 1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	got := findRequest(e.state, r.GetId())
+	if got.GetStatus() != StatusDone || got.GetGraded() != 1 || got.GetEffective() != 1 || e.State().GetCounters()[CountSynthShort] != 1 {
+		t.Errorf("record after delivery: %v, counters %v", got, e.State().GetCounters())
+	}
+	// The policy improves: everything at that hint level is now easy, so
+	// the control moves to harder settings.
+	e.state.Model.Weights["bias"] = 2.5
+	recs, _ = e.PlanSynthesis(ctx, nil)
+	if len(recs) != 1 {
+		t.Fatalf("no request after the policy improved")
+	}
+	harder := recs[0].GetSpec()
+	if !(harder.GetHintLevel() < firstHint || harder.GetBugs() > r.GetSpec().GetBugs()) {
+		t.Errorf("after improvement asked for %v, before %v: want harder", SpecKey(harder), SpecKey(r.GetSpec()))
+	}
+	// A synthesizer that cannot deliver: failure counted, setting backed off.
+	if err := e.Delivered(ctx, recs[0].GetId(), nil, errors.New("containerd is not running")); err != nil {
+		t.Fatal(err)
+	}
+	if e.State().GetCounters()[CountSynthFailed] != 1 || e.State().GetSpecBackoff()[SpecKey(harder)] == 0 {
+		t.Errorf("after failure: counters %v, backoff %v", e.State().GetCounters(), e.State().GetSpecBackoff())
+	}
+	next, _ := e.PlanSynthesis(ctx, nil)
+	if len(next) != 1 || SpecKey(next[0].GetSpec()) == SpecKey(harder) {
+		t.Errorf("after a failure the same setting was asked for again: %v", next)
+	}
+	// No answer within the timeout: failed and counted.
+	f.clock = f.clock.Add(2 * time.Hour)
+	if _, err := e.PlanSynthesis(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if rec := findRequest(e.state, next[0].GetId()); rec.GetStatus() != StatusFailed || e.State().GetCounters()[CountSynthTimeout] != 1 {
+		t.Errorf("after the timeout: %v", rec)
+	}
+	// An answer nobody waits for.
+	if err := e.Delivered(ctx, "default-999", []string{"x"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if e.State().GetCounters()[CountSynthUnknown] != 1 {
+		t.Errorf("unknown answer not counted")
+	}
+	// No environment anywhere: counted, nothing planned.
+	f2 := newFixture(t)
+	e2 := f2.open(t, p)
+	if recs, _ := e2.PlanSynthesis(ctx, nil); len(recs) != 0 || e2.State().GetCounters()[CountSynthNoEnv] != 1 {
+		t.Errorf("without environments: %v, counters %v", recs, e2.State().GetCounters())
+	}
+	if recs, _ := e2.PlanSynthesis(ctx, []string{"uuid"}); len(recs) != 1 || recs[0].GetSpec().GetEnvironment() != "uuid" {
+		t.Errorf("with a fallback environment: %v", recs)
+	}
+}
+
+// TestRestartLosesNothing drives an estimator on Badger, closes the
+// database, opens it again and checks state, posteriors and the next batch
+// are identical.
+func TestRestartLosesNothing(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	db, err := persistence.Open(dir, persistence.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tasks []*messages.Task
+	for i := range 12 {
+		tasks = append(tasks, task(fmt.Sprintf("t%02d", i), "six", []string{"off_by_one", "remove_branch"}[i%2], 1+i%3, i%3))
+	}
+	if err := db.Tasks().PutMany(ctx, tasks); err != nil {
+		t.Fatal(err)
+	}
+	clock := time.Unix(1_700_000_000, 0)
+	open := func(db *persistence.DB) *Estimator {
+		e, err := Open(ctx, Config{Tasks: db.Tasks(), Curriculum: db.Curriculum(), State: db.Frontier(), Logger: quiet, Now: func() time.Time { return clock }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	e := open(db)
+	r := rand.New(rand.NewPCG(3, 3))
+	for v := int64(0); v < 5; v++ {
+		batch, err := e.SelectBatch(ctx, 4, v, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var outs []*messages.EpisodeOutcome
+		for _, tk := range batch {
+			for range 4 {
+				outs = append(outs, &messages.EpisodeOutcome{TaskId: tk.GetId(), PolicyVersion: v, Reward: float64(r.IntN(2))})
+			}
+		}
+		if _, err := e.Record(ctx, outs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.PlanSynthesis(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	wantState := e.State()
+	wantSnap := e.Snapshot(nil)
+	wantStats := map[string]*messages.TaskStats{}
+	for _, tk := range tasks {
+		wantStats[tk.GetId()] = e.Stats(tk.GetId())
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err = persistence.Open(dir, persistence.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	e2 := open(db)
+	if got := e2.State(); !proto.Equal(got, wantState) {
+		t.Errorf("state after restart differs:\n got %v\nwant %v", got, wantState)
+	}
+	for id, want := range wantStats {
+		if !proto.Equal(e2.Stats(id), want) {
+			t.Errorf("stats of %s after restart: %v, want %v", id, e2.Stats(id), want)
+		}
+	}
+	snap := e2.Snapshot(nil)
+	if snap.GetFrontierTasks() != wantSnap.GetFrontierTasks() || snap.GetPoolTasks() != wantSnap.GetPoolTasks() {
+		t.Errorf("snapshot after restart: %d frontier of %d, want %d of %d", snap.GetFrontierTasks(), snap.GetPoolTasks(), wantSnap.GetFrontierTasks(), wantSnap.GetPoolTasks())
+	}
+}

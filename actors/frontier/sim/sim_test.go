@@ -1,0 +1,89 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+)
+
+// small is a budget the test suite can afford; the full table is
+// `frognano bench frontier`.
+func small() Config {
+	c := DefaultConfig()
+	c.Budget = 40_000
+	c.EvalTasks = 300
+	return c
+}
+
+func TestDeterministic(t *testing.T) {
+	ctx := context.Background()
+	a, err := Run(ctx, small())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Run(ctx, small())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	if string(ja) != string(jb) {
+		t.Errorf("same seed, different reports:\n%s\n%s", ja, jb)
+	}
+	c := small()
+	c.Seed = 2
+	other, err := Run(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if jo, _ := json.Marshal(other); string(jo) == string(ja) {
+		t.Errorf("seeds 1 and 2 gave the same report")
+	}
+}
+
+// TestFrontierArm checks, at a small budget, what the benchmark claims:
+// equal budgets, the frontier arm's effective-batch fraction at least 0.8,
+// and the frontier arm reaching the uniform arm's final skill with clearly
+// fewer rollouts (the issue's goal of at most half is reported by the
+// benchmark, not asserted: see README).
+func TestFrontierArm(t *testing.T) {
+	rep, err := Run(context.Background(), small())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Arms) != 3 {
+		t.Fatalf("%d arms", len(rep.Arms))
+	}
+	uniform, dapo, fr := rep.Arms[0], rep.Arms[1], rep.Arms[2]
+	for _, a := range rep.Arms {
+		if a.Rollouts > rep.Budget || a.Rollouts < rep.Budget-int64(rep.Group) {
+			t.Errorf("%s spent %d rollouts of %d", a.Name, a.Rollouts, rep.Budget)
+		}
+		if a.SkillFinal <= a.SkillStart {
+			t.Errorf("%s learned nothing", a.Name)
+		}
+	}
+	if !rep.GoalEffectiveFraction || fr.EffectiveBatchFraction < 0.8 {
+		t.Errorf("frontier effective-batch fraction %.3f, want ≥ 0.8", fr.EffectiveBatchFraction)
+	}
+	if fr.EffectiveBatchFraction <= uniform.EffectiveBatchFraction || fr.EffectiveBatchFraction <= dapo.EffectiveBatchFraction {
+		t.Errorf("effective fractions: uniform %.3f dapo %.3f frontier %.3f", uniform.EffectiveBatchFraction, dapo.EffectiveBatchFraction, fr.EffectiveBatchFraction)
+	}
+	if fr.RolloutsToUniformFinal < 0 || float64(fr.RolloutsToUniformFinal) > 0.75*float64(uniform.Rollouts) {
+		t.Errorf("frontier reached uniform's final skill after %d of %d rollouts, want ≤ 0.75×", fr.RolloutsToUniformFinal, uniform.Rollouts)
+	}
+	if fr.TasksSynthesized == 0 || fr.SynthesisRequests == 0 {
+		t.Errorf("frontier arm synthesized nothing")
+	}
+	if dapo.Steps >= uniform.Steps {
+		t.Errorf("dapo took %d steps, uniform %d: discarded groups should cost steps", dapo.Steps, uniform.Steps)
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	for _, c := range []Config{{Budget: 10}, {PoolSize: 4}, {Group: 1}, {SynthYield: 2}} {
+		if _, err := Run(context.Background(), c); err == nil {
+			t.Errorf("Run(%+v) succeeded", c)
+		}
+	}
+}
