@@ -156,8 +156,9 @@ func formatUUID(b []byte) string {
 // makes its device current on the calling thread and queues on the
 // Backend's stream.
 type Backend struct {
-	dev *device
-	cfg launch
+	dev  *device
+	cfg  launch
+	prec Precision // of MatMul, MatMulNN and MatMulTN (grad.go)
 }
 
 // launch holds launch configurations; zero fields let the library choose.
@@ -168,6 +169,8 @@ type launch struct {
 	elemBlock  int // threads per block in SwiGLU and Add
 	attnWarps  int // query rows per attention block
 	attnSplits int // key ranges per (row, head) in attention
+	gemm       int // 2/3/4 fp32 tiles of 32/64/128 in MatMulNN and MatMulTN (gemm.cu)
+	attnBwd    int // rows (warps) per block in AttentionBackward (attention_bwd.cu)
 }
 
 // device is what Backends of one context and their tensors share.

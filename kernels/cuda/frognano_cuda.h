@@ -78,6 +78,51 @@ int fn_swiglu(fn_ctx *ctx, int block, uint64_t dst, uint64_t gate, uint64_t up, 
 int fn_add(fn_ctx *ctx, int block, uint64_t dst, uint64_t a, uint64_t b, size_t n);
 int fn_softmax(fn_ctx *ctx, int block, int log, uint64_t dst, uint64_t x, int rows, int cols);
 
+/* Training: the operations of kernels.GradBackend (gemm.cu,
+ * attention_bwd.cu, grad.cu, optim.cu). */
+
+/* fn_gemm's layouts, for C[m,n] (+)= op(A)·op(B) with a sum over k:
+ * NT: A[m,k]·B[n,k]ᵀ (the forward product, fn_matmul's), NN: A[m,k]·B[k,n],
+ * TN: A[k,m]ᵀ·B[k,n]. */
+enum { FN_GEMM_NT = 0, FN_GEMM_NN = 1, FN_GEMM_TN = 2 };
+/* fn_gemm's precisions: fp32 throughout, or inputs rounded to bf16 and
+ * multiplied on tensor cores with fp32 accumulation. */
+enum { FN_PREC_F32 = 0, FN_PREC_BF16 = 1 };
+
+/* fn_gemm's cfg picks the fp32 kernel: fn_matmul's numbering for NT without
+ * accumulate (it is fn_matmul then), else 2/3/4 for tiles of 32/64/128;
+ * bf16 has a single kernel and ignores cfg. */
+int fn_gemm(fn_ctx *ctx, int cfg, int prec, int layout, int accumulate, uint64_t c, uint64_t a, uint64_t b,
+            int m, int n, int k);
+/* fn_sum_rows adds the column sums of x[rows, cols] to dst[cols]. */
+int fn_sum_rows(fn_ctx *ctx, uint64_t dst, uint64_t x, int rows, int cols);
+/* fn_embedding_backward takes the ids grouped by the caller: groups[0:u]
+ * the distinct ids, groups[u:2u+1] offsets into groups[2u+1:2u+1+n], the
+ * rows of dy holding each id, in order. */
+int fn_embedding_backward(fn_ctx *ctx, uint64_t dtable, uint64_t dy, const int32_t *groups, int u, int n, int dim);
+int fn_rmsnorm_backward(fn_ctx *ctx, int block, uint64_t dx, uint64_t dw, uint64_t dy, uint64_t x, uint64_t w,
+                        int rows, int cols, float eps);
+int fn_attention_backward(fn_ctx *ctx, int warps, uint64_t dq, uint64_t dk, uint64_t dv, uint64_t dy, uint64_t q,
+                          uint64_t k, uint64_t v, int t, int n_heads, int n_kv_heads, int head_dim, float scale);
+int fn_swiglu_backward(fn_ctx *ctx, int block, uint64_t dgate, uint64_t dup, uint64_t dy, uint64_t gate,
+                       uint64_t up, size_t n);
+/* fn_token_logprobs writes rows floats to host memory and waits for them. */
+int fn_token_logprobs(fn_ctx *ctx, int block, float *dst, uint64_t logits, const int32_t *targets, int rows,
+                      int cols);
+int fn_token_logprobs_backward(fn_ctx *ctx, int block, uint64_t dlogits, uint64_t logits, const int32_t *targets,
+                               const float *dlogp, int rows, int cols);
+int fn_axpy(fn_ctx *ctx, int block, uint64_t dst, uint64_t x, float alpha, size_t n);
+int fn_scale(fn_ctx *ctx, int block, uint64_t dst, float alpha, size_t n);
+int fn_fill(fn_ctx *ctx, int block, uint64_t dst, float v, size_t n);
+/* fn_sum_squares writes Σ x² (float64) to host memory and waits for it. */
+int fn_sum_squares(fn_ctx *ctx, int block, uint64_t x, size_t n, double *out);
+/* fn_adamw takes the scalars torch.optim.AdamW derives on the host (in
+ * float64, rounded once): w1 = 1-beta1 (the lerp weight of m), beta2,
+ * w2 = 1-beta2, eps, decay = 1-lr·weight_decay,
+ * neg_step = -lr/(1-beta1^step) and bc2_sqrt = sqrt(1-beta2^step). */
+int fn_adamw(fn_ctx *ctx, int block, uint64_t p, uint64_t g, uint64_t m, uint64_t v, size_t n, float w1,
+             float beta2, float w2, float eps, float decay, float neg_step, float bc2_sqrt);
+
 #ifdef __cplusplus
 }
 #endif

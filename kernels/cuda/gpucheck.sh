@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # One-shot check of the CUDA backend on a machine with an NVIDIA GPU: the
-# conformance suite and the randomized GPU-vs-CPU sweeps (with the GPU
-# required, so nothing passes by skipping), a compute-sanitizer memcheck of
-# the conformance suite where the tool exists, the benchmarks, and a
-# summary. Sized to finish in about three minutes on an H200, under six at
-# the timeouts.
+# forward and gradient conformance suites, the randomized GPU-vs-CPU sweeps
+# of every forward and backward operation and the bf16 products (with the
+# GPU required, so nothing passes by skipping), a compute-sanitizer memcheck
+# of both conformance suites where the tool exists, the benchmarks (forward,
+# and the backward at SmolLM2 shapes for T=512), and a summary. Sized to
+# finish in about four minutes on an H200, under nine at the timeouts.
 #
 #   kernels/cuda/gpucheck.sh prepare   on a build machine with Go and nvcc:
 #                                      builds kernels/cuda/cuda.test to carry
@@ -54,21 +55,21 @@ else
 fi
 
 log "tests (FROGNANO_REQUIRE_CUDA=1)"
-FROGNANO_REQUIRE_CUDA=1 timeout 180 ./cuda.test -test.v -test.count=1 -test.timeout 170s 2>&1 | tee "$out/test.log"
+FROGNANO_REQUIRE_CUDA=1 timeout 270 ./cuda.test -test.v -test.count=1 -test.timeout 260s 2>&1 | tee "$out/test.log"
 test_rc=${PIPESTATUS[0]}
 
 san_rc=skipped
 if command -v compute-sanitizer >/dev/null 2>&1; then
-  log "compute-sanitizer memcheck, conformance suite"
-  FROGNANO_REQUIRE_CUDA=1 timeout 75 compute-sanitizer --tool memcheck --error-exitcode 3 \
-    ./cuda.test -test.run 'TestConformance' -test.count=1 >"$out/memcheck.log" 2>&1
+  log "compute-sanitizer memcheck, conformance suites"
+  FROGNANO_REQUIRE_CUDA=1 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 \
+    ./cuda.test -test.run 'TestConformance|TestGradConformance$' -test.count=1 >"$out/memcheck.log" 2>&1
   san_rc=$?
   tail -n 5 "$out/memcheck.log"
 fi
 
 log "benchmarks"
-FROGNANO_REQUIRE_CUDA=1 timeout 90 ./cuda.test -test.run '^$' -test.bench . -test.benchtime 200x \
-  -test.timeout 85s 2>&1 | tee "$out/bench.log"
+FROGNANO_REQUIRE_CUDA=1 timeout 150 ./cuda.test -test.run '^$' -test.bench . -test.benchtime 200x \
+  -test.timeout 145s 2>&1 | tee "$out/bench.log"
 bench_rc=${PIPESTATUS[0]}
 
 log "summary ($(($(date +%s) - start)) s)"
@@ -76,8 +77,8 @@ pass=$(grep -c -- '--- PASS' "$out/test.log")
 fail=$(grep -c -- '--- FAIL' "$out/test.log")
 skip=$(grep -c -- '--- SKIP' "$out/test.log")
 echo "tests: exit $test_rc; $pass passed, $fail failed, $skip skipped (subtests included)"
-grep -- '--- FAIL' "$out/test.log" | head -n 20
-grep -E 'worst \|gpu-cpu\|' "$out/test.log" | sed 's/^ *//' | head -n 20
+grep -- '--- FAIL' "$out/test.log" | head -n 30
+grep -E 'worst \|gpu-cpu\|' "$out/test.log" | sed 's/^ *//' | head -n 40
 echo "memcheck: exit $san_rc (0 clean, 3 errors found; log $out/memcheck.log)"
 echo "benchmarks: exit $bench_rc"
 grep -E '^Benchmark' "$out/bench.log" | awk '{ line = $1; for (i = 3; i < NF; i += 2) line = line "  " $i " " $(i + 1); print line }'

@@ -22,14 +22,16 @@ import (
 // no longer holds could otherwise be collected, and its memory freed,
 // before its kernel was queued.
 
-// MatMul sets dst[m,n] = a[m,k]·b[n,k]ᵀ (matmul.cu).
+// MatMul sets dst[m,n] = a[m,k]·b[n,k]ᵀ (matmul.cu; gemm.cu under BF16
+// precision, see SetMatMulPrecision).
 func (b *Backend) MatMul(dst, a, w kernels.Tensor) {
 	d, x, y := b.tensor(dst), b.tensor(a), b.tensor(w)
 	m, k, n := x.Rows(), x.Cols(), y.Rows()
 	mustMatrix("MatMul", "b", y, n, k)
 	mustMatrix("MatMul", "dst", d, m, n)
 	mustNotOverlap("MatMul", d, x, y)
-	check("MatMul", C.fn_matmul(b.dev.ctx, C.int(b.cfg.matmul), d.addr(), x.addr(), y.addr(), C.int(m), C.int(n), C.int(k)))
+	// fn_gemm is fn_matmul in fp32, the tensor-core kernel under BF16.
+	check("MatMul", C.fn_gemm(b.dev.ctx, C.int(b.cfg.matmul), C.int(b.prec), C.FN_GEMM_NT, 0, d.addr(), x.addr(), y.addr(), C.int(m), C.int(n), C.int(k)))
 	keepAlive(d, x, y)
 }
 
