@@ -13,6 +13,9 @@
 // the same call. For short batches, the decoding steps, the q/k/v and
 // gate/up weights are stacked so that each layer runs fewer, larger
 // products (fuse.go). generate.go samples with kernels/sample on top.
+// train.go is the training forward and backward passes over a
+// kernels.GradBackend; params.go lists and sets the weights by Hugging Face
+// name (checkpoints, weights pushed to samplers).
 package model
 
 import (
@@ -155,8 +158,10 @@ func lookupHFArch(names []string) (*Architecture, error) {
 }
 
 // Model is a loaded decoder: its configuration, weights on a backend and
-// tokenizer. It is immutable and safe for concurrent use; the state of a
-// computation lives in Caches and Runners.
+// tokenizer. It is safe for concurrent use; the state of a computation lives
+// in Caches and Runners. Its weights change only through SetParams or in
+// place through Params (a training step, train.go), which must not overlap
+// with a computation on the model.
 type Model struct {
 	Config    Config
 	Tokenizer *tokenizer.Tokenizer
