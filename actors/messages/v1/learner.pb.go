@@ -13,6 +13,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
+	sync "sync"
 	unsafe "unsafe"
 )
 
@@ -23,19 +24,683 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// TrajectoryGroup is the trajectories sampled for one task: GRPO's group.
+type TrajectoryGroup struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Trajectories  []*Trajectory          `protobuf:"bytes,2,rep,name=trajectories,proto3" json:"trajectories,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrajectoryGroup) Reset() {
+	*x = TrajectoryGroup{}
+	mi := &file_learner_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrajectoryGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrajectoryGroup) ProtoMessage() {}
+
+func (x *TrajectoryGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_learner_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrajectoryGroup.ProtoReflect.Descriptor instead.
+func (*TrajectoryGroup) Descriptor() ([]byte, []int) {
+	return file_learner_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *TrajectoryGroup) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *TrajectoryGroup) GetTrajectories() []*Trajectory {
+	if x != nil {
+		return x.Trajectories
+	}
+	return nil
+}
+
+// LearnerTrainBatch asks for one optimizer step on these groups.
+type LearnerTrainBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BatchId       string                 `protobuf:"bytes,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	Groups        []*TrajectoryGroup     `protobuf:"bytes,2,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LearnerTrainBatch) Reset() {
+	*x = LearnerTrainBatch{}
+	mi := &file_learner_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LearnerTrainBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LearnerTrainBatch) ProtoMessage() {}
+
+func (x *LearnerTrainBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_learner_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LearnerTrainBatch.ProtoReflect.Descriptor instead.
+func (*LearnerTrainBatch) Descriptor() ([]byte, []int) {
+	return file_learner_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *LearnerTrainBatch) GetBatchId() string {
+	if x != nil {
+		return x.BatchId
+	}
+	return ""
+}
+
+func (x *LearnerTrainBatch) GetGroups() []*TrajectoryGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+// LearnerStep reports one step.
+type LearnerStep struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BatchId       string                 `protobuf:"bytes,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	Step          int64                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`                                        // updates applied so far
+	PolicyVersion int64                  `protobuf:"varint,3,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"` // the version the weights now have
+	Loss          float64                `protobuf:"fixed64,4,opt,name=loss,proto3" json:"loss,omitempty"`                                       // GRPO loss of the batch before the update
+	GradNorm      float64                `protobuf:"fixed64,5,opt,name=grad_norm,json=gradNorm,proto3" json:"grad_norm,omitempty"`               // global norm before clipping
+	Lr            float64                `protobuf:"fixed64,6,opt,name=lr,proto3" json:"lr,omitempty"`
+	Clipped       bool                   `protobuf:"varint,7,opt,name=clipped,proto3" json:"clipped,omitempty"`
+	GroupsUsed    int32                  `protobuf:"varint,8,opt,name=groups_used,json=groupsUsed,proto3" json:"groups_used,omitempty"`
+	GroupsSkipped int32                  `protobuf:"varint,9,opt,name=groups_skipped,json=groupsSkipped,proto3" json:"groups_skipped,omitempty"` // groups whose rewards were all equal
+	PolicyTokens  int64                  `protobuf:"varint,10,opt,name=policy_tokens,json=policyTokens,proto3" json:"policy_tokens,omitempty"`
+	ClipFraction  float64                `protobuf:"fixed64,11,opt,name=clip_fraction,json=clipFraction,proto3" json:"clip_fraction,omitempty"` // tokens clipped or masked by the trust region
+	MeanRatio     float64                `protobuf:"fixed64,12,opt,name=mean_ratio,json=meanRatio,proto3" json:"mean_ratio,omitempty"`
+	// skipped is why no update happened: "" (one did), "non_finite" (NaN or
+	// Inf in the loss or gradients), "no_signal" (every group skipped).
+	Skipped       string  `protobuf:"bytes,13,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	SkippedSteps  int64   `protobuf:"varint,14,opt,name=skipped_steps,json=skippedSteps,proto3" json:"skipped_steps,omitempty"`    // non-finite steps skipped so far
+	PublishedStep int64   `protobuf:"varint,15,opt,name=published_step,json=publishedStep,proto3" json:"published_step,omitempty"` // checkpoint step of the published weights; -1 if none this step
+	Seconds       float64 `protobuf:"fixed64,16,opt,name=seconds,proto3" json:"seconds,omitempty"`
+	MicroBatches  int32   `protobuf:"varint,17,opt,name=micro_batches,json=microBatches,proto3" json:"micro_batches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LearnerStep) Reset() {
+	*x = LearnerStep{}
+	mi := &file_learner_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LearnerStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LearnerStep) ProtoMessage() {}
+
+func (x *LearnerStep) ProtoReflect() protoreflect.Message {
+	mi := &file_learner_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LearnerStep.ProtoReflect.Descriptor instead.
+func (*LearnerStep) Descriptor() ([]byte, []int) {
+	return file_learner_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *LearnerStep) GetBatchId() string {
+	if x != nil {
+		return x.BatchId
+	}
+	return ""
+}
+
+func (x *LearnerStep) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *LearnerStep) GetPolicyVersion() int64 {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return 0
+}
+
+func (x *LearnerStep) GetLoss() float64 {
+	if x != nil {
+		return x.Loss
+	}
+	return 0
+}
+
+func (x *LearnerStep) GetGradNorm() float64 {
+	if x != nil {
+		return x.GradNorm
+	}
+	return 0
+}
+
+func (x *LearnerStep) GetLr() float64 {
+	if x != nil {
+		return x.Lr
+	}
+	return 0
+}
+
+func (x *LearnerStep) GetClipped() bool {
+	if x != nil {
+		return x.Clipped
+	}
+	return false
+}
+
+func (x *LearnerStep) GetGroupsUsed() int32 {
+	if x != nil {
+		return x.GroupsUsed
+	}
+	return 0
+}
+
+func (x *LearnerStep) GetGroupsSkipped() int32 {
+	if x != nil {
+		return x.GroupsSkipped
+	}
+	return 0
+}
+
+func (x *LearnerStep) GetPolicyTokens() int64 {
+	if x != nil {
+		return x.PolicyTokens
+	}
+	return 0
+}
+
+func (x *LearnerStep) GetClipFraction() float64 {
+	if x != nil {
+		return x.ClipFraction
+	}
+	return 0
+}
+
+func (x *LearnerStep) GetMeanRatio() float64 {
+	if x != nil {
+		return x.MeanRatio
+	}
+	return 0
+}
+
+func (x *LearnerStep) GetSkipped() string {
+	if x != nil {
+		return x.Skipped
+	}
+	return ""
+}
+
+func (x *LearnerStep) GetSkippedSteps() int64 {
+	if x != nil {
+		return x.SkippedSteps
+	}
+	return 0
+}
+
+func (x *LearnerStep) GetPublishedStep() int64 {
+	if x != nil {
+		return x.PublishedStep
+	}
+	return 0
+}
+
+func (x *LearnerStep) GetSeconds() float64 {
+	if x != nil {
+		return x.Seconds
+	}
+	return 0
+}
+
+func (x *LearnerStep) GetMicroBatches() int32 {
+	if x != nil {
+		return x.MicroBatches
+	}
+	return 0
+}
+
+// LearnerSubscribe registers a subscriber (a Sampler) by its PID. The reply
+// is WeightsPublished for the newest stored version, or one with
+// policy_version 0 and step -1 when nothing is published yet (the base
+// model).
+type LearnerSubscribe struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LearnerSubscribe) Reset() {
+	*x = LearnerSubscribe{}
+	mi := &file_learner_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LearnerSubscribe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LearnerSubscribe) ProtoMessage() {}
+
+func (x *LearnerSubscribe) ProtoReflect() protoreflect.Message {
+	mi := &file_learner_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LearnerSubscribe.ProtoReflect.Descriptor instead.
+func (*LearnerSubscribe) Descriptor() ([]byte, []int) {
+	return file_learner_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *LearnerSubscribe) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *LearnerSubscribe) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// LearnerCheckpointRequest asks for a full checkpoint now; the reply is
+// LearnerCheckpointed.
+type LearnerCheckpointRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LearnerCheckpointRequest) Reset() {
+	*x = LearnerCheckpointRequest{}
+	mi := &file_learner_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LearnerCheckpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LearnerCheckpointRequest) ProtoMessage() {}
+
+func (x *LearnerCheckpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_learner_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LearnerCheckpointRequest.ProtoReflect.Descriptor instead.
+func (*LearnerCheckpointRequest) Descriptor() ([]byte, []int) {
+	return file_learner_proto_rawDescGZIP(), []int{4}
+}
+
+type LearnerCheckpointed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"` // the training-state run id (RUN/train)
+	Step          int64                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	PolicyVersion int64                  `protobuf:"varint,3,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LearnerCheckpointed) Reset() {
+	*x = LearnerCheckpointed{}
+	mi := &file_learner_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LearnerCheckpointed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LearnerCheckpointed) ProtoMessage() {}
+
+func (x *LearnerCheckpointed) ProtoReflect() protoreflect.Message {
+	mi := &file_learner_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LearnerCheckpointed.ProtoReflect.Descriptor instead.
+func (*LearnerCheckpointed) Descriptor() ([]byte, []int) {
+	return file_learner_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *LearnerCheckpointed) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *LearnerCheckpointed) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *LearnerCheckpointed) GetPolicyVersion() int64 {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return 0
+}
+
+// LearnerStatusRequest asks what the Learner holds; the reply is
+// LearnerStatus.
+type LearnerStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LearnerStatusRequest) Reset() {
+	*x = LearnerStatusRequest{}
+	mi := &file_learner_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LearnerStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LearnerStatusRequest) ProtoMessage() {}
+
+func (x *LearnerStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_learner_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LearnerStatusRequest.ProtoReflect.Descriptor instead.
+func (*LearnerStatusRequest) Descriptor() ([]byte, []int) {
+	return file_learner_proto_rawDescGZIP(), []int{6}
+}
+
+type LearnerStatus struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	RunId              string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Step               int64                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	PolicyVersion      int64                  `protobuf:"varint,3,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	SkippedSteps       int64                  `protobuf:"varint,4,opt,name=skipped_steps,json=skippedSteps,proto3" json:"skipped_steps,omitempty"`
+	LastCheckpointStep int64                  `protobuf:"varint,5,opt,name=last_checkpoint_step,json=lastCheckpointStep,proto3" json:"last_checkpoint_step,omitempty"` // -1 when none
+	Backend            string                 `protobuf:"bytes,6,opt,name=backend,proto3" json:"backend,omitempty"`
+	Model              *ModelConfig           `protobuf:"bytes,7,opt,name=model,proto3" json:"model,omitempty"`
+	Subscribers        int32                  `protobuf:"varint,8,opt,name=subscribers,proto3" json:"subscribers,omitempty"`
+	Queued             int32                  `protobuf:"varint,9,opt,name=queued,proto3" json:"queued,omitempty"`
+	PublishedStep      int64                  `protobuf:"varint,10,opt,name=published_step,json=publishedStep,proto3" json:"published_step,omitempty"` // newest publication (= its policy version); -1 when none
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *LearnerStatus) Reset() {
+	*x = LearnerStatus{}
+	mi := &file_learner_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LearnerStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LearnerStatus) ProtoMessage() {}
+
+func (x *LearnerStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_learner_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LearnerStatus.ProtoReflect.Descriptor instead.
+func (*LearnerStatus) Descriptor() ([]byte, []int) {
+	return file_learner_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *LearnerStatus) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *LearnerStatus) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *LearnerStatus) GetPolicyVersion() int64 {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return 0
+}
+
+func (x *LearnerStatus) GetSkippedSteps() int64 {
+	if x != nil {
+		return x.SkippedSteps
+	}
+	return 0
+}
+
+func (x *LearnerStatus) GetLastCheckpointStep() int64 {
+	if x != nil {
+		return x.LastCheckpointStep
+	}
+	return 0
+}
+
+func (x *LearnerStatus) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+func (x *LearnerStatus) GetModel() *ModelConfig {
+	if x != nil {
+		return x.Model
+	}
+	return nil
+}
+
+func (x *LearnerStatus) GetSubscribers() int32 {
+	if x != nil {
+		return x.Subscribers
+	}
+	return 0
+}
+
+func (x *LearnerStatus) GetQueued() int32 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
+func (x *LearnerStatus) GetPublishedStep() int64 {
+	if x != nil {
+		return x.PublishedStep
+	}
+	return 0
+}
+
 var File_learner_proto protoreflect.FileDescriptor
 
 const file_learner_proto_rawDesc = "" +
 	"\n" +
-	"\rlearner.proto\x12\x14frognano.messages.v1\x1a\rrecords.protoB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
+	"\rlearner.proto\x12\x14frognano.messages.v1\x1a\rrecords.proto\"p\n" +
+	"\x0fTrajectoryGroup\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12D\n" +
+	"\ftrajectories\x18\x02 \x03(\v2 .frognano.messages.v1.TrajectoryR\ftrajectories\"m\n" +
+	"\x11LearnerTrainBatch\x12\x19\n" +
+	"\bbatch_id\x18\x01 \x01(\tR\abatchId\x12=\n" +
+	"\x06groups\x18\x02 \x03(\v2%.frognano.messages.v1.TrajectoryGroupR\x06groups\"\x94\x04\n" +
+	"\vLearnerStep\x12\x19\n" +
+	"\bbatch_id\x18\x01 \x01(\tR\abatchId\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x03R\x04step\x12%\n" +
+	"\x0epolicy_version\x18\x03 \x01(\x03R\rpolicyVersion\x12\x12\n" +
+	"\x04loss\x18\x04 \x01(\x01R\x04loss\x12\x1b\n" +
+	"\tgrad_norm\x18\x05 \x01(\x01R\bgradNorm\x12\x0e\n" +
+	"\x02lr\x18\x06 \x01(\x01R\x02lr\x12\x18\n" +
+	"\aclipped\x18\a \x01(\bR\aclipped\x12\x1f\n" +
+	"\vgroups_used\x18\b \x01(\x05R\n" +
+	"groupsUsed\x12%\n" +
+	"\x0egroups_skipped\x18\t \x01(\x05R\rgroupsSkipped\x12#\n" +
+	"\rpolicy_tokens\x18\n" +
+	" \x01(\x03R\fpolicyTokens\x12#\n" +
+	"\rclip_fraction\x18\v \x01(\x01R\fclipFraction\x12\x1d\n" +
+	"\n" +
+	"mean_ratio\x18\f \x01(\x01R\tmeanRatio\x12\x18\n" +
+	"\askipped\x18\r \x01(\tR\askipped\x12#\n" +
+	"\rskipped_steps\x18\x0e \x01(\x03R\fskippedSteps\x12%\n" +
+	"\x0epublished_step\x18\x0f \x01(\x03R\rpublishedStep\x12\x18\n" +
+	"\aseconds\x18\x10 \x01(\x01R\aseconds\x12#\n" +
+	"\rmicro_batches\x18\x11 \x01(\x05R\fmicroBatches\"<\n" +
+	"\x10LearnerSubscribe\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"\x1a\n" +
+	"\x18LearnerCheckpointRequest\"g\n" +
+	"\x13LearnerCheckpointed\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x03R\x04step\x12%\n" +
+	"\x0epolicy_version\x18\x03 \x01(\x03R\rpolicyVersion\"\x16\n" +
+	"\x14LearnerStatusRequest\"\xec\x02\n" +
+	"\rLearnerStatus\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x03R\x04step\x12%\n" +
+	"\x0epolicy_version\x18\x03 \x01(\x03R\rpolicyVersion\x12#\n" +
+	"\rskipped_steps\x18\x04 \x01(\x03R\fskippedSteps\x120\n" +
+	"\x14last_checkpoint_step\x18\x05 \x01(\x03R\x12lastCheckpointStep\x12\x18\n" +
+	"\abackend\x18\x06 \x01(\tR\abackend\x127\n" +
+	"\x05model\x18\a \x01(\v2!.frognano.messages.v1.ModelConfigR\x05model\x12 \n" +
+	"\vsubscribers\x18\b \x01(\x05R\vsubscribers\x12\x16\n" +
+	"\x06queued\x18\t \x01(\x05R\x06queued\x12%\n" +
+	"\x0epublished_step\x18\n" +
+	" \x01(\x03R\rpublishedStepB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
 
-var file_learner_proto_goTypes = []any{}
+var (
+	file_learner_proto_rawDescOnce sync.Once
+	file_learner_proto_rawDescData []byte
+)
+
+func file_learner_proto_rawDescGZIP() []byte {
+	file_learner_proto_rawDescOnce.Do(func() {
+		file_learner_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_learner_proto_rawDesc), len(file_learner_proto_rawDesc)))
+	})
+	return file_learner_proto_rawDescData
+}
+
+var file_learner_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_learner_proto_goTypes = []any{
+	(*TrajectoryGroup)(nil),          // 0: frognano.messages.v1.TrajectoryGroup
+	(*LearnerTrainBatch)(nil),        // 1: frognano.messages.v1.LearnerTrainBatch
+	(*LearnerStep)(nil),              // 2: frognano.messages.v1.LearnerStep
+	(*LearnerSubscribe)(nil),         // 3: frognano.messages.v1.LearnerSubscribe
+	(*LearnerCheckpointRequest)(nil), // 4: frognano.messages.v1.LearnerCheckpointRequest
+	(*LearnerCheckpointed)(nil),      // 5: frognano.messages.v1.LearnerCheckpointed
+	(*LearnerStatusRequest)(nil),     // 6: frognano.messages.v1.LearnerStatusRequest
+	(*LearnerStatus)(nil),            // 7: frognano.messages.v1.LearnerStatus
+	(*Trajectory)(nil),               // 8: frognano.messages.v1.Trajectory
+	(*ModelConfig)(nil),              // 9: frognano.messages.v1.ModelConfig
+}
 var file_learner_proto_depIdxs = []int32{
-	0, // [0:0] is the sub-list for method output_type
-	0, // [0:0] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	8, // 0: frognano.messages.v1.TrajectoryGroup.trajectories:type_name -> frognano.messages.v1.Trajectory
+	0, // 1: frognano.messages.v1.LearnerTrainBatch.groups:type_name -> frognano.messages.v1.TrajectoryGroup
+	9, // 2: frognano.messages.v1.LearnerStatus.model:type_name -> frognano.messages.v1.ModelConfig
+	3, // [3:3] is the sub-list for method output_type
+	3, // [3:3] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_learner_proto_init() }
@@ -50,12 +715,13 @@ func file_learner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_learner_proto_rawDesc), len(file_learner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   0,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_learner_proto_goTypes,
 		DependencyIndexes: file_learner_proto_depIdxs,
+		MessageInfos:      file_learner_proto_msgTypes,
 	}.Build()
 	File_learner_proto = out.File
 	file_learner_proto_goTypes = nil

@@ -1,0 +1,238 @@
+package learner
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/persistence"
+	"github.com/frognano/frognano/runtime/supervise"
+)
+
+// ActorName is the well-known name of a node's learner actor.
+const ActorName = "learner"
+
+// ActorConfig is what the learner actor needs.
+type ActorConfig struct {
+	// Open makes the Learner, resuming from the newest checkpoint; it is
+	// called when the actor starts and again after every restart, so a
+	// crashed Learner resumes from its last checkpoint.
+	Open   func(ctx context.Context) (*Learner, error)
+	Logger *slog.Logger
+}
+
+// Props builds the learner actor. It answers LearnerTrainBatch with
+// LearnerStep (steps run one at a time, off the actor's goroutine, in the
+// order they arrived), LearnerSubscribe with the newest WeightsPublished,
+// LearnerCheckpointRequest with LearnerCheckpointed and
+// LearnerStatusRequest with LearnerStatus; errors are Failures. After each
+// step that published, it sends WeightsPublished to every subscriber. On
+// stop it finishes the running step and writes a final checkpoint.
+func Props(cfg ActorConfig) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor {
+		log := cfg.Logger
+		if log == nil {
+			log = slog.New(slog.DiscardHandler)
+		}
+		return &learnerActor{cfg: cfg, log: log, subs: map[string]*actor.PID{}}
+	})
+}
+
+type learnerActor struct {
+	cfg ActorConfig
+	log *slog.Logger
+	l   *Learner
+	err error // why the Learner could not be opened
+
+	subs   map[string]*actor.PID
+	jobs   chan job
+	wg     sync.WaitGroup
+	queued int
+	status *messages.LearnerStatus // refreshed after every job, read on the actor goroutine
+}
+
+// job is one request for the worker goroutine, which owns the Learner
+// while the actor runs.
+type job struct {
+	to    *actor.PID
+	batch *messages.LearnerTrainBatch // or nil: a checkpoint request
+}
+
+// jobDone carries a job's outcome back to the actor goroutine.
+type jobDone struct {
+	to     *actor.PID
+	reply  any
+	pub    *Publication
+	status *messages.LearnerStatus
+}
+
+func failure(code string, err error) *messages.Failure {
+	return &messages.Failure{Code: code, Message: err.Error()}
+}
+
+func code(err error) string {
+	switch {
+	case errors.Is(err, ErrBadBatch):
+		return "bad_request"
+	case errors.Is(err, ErrModelMismatch):
+		return "model_mismatch"
+	case errors.Is(err, ErrCorrupt), errors.Is(err, persistence.ErrCorrupt):
+		return "corrupt"
+	}
+	return "error"
+}
+
+func (a *learnerActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		a.start(ctx)
+	case *actor.Stopping:
+		a.stop(true)
+	case *actor.Restarting:
+		// The restarted actor reopens from the store; state in memory
+		// after a failure is not trusted enough to checkpoint.
+		a.stop(false)
+	case *messages.LearnerTrainBatch:
+		a.enqueue(ctx, job{to: ctx.Sender(), batch: m})
+	case *messages.LearnerCheckpointRequest:
+		a.enqueue(ctx, job{to: ctx.Sender()})
+	case *jobDone:
+		a.queued--
+		a.status = m.status
+		if m.pub != nil {
+			for _, pid := range a.subs {
+				ctx.Send(pid, m.pub.Proto())
+			}
+		}
+		if m.to != nil {
+			ctx.Send(m.to, m.reply)
+		}
+	case *messages.LearnerSubscribe:
+		if a.err != nil {
+			ctx.Respond(failure("unavailable", a.err))
+			return
+		}
+		pid := actor.NewPID(m.Address, m.Id)
+		a.subs[pid.String()] = pid
+		ctx.Watch(pid)
+		// Publications are stored at checkpoint step = policy version.
+		ctx.Respond(&messages.WeightsPublished{RunId: a.status.GetRunId(), Step: a.lastPublished(), PolicyVersion: max(a.lastPublished(), 0)})
+	case *actor.Terminated:
+		delete(a.subs, m.Who.String())
+	case *messages.LearnerStatusRequest:
+		if a.err != nil {
+			ctx.Respond(failure("unavailable", a.err))
+			return
+		}
+		st := proto.Clone(a.status).(*messages.LearnerStatus)
+		st.Subscribers, st.Queued = int32(len(a.subs)), int32(a.queued)
+		ctx.Respond(st)
+	}
+}
+
+// lastPublished is read from the status snapshot: the worker owns the
+// Learner.
+func (a *learnerActor) lastPublished() int64 {
+	if a.status == nil {
+		return -1
+	}
+	return a.status.GetPublishedStep()
+}
+
+func (a *learnerActor) start(ctx actor.Context) {
+	l, err := a.cfg.Open(context.Background())
+	if err != nil {
+		// A Learner that cannot open (a corrupt newest checkpoint, another
+		// model in the store) will not open on a restart either: answer
+		// every request with the reason instead of crash-looping.
+		a.err = supervise.Permanent(err)
+		a.log.Error("learner: cannot open", "err", err)
+		return
+	}
+	a.l = l
+	a.status = statusOf(l)
+	a.jobs = make(chan job, 1024)
+	self, system := ctx.Self(), ctx.ActorSystem()
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		for j := range a.jobs {
+			system.Root.Send(self, a.run(j))
+		}
+	}()
+}
+
+func (a *learnerActor) enqueue(ctx actor.Context, j job) {
+	if a.err != nil {
+		ctx.Respond(failure("unavailable", a.err))
+		return
+	}
+	select {
+	case a.jobs <- j:
+		a.queued++
+	default:
+		ctx.Respond(&messages.Failure{Code: "busy", Message: "learner: too many batches queued"})
+	}
+}
+
+// run executes a job on the worker goroutine.
+func (a *learnerActor) run(j job) *jobDone {
+	bctx := context.Background()
+	l := a.l
+	done := &jobDone{to: j.to}
+	if j.batch == nil {
+		if err := l.Checkpoint(bctx); err != nil {
+			done.reply = failure(code(err), err)
+		} else {
+			done.reply = &messages.LearnerCheckpointed{RunId: TrainRunID(l.RunID()), Step: l.Step(), PolicyVersion: l.PolicyVersion()}
+		}
+		done.status = statusOf(l)
+		return done
+	}
+	groups, err := GroupsFromProto(j.batch.GetGroups())
+	var res StepResult
+	if err == nil {
+		res, err = l.TrainStep(bctx, groups)
+	}
+	if err != nil {
+		a.log.Warn("learner: step failed", "batch", j.batch.GetBatchId(), "err", err)
+		done.reply = failure(code(err), err)
+	} else {
+		done.reply = res.Proto(j.batch.GetBatchId())
+	}
+	// A step whose publication was stored is announced even if a later
+	// part (the checkpoint) failed: the weights are durable.
+	done.pub = res.Published
+	done.status = statusOf(l)
+	return done
+}
+
+func statusOf(l *Learner) *messages.LearnerStatus {
+	return &messages.LearnerStatus{
+		RunId: l.RunID(), Step: l.Step(), PolicyVersion: l.PolicyVersion(), SkippedSteps: l.SkippedSteps(),
+		LastCheckpointStep: l.LastCheckpoint(), Backend: l.Model().Backend().Name(), Model: ModelConfig(l.Model()),
+		PublishedStep: l.LastPublished(),
+	}
+}
+
+// stop lets the running and queued steps finish, then checkpoints if
+// asked to.
+func (a *learnerActor) stop(checkpoint bool) {
+	if a.l == nil || a.jobs == nil {
+		return
+	}
+	close(a.jobs)
+	a.wg.Wait()
+	a.jobs = nil
+	if !checkpoint {
+		return
+	}
+	if err := a.l.Close(context.Background()); err != nil {
+		a.log.Error("learner: final checkpoint failed", "err", err)
+	}
+}

@@ -1,0 +1,146 @@
+package learner
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/kernels/grpo"
+	"github.com/frognano/frognano/kernels/model"
+	"github.com/frognano/frognano/kernels/model/modeltest"
+	"github.com/frognano/frognano/persistence"
+)
+
+func toProto(groups []grpo.Group) []*messages.TrajectoryGroup {
+	var out []*messages.TrajectoryGroup
+	for _, g := range groups {
+		tg := &messages.TrajectoryGroup{}
+		for _, s := range g {
+			tg.Trajectories = append(tg.Trajectories, &messages.Trajectory{TokenIds: s.Tokens, PolicyMask: s.PolicyMask, Logprobs: s.SamplerLogProbs, Reward: s.Reward})
+		}
+		out = append(out, tg)
+	}
+	return out
+}
+
+// TestActor drives the actor: a subscriber registers, a batch trains,
+// the subscriber hears WeightsPublished only after the weights are in the
+// store (it loads them on receipt and compares with the step's), a bad
+// batch is a Failure, and stopping the actor writes a final checkpoint
+// that a restarted actor resumes from.
+func TestActor(t *testing.T) {
+	dir := tinyDir(t, modeltest.Llama, 8)
+	store := persistence.NewMemory().Checkpoints()
+	open := func(ctx context.Context) (*Learner, error) {
+		m, err := model.LoadHF(dir, model.Options{})
+		if err != nil {
+			return nil, err
+		}
+		cfg := testConfig(m, store)
+		cfg.PublishEvery = 1
+		return Open(ctx, cfg)
+	}
+	sys := actor.NewActorSystem()
+	pid := sys.Root.Spawn(Props(ActorConfig{Open: open}))
+
+	type heard struct {
+		msg *messages.WeightsPublished
+		w   map[string][]float32
+		err error
+	}
+	got := make(chan heard, 4)
+	sub := sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		if m, ok := c.Message().(*messages.WeightsPublished); ok {
+			// The Sampler's side: load what was announced, right away.
+			sm, err := model.LoadHF(dir, model.Options{})
+			if err == nil {
+				_, err = LoadPublished(context.Background(), store, sm, m.RunId, m.Step)
+			}
+			h := heard{msg: m, err: err}
+			if err == nil {
+				h.w = weights(t, sm)
+			}
+			got <- h
+		}
+	}))
+	res, err := sys.Root.RequestFuture(pid, &messages.LearnerSubscribe{Address: sub.Address, Id: sub.Id}, 5*time.Second).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wp := res.(*messages.WeightsPublished); wp.Step != -1 || wp.PolicyVersion != 0 {
+		t.Fatalf("subscribe reply %v, want nothing published yet", wp)
+	}
+
+	base, _ := model.LoadHF(dir, model.Options{})
+	res, err = sys.Root.RequestFuture(pid, &messages.LearnerTrainBatch{BatchId: "b1", Groups: toProto(batch(t, base, 1))}, 30*time.Second).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, ok := res.(*messages.LearnerStep)
+	if !ok {
+		t.Fatalf("reply %T %v", res, res)
+	}
+	if st.Step != 1 || st.PolicyVersion != 1 || st.PublishedStep != 1 || st.BatchId != "b1" || st.Skipped != "" {
+		t.Fatalf("step reply %v", st)
+	}
+	select {
+	case h := <-got:
+		if h.err != nil {
+			t.Fatalf("announced weights do not load: %v", h.err)
+		}
+		if h.msg.PolicyVersion != 1 || h.msg.Step != 1 || h.msg.RunId != "run1" {
+			t.Fatalf("announcement %v", h.msg)
+		}
+		// The same step outside the actor gives the announced weights.
+		ref, err := Open(context.Background(), testConfig(load(t, dir), persistence.NewMemory().Checkpoints()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		step(t, ref, batch(t, base, 1))
+		sameBits(t, "announced weights", weights(t, ref.Model()), h.w)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no WeightsPublished")
+	}
+
+	bad := toProto(batch(t, base, 2))
+	bad[0].Trajectories[0].PolicyMask = bad[0].Trajectories[0].PolicyMask[:1]
+	res, _ = sys.Root.RequestFuture(pid, &messages.LearnerTrainBatch{BatchId: "bad", Groups: bad}, 10*time.Second).Result()
+	if f, ok := res.(*messages.Failure); !ok || f.Code != "bad_request" {
+		t.Fatalf("bad batch: reply %v", res)
+	}
+	res, _ = sys.Root.RequestFuture(pid, &messages.LearnerStatusRequest{}, 5*time.Second).Result()
+	if s := res.(*messages.LearnerStatus); s.Step != 1 || s.Subscribers != 1 || s.LastCheckpointStep != -1 || s.PublishedStep != 1 {
+		t.Fatalf("status %v", s)
+	}
+
+	if err := sys.Root.StopFuture(pid).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	steps, _ := store.Steps(context.Background(), TrainRunID("run1"))
+	if len(steps) != 1 || steps[0] != 1 {
+		t.Fatalf("training checkpoints after stop: %v, want [1]", steps)
+	}
+	pid = sys.Root.Spawn(Props(ActorConfig{Open: open}))
+	res, _ = sys.Root.RequestFuture(pid, &messages.LearnerStatusRequest{}, 5*time.Second).Result()
+	if s := res.(*messages.LearnerStatus); s.Step != 1 || s.PolicyVersion != 1 || s.LastCheckpointStep != 1 {
+		t.Fatalf("restarted actor status %v", s)
+	}
+}
+
+// TestPickGPU: the GPU with the most free memory wins; without GPUs the
+// CPU backend is chosen.
+func TestSelectBackend(t *testing.T) {
+	if b := SelectBackend(&messages.Capabilities{}, nil); b.Name()[:3] != "cpu" {
+		t.Fatalf("no GPUs: backend %s", b.Name())
+	}
+	if b := SelectBackend(&messages.Capabilities{Gpus: []*messages.GPU{{Uuid: "GPU-x"}}}, nil); b.Name()[:3] != "cpu" {
+		t.Fatalf("GPU in a build without the CUDA backend that trains: backend %s", b.Name())
+	}
+	best := pickGPU([]GPUFree{{UUID: "a", FreeBytes: 10}, {UUID: "b", FreeBytes: 30}, {UUID: "c", FreeBytes: 20}})
+	if best.UUID != "b" {
+		t.Fatalf("picked %s, want b (most free memory)", best.UUID)
+	}
+}

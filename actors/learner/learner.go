@@ -1,0 +1,453 @@
+package learner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/kernels/grpo"
+	"github.com/frognano/frognano/kernels/model"
+	"github.com/frognano/frognano/kernels/optim"
+	"github.com/frognano/frognano/persistence"
+)
+
+// Errors wrapped by the Learner's methods.
+var (
+	// ErrConfig is a Learner configuration that cannot work.
+	ErrConfig = errors.New("learner: bad configuration")
+	// ErrBadBatch is a training batch that cannot be trained on; the
+	// Learner is unchanged.
+	ErrBadBatch = errors.New("learner: bad batch")
+	// ErrModelMismatch is a checkpoint of another model.
+	ErrModelMismatch = errors.New("learner: checkpoint of another model")
+	// ErrCorrupt is a checkpoint that is truncated or damaged.
+	ErrCorrupt = errors.New("learner: corrupt checkpoint")
+)
+
+// Defaults used where Config leaves a field zero.
+const (
+	DefaultMicroBatchTokens = 4096
+	DefaultCheckpointEvery  = 10
+	DefaultKeepPublished    = 3
+	DefaultKeepCheckpoints  = 2
+)
+
+// Config configures a Learner.
+type Config struct {
+	// RunID names the run; published weights are checkpoints of RunID,
+	// full training state those of RunID+"/train".
+	RunID string
+	// Model is the policy; its weights are trained in place.
+	Model *model.Model
+	// Store keeps publications and checkpoints.
+	Store persistence.CheckpointStore
+	Optim optim.Config
+	GRPO  grpo.Options
+	Train model.TrainOptions
+	// MicroBatchTokens is the most tokens run through the model at once
+	// (a longer sequence runs alone); gradients accumulate over the
+	// micro-batches of a step.
+	MicroBatchTokens int
+	// PublishEvery publishes the weights every this many steps (0: every
+	// step; negative: never).
+	PublishEvery int
+	// CheckpointEvery writes the full training state every this many
+	// steps (0: DefaultCheckpointEvery; negative: only on Close and on
+	// request).
+	CheckpointEvery int
+	// KeepPublished and KeepCheckpoints are how many publications and
+	// full checkpoints survive pruning (0: the defaults).
+	KeepPublished, KeepCheckpoints int
+	// Seed seeds the RNG that orders sequences into micro-batches.
+	Seed uint64
+	// ResumeStep, when positive, resumes from that training checkpoint
+	// instead of the newest one (after the newest proved corrupt, say).
+	ResumeStep int64
+	Logger     *slog.Logger
+}
+
+func (c *Config) defaults() error {
+	switch {
+	case c.RunID == "":
+		return fmt.Errorf("%w: no run id", ErrConfig)
+	case c.Model == nil:
+		return fmt.Errorf("%w: no model", ErrConfig)
+	case c.Store == nil:
+		return fmt.Errorf("%w: no checkpoint store", ErrConfig)
+	case c.MicroBatchTokens < 0 || c.KeepPublished < 0 || c.KeepCheckpoints < 0:
+		return fmt.Errorf("%w: negative micro-batch size or keep count", ErrConfig)
+	}
+	if err := c.GRPO.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if c.MicroBatchTokens == 0 {
+		c.MicroBatchTokens = DefaultMicroBatchTokens
+	}
+	if c.PublishEvery == 0 {
+		c.PublishEvery = 1
+	}
+	if c.CheckpointEvery == 0 {
+		c.CheckpointEvery = DefaultCheckpointEvery
+	}
+	if c.KeepPublished == 0 {
+		c.KeepPublished = DefaultKeepPublished
+	}
+	if c.KeepCheckpoints == 0 {
+		c.KeepCheckpoints = DefaultKeepCheckpoints
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// TrainRunID is the run id under which a run's full training checkpoints
+// are stored.
+func TrainRunID(runID string) string { return runID + "/train" }
+
+// Learner trains one model. It is not safe for concurrent use; the actor
+// serialises calls.
+type Learner struct {
+	cfg Config
+	m   *model.Model
+	tr  *model.Trainer
+	opt *optim.AdamW
+	pcg *rand.PCG
+	rng *rand.Rand
+
+	step, version, skipped int64
+	lastCheckpoint         int64 // training step of the newest full checkpoint, -1 if none
+	lastPublished          int64 // checkpoint step of the newest publication, -1 if none
+	log                    *slog.Logger
+}
+
+// Open makes a Learner for cfg.Model. When the store holds training
+// checkpoints of the run, it resumes from the newest (or cfg.ResumeStep);
+// otherwise it starts from the model's weights at step 0, numbering
+// versions after any already published for the run.
+func Open(ctx context.Context, cfg Config) (*Learner, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	tr, err := cfg.Model.NewTrainer(cfg.Train)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	opt, err := optim.New(gradBackend(cfg.Model), tr.Params(), cfg.Optim)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	l := &Learner{cfg: cfg, m: cfg.Model, tr: tr, opt: opt, lastCheckpoint: -1, lastPublished: -1, log: cfg.Logger.With("run", cfg.RunID)}
+	l.pcg = rand.NewPCG(cfg.Seed, cfg.Seed^0x6a09e667f3bcc909)
+	l.rng = rand.New(l.pcg)
+
+	resume := cfg.ResumeStep
+	if resume <= 0 {
+		latest, err := cfg.Store.Latest(ctx, TrainRunID(cfg.RunID))
+		switch {
+		case err == nil:
+			resume = latest.GetStep()
+		case errors.Is(err, persistence.ErrNotFound):
+			resume = -1
+		default:
+			return nil, err
+		}
+	}
+	if resume >= 0 {
+		if err := l.LoadCheckpoint(ctx, resume); err != nil {
+			return nil, err
+		}
+	}
+	pub, err := cfg.Store.Latest(ctx, cfg.RunID)
+	switch {
+	case err == nil:
+		l.lastPublished = pub.GetStep()
+		if pub.GetPolicyVersion() > l.version {
+			l.log.Info("learner: newer versions were published than the resume point; numbering continues after them",
+				"resumed_version", l.version, "published_version", pub.GetPolicyVersion())
+			l.version = pub.GetPolicyVersion()
+		}
+	case !errors.Is(err, persistence.ErrNotFound):
+		return nil, err
+	}
+	l.log.Info("learner: ready", "backend", l.m.Backend().Name(), "step", l.step, "policy_version", l.version,
+		"resumed", resume >= 0, "params", len(tr.Params()))
+	return l, nil
+}
+
+// Model is the model being trained.
+func (l *Learner) Model() *model.Model { return l.m }
+
+// Trainer is the model's Trainer (for evaluation passes between steps).
+func (l *Learner) Trainer() *model.Trainer { return l.tr }
+
+// Step is the number of updates applied; PolicyVersion the weights'
+// version; SkippedSteps the updates skipped for non-finite values.
+func (l *Learner) Step() int64          { return l.step }
+func (l *Learner) PolicyVersion() int64 { return l.version }
+func (l *Learner) SkippedSteps() int64  { return l.skipped }
+
+// LastCheckpoint is the step of the newest full checkpoint, -1 if none.
+func (l *Learner) LastCheckpoint() int64 { return l.lastCheckpoint }
+
+// LastPublished is the checkpoint step of the newest publication, -1 if
+// none.
+func (l *Learner) LastPublished() int64 { return l.lastPublished }
+
+// RunID is the run's id.
+func (l *Learner) RunID() string { return l.cfg.RunID }
+
+// Publication names stored weights Samplers can load.
+type Publication struct {
+	RunID         string
+	Step          int64 // checkpoint step in RunID
+	PolicyVersion int64
+}
+
+// Proto is the WeightsPublished announcement.
+func (p Publication) Proto() *messages.WeightsPublished {
+	return &messages.WeightsPublished{RunId: p.RunID, Step: p.Step, PolicyVersion: p.PolicyVersion}
+}
+
+// Skip reasons of a StepResult.
+const (
+	SkipNonFinite = "non_finite"
+	SkipNoSignal  = "no_signal"
+)
+
+// StepResult reports one call of TrainStep.
+type StepResult struct {
+	Step, PolicyVersion int64
+	// Loss is the batch's GRPO loss at the weights before the update.
+	Loss     float64
+	GradNorm float64
+	LR       float64
+	Clipped  bool
+	Stats    grpo.Stats
+	// Skipped is "" when the update was applied, else SkipNonFinite or
+	// SkipNoSignal.
+	Skipped      string
+	SkippedSteps int64
+	MicroBatches int
+	// Published is set when this step's weights were stored for Samplers.
+	Published *Publication
+	// Checkpointed is set when a full checkpoint was written.
+	Checkpointed bool
+	Duration     time.Duration
+}
+
+// Proto is the LearnerStep reply.
+func (r StepResult) Proto(batchID string) *messages.LearnerStep {
+	pub := int64(-1)
+	if r.Published != nil {
+		pub = r.Published.Step
+	}
+	return &messages.LearnerStep{
+		BatchId: batchID, Step: r.Step, PolicyVersion: r.PolicyVersion, Loss: r.Loss, GradNorm: r.GradNorm,
+		Lr: r.LR, Clipped: r.Clipped, GroupsUsed: int32(r.Stats.GroupsUsed), GroupsSkipped: int32(r.Stats.GroupsSkipped),
+		PolicyTokens: int64(r.Stats.PolicyTokens), ClipFraction: r.Stats.ClipFraction(), MeanRatio: r.Stats.MeanRatio,
+		Skipped: r.Skipped, SkippedSteps: r.SkippedSteps, PublishedStep: pub, Seconds: r.Duration.Seconds(),
+		MicroBatches: int32(r.MicroBatches),
+	}
+}
+
+// TrainStep takes one optimizer step on a batch of groups. A malformed
+// batch wraps ErrBadBatch and changes nothing; a non-finite loss or
+// gradient skips the update (StepResult.Skipped) and is not an error;
+// storage failures while publishing or checkpointing are errors, after the
+// update was applied.
+func (l *Learner) TrainStep(ctx context.Context, groups []grpo.Group) (StepResult, error) {
+	start := time.Now()
+	plan, err := grpo.NewPlan(groups, l.cfg.GRPO)
+	if err != nil {
+		return StepResult{}, fmt.Errorf("%w: %w", ErrBadBatch, err)
+	}
+	if err := l.checkTokens(plan); err != nil {
+		return StepResult{}, err
+	}
+	res := StepResult{Step: l.step, PolicyVersion: l.version, SkippedSteps: l.skipped}
+	res.Stats.GroupsUsed, res.Stats.GroupsSkipped = plan.GroupsUsed, plan.GroupsSkipped
+	if len(plan.Items) == 0 {
+		res.Skipped, res.Duration = SkipNoSignal, time.Since(start)
+		l.log.Info("learner: batch without signal", "groups_skipped", plan.GroupsSkipped)
+		return res, nil
+	}
+
+	l.tr.ZeroGrad()
+	loss, stats, mbs, err := l.run(plan, true)
+	if err != nil {
+		l.tr.ZeroGrad()
+		return StepResult{}, err
+	}
+	res.Loss, res.MicroBatches = loss, mbs
+	stats.GroupsUsed, stats.GroupsSkipped = plan.GroupsUsed, plan.GroupsSkipped
+	res.Stats = stats
+	if math.IsNaN(loss) || math.IsInf(loss, 0) {
+		l.tr.ZeroGrad()
+		return l.skip(res, start, "loss", loss), nil
+	}
+	rep := l.opt.Update()
+	res.GradNorm, res.LR, res.Clipped = rep.GradNorm, rep.LR, rep.Clipped
+	if rep.Skipped {
+		return l.skip(res, start, "gradient norm", rep.GradNorm), nil
+	}
+	l.step++
+	l.version++
+	res.Step, res.PolicyVersion = l.step, l.version
+	if l.cfg.PublishEvery > 0 && l.step%int64(l.cfg.PublishEvery) == 0 {
+		p, err := l.Publish(ctx)
+		if err != nil {
+			return res, err
+		}
+		res.Published = &p
+	}
+	if l.cfg.CheckpointEvery > 0 && l.step%int64(l.cfg.CheckpointEvery) == 0 {
+		if err := l.Checkpoint(ctx); err != nil {
+			return res, err
+		}
+		res.Checkpointed = true
+	}
+	res.Duration = time.Since(start)
+	l.log.Info("learner: step", "step", l.step, "policy_version", l.version, "loss", res.Loss, "grad_norm", res.GradNorm,
+		"lr", res.LR, "clip_fraction", stats.ClipFraction(), "groups_used", stats.GroupsUsed, "groups_skipped", stats.GroupsSkipped,
+		"tokens", stats.PolicyTokens, "micro_batches", mbs, "seconds", res.Duration.Seconds())
+	return res, nil
+}
+
+func (l *Learner) skip(res StepResult, start time.Time, what string, value float64) StepResult {
+	l.skipped++
+	res.Skipped, res.SkippedSteps, res.Duration = SkipNonFinite, l.skipped, time.Since(start)
+	l.log.Warn("learner: non-finite "+what+"; update skipped, gradients zeroed", "value", value,
+		"step", l.step, "skipped_steps", l.skipped)
+	return res
+}
+
+// Evaluate computes the batch's GRPO loss at the current weights without
+// touching gradients or state.
+func (l *Learner) Evaluate(groups []grpo.Group) (float64, grpo.Stats, error) {
+	plan, err := grpo.NewPlan(groups, l.cfg.GRPO)
+	if err != nil {
+		return 0, grpo.Stats{}, fmt.Errorf("%w: %w", ErrBadBatch, err)
+	}
+	if err := l.checkTokens(plan); err != nil {
+		return 0, grpo.Stats{}, err
+	}
+	loss, st, _, err := l.run(plan, false)
+	st.GroupsUsed, st.GroupsSkipped = plan.GroupsUsed, plan.GroupsSkipped
+	return loss, st, err
+}
+
+// checkTokens refuses sequences the model cannot run before any work.
+func (l *Learner) checkTokens(plan *grpo.Plan) error {
+	vocab := int32(l.m.Config.VocabSize)
+	for _, it := range plan.Items {
+		if n := l.m.Config.ContextLength; n > 0 && len(it.Seq.Tokens) > n {
+			return fmt.Errorf("%w: group %d sequence %d has %d tokens, the model's context is %d", ErrBadBatch, it.Group, it.Index, len(it.Seq.Tokens), n)
+		}
+		for t, id := range it.Seq.Tokens {
+			if id < 0 || id >= vocab {
+				return fmt.Errorf("%w: group %d sequence %d token %d: id %d outside the vocabulary of %d", ErrBadBatch, it.Group, it.Index, t, id, vocab)
+			}
+		}
+	}
+	return nil
+}
+
+// run computes the plan's loss micro-batch by micro-batch, accumulating
+// gradients when backward is set. The order of the sequences comes from
+// the Learner's RNG (only when training, so that evaluation does not move
+// it).
+func (l *Learner) run(plan *grpo.Plan, backward bool) (float64, grpo.Stats, int, error) {
+	order := make([]int, len(plan.Items))
+	for i := range order {
+		order[i] = i
+	}
+	if backward {
+		l.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	}
+	var (
+		loss  float64
+		stats grpo.Stats
+		mbs   int
+	)
+	for lo := 0; lo < len(order); {
+		hi, tokens := lo, 0
+		for hi < len(order) && (hi == lo || tokens+len(plan.Items[order[hi]].Seq.Tokens) <= l.cfg.MicroBatchTokens) {
+			tokens += len(plan.Items[order[hi]].Seq.Tokens)
+			hi++
+		}
+		seqs := make([][]int32, 0, hi-lo)
+		for _, k := range order[lo:hi] {
+			seqs = append(seqs, plan.Items[k].Seq.Tokens)
+		}
+		logps, err := l.tr.LogProbs(seqs)
+		if err != nil {
+			return 0, grpo.Stats{}, mbs, fmt.Errorf("%w: %w", ErrBadBatch, err)
+		}
+		dlogps := make([][]float32, len(seqs))
+		for i, k := range order[lo:hi] {
+			dlogps[i] = make([]float32, len(logps[i]))
+			sl, st, err := plan.SequenceLoss(k, logps[i], dlogps[i])
+			if err != nil {
+				return 0, grpo.Stats{}, mbs, fmt.Errorf("%w: %w", ErrBadBatch, err)
+			}
+			loss += sl
+			stats.Add(st)
+		}
+		if backward {
+			if err := l.tr.Backward(dlogps); err != nil {
+				return 0, grpo.Stats{}, mbs, err
+			}
+		}
+		mbs++
+		lo = hi
+	}
+	return loss, stats, mbs, nil
+}
+
+// GroupsFromProto turns trajectory groups into GRPO groups. A
+// trajectory's logprobs are either aligned with its token ids (one per
+// token, ignored off the policy mask) or compact (one per policy token, in
+// order).
+func GroupsFromProto(groups []*messages.TrajectoryGroup) ([]grpo.Group, error) {
+	out := make([]grpo.Group, 0, len(groups))
+	for g, tg := range groups {
+		var grp grpo.Group
+		for i, tr := range tg.GetTrajectories() {
+			ids, mask, lps := tr.GetTokenIds(), tr.GetPolicyMask(), tr.GetLogprobs()
+			if len(mask) != len(ids) {
+				return nil, fmt.Errorf("%w: group %d (task %s) trajectory %d (%s): %d mask entries for %d tokens",
+					ErrBadBatch, g, tg.GetTaskId(), i, tr.GetId(), len(mask), len(ids))
+			}
+			aligned := lps
+			if len(lps) != len(ids) {
+				n := 0
+				for _, m := range mask {
+					if m {
+						n++
+					}
+				}
+				if len(lps) != n {
+					return nil, fmt.Errorf("%w: group %d (task %s) trajectory %d (%s): %d log-probs for %d tokens of which %d are the policy's",
+						ErrBadBatch, g, tg.GetTaskId(), i, tr.GetId(), len(lps), len(ids), n)
+				}
+				aligned = make([]float32, len(ids))
+				k := 0
+				for t, m := range mask {
+					if m {
+						aligned[t] = lps[k]
+						k++
+					}
+				}
+			}
+			grp = append(grp, grpo.Sequence{Tokens: ids, PolicyMask: mask, SamplerLogProbs: aligned, Reward: tr.GetReward()})
+		}
+		out = append(out, grp)
+	}
+	return out, nil
+}
