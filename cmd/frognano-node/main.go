@@ -71,7 +71,11 @@ func run(cfg config.Config) error {
 	sandboxes := services.NewSandboxes(cfg.Containerd, log)
 	defer sandboxes.Close()
 	kinds, actors := sandboxes.Options(os.Stderr)
-	n, err := node.Start(ctx, cfg, node.Options{Logger: log, Version: node.Version(), Kinds: kinds, Actors: actors})
+	policy := services.NewPolicy(services.PolicyConfig{Logger: log})
+	defer policy.Close()
+	pk, pa, handlers := policy.Options()
+	n, err := node.Start(ctx, cfg, node.Options{Logger: log, Version: node.Version(),
+		Kinds: append(kinds, pk...), Actors: append(actors, pa...), Handlers: handlers})
 	if err != nil {
 		return err
 	}

@@ -28,6 +28,7 @@ type client struct {
 	manager   *actor.PID
 	embedded  *node.Node
 	sandboxes *services.Sandboxes
+	policy    *services.Policy
 	remote    *remote.Remote
 	log       *slog.Logger
 }
@@ -45,12 +46,15 @@ func connect(ctx context.Context, httpAddr string, load func() (config.Config, e
 		}
 		sandboxes := services.NewSandboxes(cfg.Containerd, log)
 		kinds, actors := sandboxes.Options(io.Discard)
-		n, err := node.Start(ctx, cfg, node.Options{Logger: log, Version: node.Version(), Kinds: kinds, Actors: actors})
+		policy := services.NewPolicy(services.PolicyConfig{Logger: log})
+		pk, pa, handlers := policy.Options()
+		n, err := node.Start(ctx, cfg, node.Options{Logger: log, Version: node.Version(),
+			Kinds: append(kinds, pk...), Actors: append(actors, pa...), Handlers: handlers})
 		if err != nil {
 			return nil, err
 		}
 		sandboxes.Start(ctx, n)
-		return &client{system: n.System(), manager: n.Manager(), embedded: n, sandboxes: sandboxes, log: log}, nil
+		return &client{system: n.System(), manager: n.Manager(), embedded: n, sandboxes: sandboxes, policy: policy, log: log}, nil
 	}
 	info, err := fetchInfo(ctx, httpAddr)
 	if err != nil {
@@ -114,6 +118,7 @@ func (c *client) close() {
 	if c.embedded != nil {
 		_ = c.embedded.Stop(context.Background())
 		_ = c.sandboxes.Close()
+		_ = c.policy.Close()
 		return
 	}
 	c.remote.Shutdown(false)

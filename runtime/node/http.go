@@ -79,6 +79,9 @@ func (n *Node) serveHTTP() {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(b)
 	})
+	for _, h := range n.handlers {
+		mux.Handle(h.Pattern, h.Handler(n))
+	}
 	n.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := n.http.Serve(n.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {

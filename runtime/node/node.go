@@ -52,6 +52,16 @@ type Options struct {
 	// Actors are spawned at start under well-known names, supervised by the
 	// node's policy; other nodes and the CLI reach them at PID{address, Name}.
 	Actors []NamedActor
+	// Handlers are mounted on the node's HTTP server beside its own paths
+	// (a node serving a model adds the OpenAI API).
+	Handlers []Handler
+}
+
+// Handler is an HTTP handler mounted on the node's server at Pattern (an
+// http.ServeMux pattern such as "/v1/chat/completions").
+type Handler struct {
+	Pattern string
+	Handler func(n *Node) http.Handler
 }
 
 // NamedActor is a long-lived actor of the node.
@@ -77,6 +87,7 @@ type Node struct {
 	metrics    *prometheus.Registry
 	started    time.Time
 	kinds      []string
+	handlers   []Handler
 
 	mu   sync.Mutex
 	caps *messages.Capabilities
@@ -98,7 +109,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 	if log == nil {
 		log = slog.Default()
 	}
-	n = &Node{cfg: cfg, log: log, version: opts.Version, started: time.Now()}
+	n = &Node{cfg: cfg, log: log, version: opts.Version, started: time.Now(), handlers: opts.Handlers}
 	partial := n
 	defer func() {
 		if err != nil {

@@ -1,0 +1,603 @@
+// Package sampler is the Sampler: the policy served for generation. Its
+// Engine (plain Go) owns a model and a scheduler goroutine that batches the
+// generation requests of many concurrent episodes (continuous batching);
+// the Sampler actor wraps an Engine for other actors and nodes, and Client
+// reaches one by PID. Engine and Client implement harness.Policy.
+//
+// # Continuous batching
+//
+// Requests join and leave between decoding steps. Each step is one
+// model.Runner.Forward over every running sequence: one token for each
+// sequence that is decoding, and, within the step's token budget, the next
+// chunk of the prompts still being read (prefill). A sequence that samples a
+// stop id, reaches its MaxTokens or fills its context leaves at once, and a
+// waiting request takes its place in the next step. MaxSequences caps the
+// sequences in a step and MaxStepTokens its tokens, so a long prompt is read
+// in chunks while the others keep decoding.
+//
+// # Reproducibility
+//
+// Each request samples from its own generator seeded by its Seed, exactly as
+// model.Generate does, so a request gives the same tokens alone or in any
+// batch (the batch changes only the float32 summation order of the matrix
+// products, within the model's cache tolerance, and so the logits in their
+// last bits). Log-probabilities are kernels/sample's: the token's under
+// softmax(logits/T) before top-k/top-p truncation.
+//
+// # Policy versions
+//
+// The engine holds one policy version at a time, and every result carries
+// the version that produced all of its tokens. A weight update (SetWeights,
+// or UpdateWeights reading a checkpoint) is applied between steps, only when
+// no sequence is in flight: the scheduler stops admitting requests, lets the
+// running ones finish, swaps the weights, and resumes. A request with
+// MinPolicyVersion waits, unadmitted, until the engine holds that version.
+package sampler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/frognano/frognano/actors/harness"
+	"github.com/frognano/frognano/kernels/model"
+	"github.com/frognano/frognano/kernels/sample"
+	"github.com/frognano/frognano/persistence"
+)
+
+// Errors of the Engine, for errors.Is.
+var (
+	// ErrClosed is a request to, or left in, an engine that was closed.
+	ErrClosed = errors.New("sampler: engine closed")
+	// ErrBadRequest is a request the engine refuses before queueing it.
+	ErrBadRequest = errors.New("sampler: bad request")
+	// ErrPromptTooLong is a prompt that leaves no room in the context for
+	// a single new token.
+	ErrPromptTooLong = errors.New("sampler: prompt too long")
+)
+
+// Config configures an Engine.
+type Config struct {
+	// Model is the policy. The engine owns it from now on: it runs it from
+	// its scheduler goroutine and swaps its weights on updates.
+	Model *model.Model
+	// Version is the policy version of the model's weights as loaded.
+	Version int64
+	// MaxSequences caps the sequences in flight (default 16).
+	MaxSequences int
+	// MaxStepTokens caps the tokens of one forward pass: one per decoding
+	// sequence plus prompt chunks (default 256, at least MaxSequences).
+	MaxStepTokens int
+	// ContextLength caps a sequence's positions, prompt and generated
+	// tokens together (default and most: the model's context length, else
+	// 8192).
+	ContextLength int
+	// Checkpoints is where UpdateWeights reads new weights; nil refuses
+	// updates by checkpoint (SetWeights still works).
+	Checkpoints persistence.CheckpointStore
+	// Logger receives weight swaps; nil discards.
+	Logger *slog.Logger
+}
+
+// Engine generates continuations for many concurrent callers with
+// continuous batching. It is safe for concurrent use.
+type Engine struct {
+	cfg   Config
+	m     *model.Model
+	r     *model.Runner
+	log   *slog.Logger
+	vocab int32
+
+	submit chan *sequence
+	swaps  chan *swap
+	wake   chan struct{}
+	quit   chan struct{}
+	exited chan struct{}
+	once   sync.Once
+
+	version   atomic.Int64
+	running   atomic.Int32
+	waiting   atomic.Int32
+	generated atomic.Int64
+	steps     atomic.Int64
+	prefilled atomic.Int64
+
+	// Scheduler state, owned by the scheduler goroutine.
+	queue   []*sequence // submitted, not admitted, in arrival order
+	active  []*sequence // admitted, in admission order
+	pending []*swap
+	caches  []*model.Cache
+	tokens  [][]int32
+	members []*sequence
+	chunks  []int
+	ended   []*sequence // finished this iteration, not yet published
+}
+
+// New starts an engine and its scheduler goroutine. Close stops it.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Model == nil {
+		return nil, fmt.Errorf("%w: no model", ErrBadRequest)
+	}
+	if cfg.MaxSequences <= 0 {
+		cfg.MaxSequences = 16
+	}
+	if cfg.MaxStepTokens <= 0 {
+		cfg.MaxStepTokens = 256
+	}
+	cfg.MaxStepTokens = max(cfg.MaxStepTokens, cfg.MaxSequences)
+	ctxLen := cfg.Model.Config.ContextLength
+	if ctxLen <= 0 {
+		ctxLen = 8192
+	}
+	if cfg.ContextLength <= 0 || cfg.ContextLength > ctxLen {
+		cfg.ContextLength = ctxLen
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	e := &Engine{
+		cfg: cfg, m: cfg.Model, r: cfg.Model.NewRunner(), log: log,
+		vocab:  int32(cfg.Model.Config.VocabSize),
+		submit: make(chan *sequence),
+		swaps:  make(chan *swap),
+		wake:   make(chan struct{}, 1),
+		quit:   make(chan struct{}),
+		exited: make(chan struct{}),
+	}
+	e.version.Store(cfg.Version)
+	go e.run()
+	return e, nil
+}
+
+var _ harness.Policy = (*Engine)(nil)
+
+// Model is the engine's model (its tokenizer and configuration; the
+// weights may be swapped at any time between steps).
+func (e *Engine) Model() *model.Model { return e.m }
+
+// ContextLength is the most positions a sequence may hold.
+func (e *Engine) ContextLength() int { return e.cfg.ContextLength }
+
+// Version is the policy version the engine generates with now.
+func (e *Engine) Version() int64 { return e.version.Load() }
+
+// Stats are counters of an engine's work.
+type Stats struct {
+	Version         int64
+	Running         int   // sequences in flight
+	Waiting         int   // requests not yet admitted
+	GeneratedTokens int64 // sampled tokens, all requests
+	PromptTokens    int64 // prompt tokens read
+	Steps           int64 // forward passes
+}
+
+// Stats reports the counters now.
+func (e *Engine) Stats() Stats {
+	return Stats{
+		Version: e.version.Load(), Running: int(e.running.Load()), Waiting: int(e.waiting.Load()),
+		GeneratedTokens: e.generated.Load(), PromptTokens: e.prefilled.Load(), Steps: e.steps.Load(),
+	}
+}
+
+// Close stops the scheduler; requests not finished fail with ErrClosed.
+func (e *Engine) Close() error {
+	e.once.Do(func() { close(e.quit) })
+	<-e.exited
+	return nil
+}
+
+// Generate runs one request to its end (harness.Policy). When ctx ends
+// first it returns ctx's error and the sequence leaves the batch at the
+// next step.
+func (e *Engine) Generate(ctx context.Context, req harness.GenerateRequest) (harness.GenerateResult, error) {
+	s, err := e.Start(ctx, req)
+	if err != nil {
+		return harness.GenerateResult{}, err
+	}
+	select {
+	case <-s.seq.done:
+		return s.Result()
+	case <-ctx.Done():
+		e.poke()
+		return harness.GenerateResult{}, ctx.Err()
+	}
+}
+
+// Stream is a generation in progress, for callers that pass tokens on as
+// they come (an HTTP stream) or stop early (stop strings): cancelling the
+// context given to Start ends it.
+type Stream struct {
+	e    *Engine
+	seq  *sequence
+	read int
+}
+
+// Start queues a request and returns at once. The generation runs until
+// it finishes or ctx ends.
+func (e *Engine) Start(ctx context.Context, req harness.GenerateRequest) (*Stream, error) {
+	if err := e.check(req); err != nil {
+		return nil, err
+	}
+	s := &sequence{
+		req:    req,
+		ctx:    ctx,
+		sm:     sample.New(req.Sampling, rand.New(rand.NewPCG(req.Seed, 0x9e3779b97f4a7c15))),
+		done:   make(chan struct{}),
+		notify: make(chan struct{}, 1),
+	}
+	s.req.PromptIDs = slices.Clone(req.PromptIDs)
+	s.req.Stop = slices.Clone(req.Stop)
+	select {
+	case e.submit <- s:
+		return &Stream{e: e, seq: s}, nil
+	case <-e.quit:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// check refuses what would fail later, inside a shared batch.
+func (e *Engine) check(req harness.GenerateRequest) error {
+	p := req.Sampling
+	switch {
+	case len(req.PromptIDs) == 0:
+		return fmt.Errorf("%w: empty prompt", ErrBadRequest)
+	case req.MaxTokens < 0:
+		return fmt.Errorf("%w: MaxTokens %d is negative", ErrBadRequest, req.MaxTokens)
+	case p.Temperature < 0 || math.IsNaN(float64(p.Temperature)) || math.IsInf(float64(p.Temperature), 0):
+		return fmt.Errorf("%w: temperature %v must be finite and not negative", ErrBadRequest, p.Temperature)
+	case p.TopK < 0:
+		return fmt.Errorf("%w: top-k %d is negative", ErrBadRequest, p.TopK)
+	case p.TopP < 0 || p.TopP > 1 || math.IsNaN(float64(p.TopP)):
+		return fmt.Errorf("%w: top-p %v is outside [0, 1]", ErrBadRequest, p.TopP)
+	case len(req.PromptIDs) >= e.cfg.ContextLength:
+		return fmt.Errorf("%w: %d prompt tokens, the context holds %d", ErrPromptTooLong, len(req.PromptIDs), e.cfg.ContextLength)
+	}
+	for i, id := range req.PromptIDs {
+		if id < 0 || id >= e.vocab {
+			return fmt.Errorf("%w: prompt token %d is id %d, outside the vocabulary of %d", ErrBadRequest, i, id, e.vocab)
+		}
+	}
+	for _, id := range req.Stop {
+		if id < 0 || id >= e.vocab {
+			return fmt.Errorf("%w: stop id %d is outside the vocabulary of %d", ErrBadRequest, id, e.vocab)
+		}
+	}
+	return nil
+}
+
+// Next waits for tokens not yet returned and returns them with their
+// log-probabilities; after the last one it returns io.EOF (then Result
+// tells how the generation ended), or the error that ended it.
+func (s *Stream) Next() ([]int32, []float32, error) {
+	q := s.seq
+	for {
+		q.mu.Lock()
+		ids, lps, finished := q.ids[s.read:], q.lps[s.read:], q.finished
+		err := q.err
+		q.mu.Unlock()
+		if len(ids) > 0 {
+			s.read += len(ids)
+			return ids, lps, nil
+		}
+		if finished {
+			if err != nil {
+				return nil, nil, err
+			}
+			return nil, nil, io.EOF
+		}
+		select {
+		case <-q.notify:
+		case <-q.done:
+		case <-q.ctx.Done():
+			s.e.poke()
+			return nil, nil, q.ctx.Err()
+		}
+	}
+}
+
+// Result waits for the generation to end and returns it.
+func (s *Stream) Result() (harness.GenerateResult, error) {
+	q := s.seq
+	select {
+	case <-q.done:
+	case <-q.ctx.Done():
+		s.e.poke()
+		return harness.GenerateResult{}, q.ctx.Err()
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.err != nil {
+		return harness.GenerateResult{}, q.err
+	}
+	return harness.GenerateResult{
+		TokenIDs: slices.Clone(q.ids), LogProbs: slices.Clone(q.lps),
+		Finish: q.finish, PolicyVersion: q.version,
+	}, nil
+}
+
+// PolicyVersion is the version generating the stream's tokens, known once
+// the first token has come.
+func (s *Stream) PolicyVersion() int64 {
+	s.seq.mu.Lock()
+	defer s.seq.mu.Unlock()
+	return s.seq.version
+}
+
+// PromptTokens is the number of prompt tokens of the request.
+func (s *Stream) PromptTokens() int { return len(s.seq.req.PromptIDs) }
+
+// sequence is one request in the engine.
+type sequence struct {
+	req harness.GenerateRequest
+	ctx context.Context
+	sm  *sample.Sampler
+
+	// Scheduler-owned.
+	cache     *model.Cache
+	fed       int   // prompt tokens in the cache
+	next      int32 // sampled, not yet fed
+	one       [1]int32
+	version   int64
+	ended     bool
+	endReason harness.FinishReason
+	endErr    error
+
+	mu       sync.Mutex
+	ids      []int32
+	lps      []float32
+	finish   harness.FinishReason
+	err      error
+	finished bool
+	done     chan struct{}
+	notify   chan struct{}
+}
+
+func (s *sequence) decoding() bool { return s.fed == len(s.req.PromptIDs) }
+
+// emit records a sampled token and wakes a reader.
+func (s *sequence) emit(tok int32, lp float32) {
+	s.mu.Lock()
+	s.ids = append(s.ids, tok)
+	s.lps = append(s.lps, lp)
+	s.mu.Unlock()
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// end finishes the sequence with a reason or an error. Its caller sees it
+// once the scheduler publishes it, after updating the counters.
+func (e *Engine) end(s *sequence, reason harness.FinishReason, err error) {
+	s.endReason, s.endErr, s.ended = reason, err, true
+	s.cache = nil
+	e.ended = append(e.ended, s)
+}
+
+// publish hands finished sequences to their callers.
+func (e *Engine) publish() {
+	e.running.Store(int32(len(e.active)))
+	e.waiting.Store(int32(len(e.queue)))
+	for _, s := range e.ended {
+		s.mu.Lock()
+		s.finish, s.err, s.finished = s.endReason, s.endErr, true
+		s.mu.Unlock()
+		close(s.done)
+	}
+	clear(e.ended)
+	e.ended = e.ended[:0]
+}
+
+// poke wakes an idle scheduler so it notices a cancelled request.
+func (e *Engine) poke() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run is the scheduler.
+func (e *Engine) run() {
+	defer close(e.exited)
+	for {
+		if len(e.active) == 0 && !e.admissible() {
+			select {
+			case s := <-e.submit:
+				e.queue = append(e.queue, s)
+			case sw := <-e.swaps:
+				e.pending = append(e.pending, sw)
+			case <-e.wake:
+			case <-e.quit:
+				e.shutdown()
+				return
+			}
+		}
+		for more := true; more; {
+			select {
+			case s := <-e.submit:
+				e.queue = append(e.queue, s)
+			case sw := <-e.swaps:
+				e.pending = append(e.pending, sw)
+			case <-e.quit:
+				e.shutdown()
+				return
+			default:
+				more = false
+			}
+		}
+		e.dropCancelled()
+		if len(e.pending) > 0 && len(e.active) == 0 {
+			e.applySwaps()
+		}
+		e.admit()
+		if len(e.active) > 0 {
+			e.step()
+		}
+		e.publish()
+	}
+}
+
+// admissible says whether a queued request could start now.
+func (e *Engine) admissible() bool {
+	if len(e.pending) > 0 {
+		return len(e.active) == 0 // a swap is due
+	}
+	v := e.version.Load()
+	for _, s := range e.queue {
+		if s.req.MinPolicyVersion <= v || s.ctx.Err() != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *Engine) dropCancelled() {
+	e.queue = slices.DeleteFunc(e.queue, func(s *sequence) bool {
+		if err := s.ctx.Err(); err != nil {
+			e.end(s, "", err)
+			return true
+		}
+		return false
+	})
+	e.active = slices.DeleteFunc(e.active, func(s *sequence) bool {
+		if err := s.ctx.Err(); err != nil {
+			e.end(s, "", err)
+			return true
+		}
+		return false
+	})
+}
+
+// admit moves queued requests into the batch, oldest first, while there is
+// room, no swap is pending, and the engine holds the version they need.
+func (e *Engine) admit() {
+	if len(e.pending) > 0 {
+		return
+	}
+	v := e.version.Load()
+	e.queue = slices.DeleteFunc(e.queue, func(s *sequence) bool {
+		if len(e.active) >= e.cfg.MaxSequences || s.req.MinPolicyVersion > v {
+			return false
+		}
+		capacity := e.cfg.ContextLength
+		if s.req.MaxTokens > 0 {
+			capacity = min(capacity, len(s.req.PromptIDs)+s.req.MaxTokens)
+		}
+		s.cache = e.m.NewCache(capacity)
+		s.mu.Lock()
+		s.version = v
+		s.mu.Unlock()
+		e.active = append(e.active, s)
+		return true
+	})
+}
+
+// step runs one forward pass over the batch and samples.
+func (e *Engine) step() {
+	budget := e.cfg.MaxStepTokens
+	e.caches, e.tokens, e.members, e.chunks = e.caches[:0], e.tokens[:0], e.members[:0], e.chunks[:0]
+	for _, s := range e.active {
+		if s.decoding() {
+			s.one[0] = s.next
+			e.caches = append(e.caches, s.cache)
+			e.tokens = append(e.tokens, s.one[:])
+			e.members = append(e.members, s)
+			e.chunks = append(e.chunks, 0)
+			budget--
+		}
+	}
+	for _, s := range e.active {
+		if s.decoding() || budget <= 0 {
+			continue
+		}
+		n := min(len(s.req.PromptIDs)-s.fed, budget)
+		e.caches = append(e.caches, s.cache)
+		e.tokens = append(e.tokens, s.req.PromptIDs[s.fed:s.fed+n])
+		e.members = append(e.members, s)
+		e.chunks = append(e.chunks, n)
+		budget -= n
+	}
+	logits, err := e.r.Forward(e.caches, e.tokens, false)
+	e.steps.Add(1)
+	if err != nil {
+		// The requests were checked on arrival, so this is the engine's
+		// fault; every member fails rather than retrying forever.
+		for _, s := range e.members {
+			e.end(s, "", fmt.Errorf("sampler: forward pass: %w", err))
+		}
+		e.active = slices.DeleteFunc(e.active, func(s *sequence) bool { return s.ended })
+		return
+	}
+	var ended bool
+	for i, s := range e.members {
+		if n := e.chunks[i]; n > 0 {
+			s.fed += n
+			e.prefilled.Add(int64(n))
+			if !s.decoding() {
+				continue // more prompt to read
+			}
+		}
+		tok, lp := s.sm.Sample(logits.Row(i))
+		e.generated.Add(1)
+		s.emit(tok, lp)
+		s.next = tok
+		if reason, done := e.finished(s, tok); done {
+			e.end(s, reason, nil)
+			ended = true
+		}
+	}
+	if ended {
+		e.active = slices.DeleteFunc(e.active, func(s *sequence) bool { return s.ended })
+	}
+}
+
+// finished says whether s ends after sampling tok.
+func (e *Engine) finished(s *sequence, tok int32) (harness.FinishReason, bool) {
+	if slices.Contains(s.req.Stop, tok) {
+		return harness.FinishStop, true
+	}
+	s.mu.Lock()
+	n := len(s.ids)
+	s.mu.Unlock()
+	if s.req.MaxTokens > 0 && n >= s.req.MaxTokens {
+		return harness.FinishLength, true
+	}
+	if s.cache.Len() >= s.cache.Cap() {
+		return harness.FinishContext, true
+	}
+	return "", false
+}
+
+func (e *Engine) shutdown() {
+	defer e.publish()
+	for _, s := range e.active {
+		e.end(s, "", ErrClosed)
+	}
+	for _, s := range e.queue {
+		e.end(s, "", ErrClosed)
+	}
+	for _, sw := range e.pending {
+		sw.done <- ErrClosed
+	}
+	e.active, e.queue, e.pending = nil, nil, nil
+	for {
+		select {
+		case s := <-e.submit:
+			e.end(s, "", ErrClosed)
+		case sw := <-e.swaps:
+			sw.done <- ErrClosed
+		default:
+			return
+		}
+	}
+}

@@ -1,0 +1,728 @@
+package openai
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	mrand "math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/frognano/frognano/actors/harness"
+	"github.com/frognano/frognano/actors/sampler"
+	"github.com/frognano/frognano/kernels/sample"
+	"github.com/frognano/frognano/kernels/tokenizer"
+)
+
+// Paths served by Handler.
+const (
+	ChatPath        = "/v1/chat/completions"
+	CompletionsPath = "/v1/completions"
+	ModelsPath      = "/v1/models"
+)
+
+// maxBody bounds a request body: a long agent conversation is a few
+// hundred kilobytes.
+const maxBody = 16 << 20
+
+// Server serves an engine over the OpenAI API.
+type Server struct {
+	// Engine returns the engine, loading the model on first use.
+	Engine func(ctx context.Context) (*sampler.Engine, error)
+	// Name is the model id clients see in /v1/models and responses. The
+	// "model" field of requests is not checked: there is one model.
+	Name   string
+	Logger *slog.Logger
+}
+
+// Handler routes the three endpoints; mount it at / or at each path.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc(ChatPath, s.chat)
+	mux.HandleFunc(CompletionsPath, s.completions)
+	mux.HandleFunc(ModelsPath, s.models)
+	return mux
+}
+
+// httpError is an error with its status.
+type httpError struct {
+	status int
+	param  string
+	msg    string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func badRequest(param, format string, a ...any) error {
+	return &httpError{status: http.StatusBadRequest, param: param, msg: fmt.Sprintf(format, a...)}
+}
+
+func (s *Server) fail(w http.ResponseWriter, err error) {
+	var he *httpError
+	switch {
+	case errors.As(err, &he):
+	case errors.Is(err, sampler.ErrBadRequest), errors.Is(err, sampler.ErrPromptTooLong):
+		he = &httpError{status: http.StatusBadRequest, msg: err.Error()}
+	case errors.Is(err, sampler.ErrClosed):
+		he = &httpError{status: http.StatusServiceUnavailable, msg: err.Error()}
+	case errors.Is(err, context.Canceled):
+		return // the client went away
+	default:
+		he = &httpError{status: http.StatusInternalServerError, msg: err.Error()}
+	}
+	typ := "invalid_request_error"
+	if he.status >= 500 {
+		typ = "server_error"
+		if s.Logger != nil {
+			s.Logger.Error("openai endpoint", "err", err)
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(he.status)
+	_ = json.NewEncoder(w).Encode(ErrorResponse{Error: ErrorBody{Message: he.msg, Type: typ, Param: he.param, Code: he.status}})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// decode reads a JSON body, turning syntax and type errors into 400s that
+// name the field.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	if r.Method != http.MethodPost {
+		return &httpError{status: http.StatusMethodNotAllowed, msg: r.Method + " " + r.URL.Path + ": use POST"}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		return badRequest("", "reading the body: %v", err)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return badRequest(te.Field, "field %q must be %s, not a JSON %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+		}
+		return badRequest("", "the body is not valid JSON for this endpoint: %v", err)
+	}
+	return nil
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "float32", "float64", "int", "int32", "int64", "uint64":
+		return "a number"
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	case "slice":
+		return "an array"
+	case "struct", "map":
+		return "an object"
+	}
+	return goKind
+}
+
+func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		s.fail(w, &httpError{status: http.StatusMethodNotAllowed, msg: "use GET " + ModelsPath})
+		return
+	}
+	e, err := s.Engine(r.Context())
+	if err != nil {
+		s.fail(w, &httpError{status: http.StatusServiceUnavailable, msg: err.Error()})
+		return
+	}
+	writeJSON(w, ModelList{Object: "list", Data: []ModelInfo{{ID: s.Name, Object: "model", Created: time.Now().Unix(), OwnedBy: "frognano", MaxModelLen: e.ContextLength()}}})
+}
+
+// params checks the sampling fields shared by both endpoints. OpenAI's
+// defaults apply: temperature 1, top_p 1.
+func params(temperature, topP *float32, topK *int, seed *int64) (sample.Params, uint64, error) {
+	p := sample.Params{Temperature: 1}
+	if temperature != nil {
+		if t := *temperature; t < 0 || math.IsNaN(float64(t)) || math.IsInf(float64(t), 0) {
+			return p, 0, badRequest("temperature", "temperature %v must be a number ≥ 0", t)
+		}
+		p.Temperature = *temperature
+	}
+	if topP != nil {
+		if v := *topP; !(v > 0 && v <= 1) {
+			return p, 0, badRequest("top_p", "top_p %v must be in (0, 1]", v)
+		}
+		p.TopP = *topP
+	}
+	if topK != nil {
+		if *topK < -1 {
+			return p, 0, badRequest("top_k", "top_k %d must be ≥ 0 (0 or -1: all tokens)", *topK)
+		}
+		p.TopK = max(*topK, 0)
+	}
+	s := mrand.Uint64()
+	if seed != nil {
+		s = uint64(*seed)
+	}
+	return p, s, nil
+}
+
+func maxTokens(vals ...*int) (int, error) {
+	for _, v := range vals {
+		if v != nil {
+			if *v <= 0 {
+				return 0, badRequest("max_tokens", "max_tokens %d must be positive", *v)
+			}
+			return *v, nil
+		}
+	}
+	return 0, nil
+}
+
+// output is a finished generation as the endpoints report it.
+type output struct {
+	ids        []int32
+	lps        []float32
+	offsets    []int // text offset of each token
+	text       string
+	finish     string // "stop" or "length"
+	stopReason any    // the stop id or string, when finish is "stop"
+	version    int64
+	prompt     int
+}
+
+// run generates, decoding text as tokens come and cutting it at the first
+// stop string. A final stop id's text is left out, as vLLM does. emit, when
+// set, receives text that can no longer be cut (all of it at the end) and
+// every token as it comes.
+func (s *Server) run(ctx context.Context, e *sampler.Engine, req harness.GenerateRequest, stops []string, emit func(text string, ids []int32, lps []float32) error) (output, error) {
+	gctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := e.Start(gctx, req)
+	if err != nil {
+		return output{}, err
+	}
+	out := output{prompt: st.PromptTokens()}
+	tok := e.Model().Tokenizer
+	dec := tok.NewStreamDecoder()
+	var text strings.Builder
+	hold := 0
+	for _, s := range stops {
+		hold = max(hold, len(s)-1)
+	}
+	sent, scanned, cut := 0, 0, -1
+	for cut < 0 {
+		ids, lps, err := st.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return output{}, err
+		}
+		for _, id := range ids {
+			out.offsets = append(out.offsets, text.Len())
+			if slices.Contains(req.Stop, id) {
+				continue // the last token: its text is not shown
+			}
+			piece, err := dec.Next(id)
+			if err != nil {
+				return output{}, err
+			}
+			text.WriteString(piece)
+		}
+		out.ids = append(out.ids, ids...)
+		out.lps = append(out.lps, lps...)
+		t := text.String()
+		from := max(0, scanned-hold)
+		for _, stop := range stops {
+			if i := strings.Index(t[from:], stop); i >= 0 && stop != "" {
+				if at := from + i; cut < 0 || at < cut {
+					cut, out.stopReason = at, stop
+				}
+			}
+		}
+		scanned = len(t)
+		if emit != nil {
+			upto := len(t) - hold
+			if cut >= 0 {
+				upto = cut
+			}
+			if upto > sent {
+				if err := emit(t[sent:upto], ids, lps); err != nil {
+					return output{}, err
+				}
+				sent = upto
+			} else if err := emit("", ids, lps); err != nil {
+				return output{}, err
+			}
+		}
+	}
+	if cut >= 0 {
+		// A stop string ended it: keep the tokens that began before it.
+		cancel()
+		n := 0
+		for n < len(out.offsets) && out.offsets[n] < cut {
+			n++
+		}
+		out.ids, out.lps, out.offsets = out.ids[:n], out.lps[:n], out.offsets[:n]
+		out.text, out.finish, out.version = text.String()[:cut], "stop", st.PolicyVersion()
+	} else {
+		res, err := st.Result()
+		if err != nil {
+			return output{}, err
+		}
+		text.WriteString(dec.Flush())
+		out.text, out.version = text.String(), res.PolicyVersion
+		switch res.Finish {
+		case harness.FinishStop:
+			out.finish, out.stopReason = "stop", res.TokenIDs[len(res.TokenIDs)-1]
+		default:
+			out.finish = "length"
+		}
+	}
+	if emit != nil && len(out.text) > sent {
+		if err := emit(out.text[sent:], nil, nil); err != nil {
+			return output{}, err
+		}
+	}
+	return out, nil
+}
+
+// chatStops are the ids that end an assistant turn.
+func chatStops(tok *tokenizer.Tokenizer) []int32 {
+	var ids []int32
+	if id, ok := tok.TokenID("<|im_end|>"); ok {
+		ids = append(ids, id)
+	}
+	if eos := tok.EOS(); eos >= 0 && !slices.Contains(ids, eos) {
+		ids = append(ids, eos)
+	}
+	return ids
+}
+
+func encodePrompt(tok *tokenizer.Tokenizer, text string) []int32 {
+	ids := tok.Encode(text)
+	if tok.AddBOS() && tok.BOS() >= 0 && (len(ids) == 0 || ids[0] != tok.BOS()) {
+		ids = append([]int32{tok.BOS()}, ids...)
+	}
+	return ids
+}
+
+func newID(prefix string) string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// chatPrompt renders the conversation with the model's chat template.
+func chatPrompt(req *ChatRequest, tok *tokenizer.Tokenizer) (ids []int32, tools bool, err error) {
+	if len(req.Messages) == 0 {
+		return nil, false, badRequest("messages", "messages is empty")
+	}
+	var msgs []tokenizer.Message
+	for i, m := range req.Messages {
+		p := fmt.Sprintf("messages[%d]", i)
+		switch m.Role {
+		case "system", "developer":
+			msgs = append(msgs, tokenizer.Message{Role: "system", Content: m.Content.text()})
+		case "user", "tool":
+			msgs = append(msgs, tokenizer.Message{Role: m.Role, Content: m.Content.text()})
+		case "assistant":
+			msg := tokenizer.Message{Role: "assistant", Content: m.Content.text()}
+			for j, tc := range m.ToolCalls {
+				if tc.Function.Name == "" {
+					return nil, false, badRequest(p+".tool_calls", "%s.tool_calls[%d] has no function name", p, j)
+				}
+				args := json.RawMessage(tc.Function.Arguments)
+				if strings.TrimSpace(tc.Function.Arguments) == "" {
+					args = json.RawMessage("{}")
+				}
+				if !json.Valid(args) {
+					return nil, false, badRequest(p+".tool_calls", "%s.tool_calls[%d].function.arguments is not JSON: %q", p, j, tc.Function.Arguments)
+				}
+				msg.ToolCalls = append(msg.ToolCalls, tokenizer.ToolCall{Name: tc.Function.Name, Arguments: args})
+			}
+			msgs = append(msgs, msg)
+		case "":
+			return nil, false, badRequest(p+".role", "%s has no role", p)
+		default:
+			return nil, false, badRequest(p+".role", "%s has role %q; roles are system, developer, user, assistant and tool", p, m.Role)
+		}
+	}
+	offer := len(req.Tools) > 0
+	if len(req.ToolChoice) > 0 {
+		var choice string
+		if json.Unmarshal(req.ToolChoice, &choice) != nil || (choice != "auto" && choice != "none") {
+			return nil, false, badRequest("tool_choice", `tool_choice must be "auto" or "none" (frognano does not force calls)`)
+		}
+		offer = offer && choice == "auto"
+	}
+	var schemas []json.RawMessage
+	if offer {
+		for i, t := range req.Tools {
+			var def struct {
+				Type     string `json:"type"`
+				Function *struct {
+					Name string `json:"name"`
+				} `json:"function"`
+			}
+			if err := json.Unmarshal(t, &def); err != nil || def.Type != "function" || def.Function == nil || def.Function.Name == "" {
+				return nil, false, badRequest("tools", `tools[%d] must be {"type": "function", "function": {"name": …, …}}`, i)
+			}
+			schemas = append(schemas, t)
+		}
+	}
+	text, err := tokenizer.RenderChat(msgs, tokenizer.ChatOptions{
+		DefaultSystem:       tokenizer.DefaultSystemFor(tok.ChatTemplate()),
+		Tools:               schemas,
+		AddGenerationPrompt: true,
+	})
+	if err != nil {
+		return nil, false, badRequest("messages", "%v", err)
+	}
+	return encodePrompt(tok, text), offer, nil
+}
+
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	var req ChatRequest
+	if err := decode(w, r, &req); err != nil {
+		s.fail(w, err)
+		return
+	}
+	if req.N != nil && *req.N != 1 {
+		s.fail(w, badRequest("n", "n must be 1"))
+		return
+	}
+	if req.TopLogprobs != 0 {
+		s.fail(w, badRequest("top_logprobs", "top_logprobs is not supported: frognano returns each sampled token's log-probability only"))
+		return
+	}
+	p, seed, err := params(req.Temperature, req.TopP, req.TopK, req.Seed)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	limit, err := maxTokens(req.MaxCompletionTokens, req.MaxTokens)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	e, err := s.Engine(r.Context())
+	if err != nil {
+		s.fail(w, &httpError{status: http.StatusServiceUnavailable, msg: err.Error()})
+		return
+	}
+	tok := e.Model().Tokenizer
+	prompt, tools, err := chatPrompt(&req, tok)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	greq := harness.GenerateRequest{PromptIDs: prompt, MaxTokens: limit, Sampling: p, Seed: seed, Stop: chatStops(tok)}
+	if req.Stream {
+		s.chatStream(w, r, e, &req, greq, tools)
+		return
+	}
+	out, err := s.run(r.Context(), e, greq, req.Stop, nil)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	msg := &ChatMessage{Role: "assistant"}
+	finish := out.finish
+	content := out.text
+	if tools {
+		if calls, before, ok := parseToolCalls(out.text); ok {
+			msg.ToolCalls, content, finish = calls, before, "tool_calls"
+		}
+	}
+	if content != "" || len(msg.ToolCalls) == 0 {
+		c := Content(content)
+		msg.Content = &c
+	}
+	choice := ChatChoice{Message: msg, FinishReason: &finish}
+	if req.Logprobs {
+		choice.Logprobs = chatLogprobs(tok, out.ids, out.lps)
+	}
+	writeJSON(w, ChatResponse{
+		ID: newID("chatcmpl-"), Object: "chat.completion", Created: time.Now().Unix(), Model: s.Name,
+		Choices: []ChatChoice{choice},
+		Usage:   &Usage{PromptTokens: out.prompt, CompletionTokens: len(out.ids), TotalTokens: out.prompt + len(out.ids)},
+	})
+}
+
+func chatLogprobs(tok *tokenizer.Tokenizer, ids []int32, lps []float32) *ChatLogprobs {
+	lp := &ChatLogprobs{Content: []TokenLogprob{}}
+	for i, id := range ids {
+		b := tok.TokenBytes(id)
+		ints := make([]int, len(b))
+		for j, c := range b {
+			ints[j] = int(c)
+		}
+		lp.Content = append(lp.Content, TokenLogprob{Token: string(b), Logprob: lps[i], Bytes: ints, TopLogprobs: []TokenLogprob{}})
+	}
+	return lp
+}
+
+// chatStream answers with server-sent events, one chunk per piece of text
+// that can no longer be cut by a stop string. With tools offered, text from
+// a "<tool_call>" on is held back and sent as tool_calls at the end if it
+// parses (as plain content otherwise).
+func (s *Server) chatStream(w http.ResponseWriter, r *http.Request, e *sampler.Engine, req *ChatRequest, greq harness.GenerateRequest, tools bool) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		s.fail(w, &httpError{status: http.StatusInternalServerError, msg: "streaming is not supported by this connection"})
+		return
+	}
+	id, created, tok := newID("chatcmpl-"), time.Now().Unix(), e.Model().Tokenizer
+	started := false
+	send := func(c ChatChoice, usage *Usage) error {
+		if !started {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Header().Set("Cache-Control", "no-cache")
+			w.WriteHeader(http.StatusOK)
+			started = true
+		}
+		chunk := ChatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: s.Name, Choices: []ChatChoice{c}, Usage: usage}
+		if usage != nil {
+			chunk.Choices = []ChatChoice{}
+		}
+		b, _ := json.Marshal(chunk)
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+			return err
+		}
+		flusher.Flush()
+		return nil
+	}
+	delta := func(text string) *ChatMessage {
+		c := Content(text)
+		return &ChatMessage{Content: &c}
+	}
+	var pending strings.Builder // text held back after a possible tool call
+	first := true
+	emit := func(text string, ids []int32, lps []float32) error {
+		c := ChatChoice{Delta: delta("")}
+		if first {
+			c.Delta.Role = "assistant"
+			first = false
+		}
+		if tools && (pending.Len() > 0 || strings.Contains(text, "<tool_call>")) {
+			i := strings.Index(text, "<tool_call>")
+			if pending.Len() > 0 {
+				i = 0
+			}
+			pending.WriteString(text[i:])
+			text = text[:i]
+		}
+		c.Delta = &ChatMessage{Role: c.Delta.Role, Content: delta(text).Content}
+		if req.Logprobs && len(ids) > 0 {
+			c.Logprobs = chatLogprobs(tok, ids, lps)
+		}
+		if text == "" && c.Logprobs == nil && c.Delta.Role == "" {
+			return nil
+		}
+		return send(c, nil)
+	}
+	out, err := s.run(r.Context(), e, greq, req.Stop, emit)
+	if err != nil {
+		if !started {
+			s.fail(w, err)
+			return
+		}
+		b, _ := json.Marshal(ErrorResponse{Error: ErrorBody{Message: err.Error(), Type: "server_error", Code: http.StatusInternalServerError}})
+		fmt.Fprintf(w, "data: %s\n\ndata: [DONE]\n\n", b)
+		return
+	}
+	finish := out.finish
+	last := ChatChoice{Delta: &ChatMessage{}, FinishReason: &finish}
+	if pending.Len() > 0 {
+		if calls, _, ok := parseToolCalls(pending.String()); ok {
+			for i := range calls {
+				calls[i].Index = &i
+			}
+			last.Delta.ToolCalls, finish = calls, "tool_calls"
+		} else {
+			last.Delta.Content = delta(pending.String()).Content
+		}
+	}
+	if err := send(last, nil); err != nil {
+		return
+	}
+	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+		if err := send(ChatChoice{}, &Usage{PromptTokens: out.prompt, CompletionTokens: len(out.ids), TotalTokens: out.prompt + len(out.ids)}); err != nil {
+			return
+		}
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
+	flusher.Flush()
+}
+
+// parseToolCalls reads the <tool_call> blocks of an assistant turn in the
+// format the chat template asks for (Qwen2.5's, as harness.ParseToolCalls
+// reads it), for any client's tools: each block must hold one JSON object
+// with a "name" and optional "arguments". It returns the calls and the text
+// before the first block; ok is false when there is no block or any block
+// is malformed, and then the whole text is the answer.
+func parseToolCalls(text string) (calls []ToolCall, before string, ok bool) {
+	const open, close = "<tool_call>", "</tool_call>"
+	first := strings.Index(text, open)
+	if first < 0 {
+		return nil, "", false
+	}
+	before = strings.TrimSpace(text[:first])
+	rest := text[first:]
+	for {
+		rest = strings.TrimLeft(rest, " \t\r\n")
+		if rest == "" {
+			break
+		}
+		if !strings.HasPrefix(rest, open) {
+			return nil, "", false // prose between or after the calls
+		}
+		rest = rest[len(open):]
+		dec := json.NewDecoder(strings.NewReader(rest))
+		dec.UseNumber()
+		var body struct {
+			Name      string          `json:"name"`
+			Arguments json.RawMessage `json:"arguments"`
+		}
+		if err := dec.Decode(&body); err != nil || body.Name == "" {
+			return nil, "", false
+		}
+		rest = strings.TrimLeft(rest[dec.InputOffset():], " \t\r\n")
+		if !strings.HasPrefix(rest, close) {
+			return nil, "", false
+		}
+		rest = rest[len(close):]
+		args := "{}"
+		if len(body.Arguments) > 0 && string(body.Arguments) != "null" {
+			var obj map[string]json.RawMessage
+			if json.Unmarshal(body.Arguments, &obj) != nil {
+				return nil, "", false
+			}
+			args = string(body.Arguments)
+		}
+		calls = append(calls, ToolCall{ID: newID("call_"), Type: "function", Function: FunctionCall{Name: body.Name, Arguments: args}})
+	}
+	return calls, before, len(calls) > 0
+}
+
+// completionPrompt reads "prompt": a string, an array of token ids, or a
+// one-element array of either.
+func completionPrompt(raw json.RawMessage, tok *tokenizer.Tokenizer) ([]int32, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, badRequest("prompt", "prompt is missing")
+	}
+	var text string
+	if json.Unmarshal(raw, &text) == nil {
+		if text == "" {
+			return nil, badRequest("prompt", "prompt is empty")
+		}
+		return encodePrompt(tok, text), nil
+	}
+	var ids []int32
+	if json.Unmarshal(raw, &ids) == nil {
+		if len(ids) == 0 {
+			return nil, badRequest("prompt", "prompt is empty")
+		}
+		return ids, nil
+	}
+	var many []json.RawMessage
+	if json.Unmarshal(raw, &many) == nil {
+		if len(many) != 1 {
+			return nil, badRequest("prompt", "one prompt per request (got %d)", len(many))
+		}
+		var inner []json.RawMessage
+		if json.Unmarshal(many[0], &inner) == nil || json.Unmarshal(many[0], &text) == nil {
+			return completionPrompt(many[0], tok)
+		}
+	}
+	return nil, badRequest("prompt", "prompt must be a string, an array of token ids, or a one-element array of either")
+}
+
+func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
+	var req CompletionRequest
+	if err := decode(w, r, &req); err != nil {
+		s.fail(w, err)
+		return
+	}
+	switch {
+	case req.N != nil && *req.N != 1:
+		s.fail(w, badRequest("n", "n must be 1"))
+		return
+	case req.Echo:
+		s.fail(w, badRequest("echo", "echo is not supported"))
+		return
+	case req.Stream:
+		s.fail(w, badRequest("stream", "stream is supported on "+ChatPath+" only"))
+		return
+	case req.Logprobs != nil && (*req.Logprobs < 0 || *req.Logprobs > 20):
+		s.fail(w, badRequest("logprobs", "logprobs must be in [0, 20]"))
+		return
+	}
+	p, seed, err := params(req.Temperature, req.TopP, req.TopK, req.Seed)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	sixteen := 16 // OpenAI's default
+	limit, err := maxTokens(req.MaxTokens, &sixteen)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	e, err := s.Engine(r.Context())
+	if err != nil {
+		s.fail(w, &httpError{status: http.StatusServiceUnavailable, msg: err.Error()})
+		return
+	}
+	tok := e.Model().Tokenizer
+	prompt, err := completionPrompt(req.Prompt, tok)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	stop := slices.Clone(req.StopTokenIDs)
+	if eos := tok.EOS(); !req.IgnoreEOS && eos >= 0 && !slices.Contains(stop, eos) {
+		stop = append(stop, eos)
+	}
+	out, err := s.run(r.Context(), e, harness.GenerateRequest{
+		PromptIDs: prompt, MaxTokens: limit, Sampling: p, Seed: seed, Stop: stop, MinPolicyVersion: req.MinPolicyVersion,
+	}, req.Stop, nil)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	finish := out.finish
+	version := out.version
+	choice := CompletionChoice{Text: out.text, FinishReason: &finish, StopReason: out.stopReason, PolicyVersion: &version}
+	if req.ReturnTokenIDs || req.ReturnTokens {
+		choice.TokenIDs, choice.PromptTokenIDs = out.ids, prompt
+	}
+	if req.Logprobs != nil {
+		lp := &CompletionLogprobs{Tokens: []string{}, TokenLogprobs: []*float32{}, TopLogprobs: []map[string]float32{}, TextOffset: []int{}}
+		for i, id := range out.ids {
+			t := string(tok.TokenBytes(id))
+			if req.ReturnTokensAsTokenIDs {
+				t = "token_id:" + strconv.Itoa(int(id))
+			}
+			lp.Tokens = append(lp.Tokens, t)
+			lp.TokenLogprobs = append(lp.TokenLogprobs, &out.lps[i])
+			lp.TopLogprobs = append(lp.TopLogprobs, nil)
+			lp.TextOffset = append(lp.TextOffset, out.offsets[i])
+		}
+		choice.Logprobs = lp
+	}
+	writeJSON(w, CompletionResponse{
+		ID: newID("cmpl-"), Object: "text_completion", Created: time.Now().Unix(), Model: s.Name,
+		Choices: []CompletionChoice{choice},
+		Usage:   &Usage{PromptTokens: out.prompt, CompletionTokens: len(out.ids), TotalTokens: out.prompt + len(out.ids)},
+	})
+}
