@@ -1,7 +1,12 @@
-// Package harness is the plain-Go part of FrogNano's agent harness: it
-// parses the tool calls a model writes in ChatML (Qwen2.5's format, as
-// kernels/tokenizer.RenderChat renders them) and runs FrogNano's tools
-// against a Sandbox. The agent loop and the actor sit on top of it.
+// Package harness is FrogNano's agent harness, in plain Go: it parses the
+// tool calls a model writes in ChatML (Qwen2.5's format, as
+// kernels/tokenizer.RenderChat renders them), runs FrogNano's tools against
+// a Sandbox, and plays whole episodes (Runner.Run): in agent mode the tool
+// loop (agent.go), in patch mode one answer of search/replace edits
+// (patch.go), both extending the policy's token ids turn by turn and
+// grading the repository at the end. The episode's sandbox over containerd
+// is workspace.go; ScriptedPolicy (scripted.go) is a deterministic policy
+// for tests. The rollout actor (actors/rollout) runs groups of episodes.
 package harness
 
 import (

@@ -13,6 +13,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
+	sync "sync"
 	unsafe "unsafe"
 )
 
@@ -23,19 +24,941 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// EpisodeLimits bound one episode (harness.Limits); zero fields take the
+// harness's defaults.
+type EpisodeLimits struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MaxTurns      int32                  `protobuf:"varint,1,opt,name=max_turns,json=maxTurns,proto3" json:"max_turns,omitempty"`
+	MaxTurnTokens int32                  `protobuf:"varint,2,opt,name=max_turn_tokens,json=maxTurnTokens,proto3" json:"max_turn_tokens,omitempty"`
+	MaxContext    int32                  `protobuf:"varint,3,opt,name=max_context,json=maxContext,proto3" json:"max_context,omitempty"`
+	WallSeconds   float64                `protobuf:"fixed64,4,opt,name=wall_seconds,json=wallSeconds,proto3" json:"wall_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EpisodeLimits) Reset() {
+	*x = EpisodeLimits{}
+	mi := &file_rollout_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EpisodeLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EpisodeLimits) ProtoMessage() {}
+
+func (x *EpisodeLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EpisodeLimits.ProtoReflect.Descriptor instead.
+func (*EpisodeLimits) Descriptor() ([]byte, []int) {
+	return file_rollout_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *EpisodeLimits) GetMaxTurns() int32 {
+	if x != nil {
+		return x.MaxTurns
+	}
+	return 0
+}
+
+func (x *EpisodeLimits) GetMaxTurnTokens() int32 {
+	if x != nil {
+		return x.MaxTurnTokens
+	}
+	return 0
+}
+
+func (x *EpisodeLimits) GetMaxContext() int32 {
+	if x != nil {
+		return x.MaxContext
+	}
+	return 0
+}
+
+func (x *EpisodeLimits) GetWallSeconds() float64 {
+	if x != nil {
+		return x.WallSeconds
+	}
+	return 0
+}
+
+// SamplingParams are the policy's sampling settings; all zero is greedy.
+type SamplingParams struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Temperature   float32                `protobuf:"fixed32,1,opt,name=temperature,proto3" json:"temperature,omitempty"`
+	TopP          float32                `protobuf:"fixed32,2,opt,name=top_p,json=topP,proto3" json:"top_p,omitempty"`
+	TopK          int32                  `protobuf:"varint,3,opt,name=top_k,json=topK,proto3" json:"top_k,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SamplingParams) Reset() {
+	*x = SamplingParams{}
+	mi := &file_rollout_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SamplingParams) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SamplingParams) ProtoMessage() {}
+
+func (x *SamplingParams) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
+func (*SamplingParams) Descriptor() ([]byte, []int) {
+	return file_rollout_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SamplingParams) GetTemperature() float32 {
+	if x != nil {
+		return x.Temperature
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetTopP() float32 {
+	if x != nil {
+		return x.TopP
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetTopK() int32 {
+	if x != nil {
+		return x.TopK
+	}
+	return 0
+}
+
+// RolloutGroupRequest asks the rollout actor for request.group_size
+// episodes of request.task, each in a fresh sandbox, graded and written to
+// the trajectory store. mode is "agent" (default) or "patch".
+type RolloutGroupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Request       *RolloutRequest        `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	Mode          string                 `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	Limits        *EpisodeLimits         `protobuf:"bytes,3,opt,name=limits,proto3" json:"limits,omitempty"`
+	Sampling      *SamplingParams        `protobuf:"bytes,4,opt,name=sampling,proto3" json:"sampling,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RolloutGroupRequest) Reset() {
+	*x = RolloutGroupRequest{}
+	mi := &file_rollout_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RolloutGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RolloutGroupRequest) ProtoMessage() {}
+
+func (x *RolloutGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RolloutGroupRequest.ProtoReflect.Descriptor instead.
+func (*RolloutGroupRequest) Descriptor() ([]byte, []int) {
+	return file_rollout_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RolloutGroupRequest) GetRequest() *RolloutRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *RolloutGroupRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *RolloutGroupRequest) GetLimits() *EpisodeLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *RolloutGroupRequest) GetSampling() *SamplingParams {
+	if x != nil {
+		return x.Sampling
+	}
+	return nil
+}
+
+// EpisodeSummary is one episode of a group, as the caller needs it without
+// reading the trajectory.
+type EpisodeSummary struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	TrajectoryId string                 `protobuf:"bytes,1,opt,name=trajectory_id,json=trajectoryId,proto3" json:"trajectory_id,omitempty"`
+	Termination  string                 `protobuf:"bytes,2,opt,name=termination,proto3" json:"termination,omitempty"`
+	Detail       string                 `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	Reward       float64                `protobuf:"fixed64,4,opt,name=reward,proto3" json:"reward,omitempty"`
+	Resolved     bool                   `protobuf:"varint,5,opt,name=resolved,proto3" json:"resolved,omitempty"`
+	// infrastructure_failure: the sandbox or the policy broke twice (the
+	// episode is retried once); left out of reward statistics.
+	InfrastructureFailure bool    `protobuf:"varint,6,opt,name=infrastructure_failure,json=infrastructureFailure,proto3" json:"infrastructure_failure,omitempty"`
+	Attempts              int32   `protobuf:"varint,7,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	Turns                 int32   `protobuf:"varint,8,opt,name=turns,proto3" json:"turns,omitempty"`
+	PolicyTokens          int32   `protobuf:"varint,9,opt,name=policy_tokens,json=policyTokens,proto3" json:"policy_tokens,omitempty"`
+	TotalTokens           int32   `protobuf:"varint,10,opt,name=total_tokens,json=totalTokens,proto3" json:"total_tokens,omitempty"`
+	GenerationSeconds     float64 `protobuf:"fixed64,11,opt,name=generation_seconds,json=generationSeconds,proto3" json:"generation_seconds,omitempty"`
+	SandboxSeconds        float64 `protobuf:"fixed64,12,opt,name=sandbox_seconds,json=sandboxSeconds,proto3" json:"sandbox_seconds,omitempty"`
+	WallSeconds           float64 `protobuf:"fixed64,13,opt,name=wall_seconds,json=wallSeconds,proto3" json:"wall_seconds,omitempty"`
+	Seed                  uint64  `protobuf:"varint,14,opt,name=seed,proto3" json:"seed,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *EpisodeSummary) Reset() {
+	*x = EpisodeSummary{}
+	mi := &file_rollout_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EpisodeSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EpisodeSummary) ProtoMessage() {}
+
+func (x *EpisodeSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EpisodeSummary.ProtoReflect.Descriptor instead.
+func (*EpisodeSummary) Descriptor() ([]byte, []int) {
+	return file_rollout_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *EpisodeSummary) GetTrajectoryId() string {
+	if x != nil {
+		return x.TrajectoryId
+	}
+	return ""
+}
+
+func (x *EpisodeSummary) GetTermination() string {
+	if x != nil {
+		return x.Termination
+	}
+	return ""
+}
+
+func (x *EpisodeSummary) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *EpisodeSummary) GetReward() float64 {
+	if x != nil {
+		return x.Reward
+	}
+	return 0
+}
+
+func (x *EpisodeSummary) GetResolved() bool {
+	if x != nil {
+		return x.Resolved
+	}
+	return false
+}
+
+func (x *EpisodeSummary) GetInfrastructureFailure() bool {
+	if x != nil {
+		return x.InfrastructureFailure
+	}
+	return false
+}
+
+func (x *EpisodeSummary) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *EpisodeSummary) GetTurns() int32 {
+	if x != nil {
+		return x.Turns
+	}
+	return 0
+}
+
+func (x *EpisodeSummary) GetPolicyTokens() int32 {
+	if x != nil {
+		return x.PolicyTokens
+	}
+	return 0
+}
+
+func (x *EpisodeSummary) GetTotalTokens() int32 {
+	if x != nil {
+		return x.TotalTokens
+	}
+	return 0
+}
+
+func (x *EpisodeSummary) GetGenerationSeconds() float64 {
+	if x != nil {
+		return x.GenerationSeconds
+	}
+	return 0
+}
+
+func (x *EpisodeSummary) GetSandboxSeconds() float64 {
+	if x != nil {
+		return x.SandboxSeconds
+	}
+	return 0
+}
+
+func (x *EpisodeSummary) GetWallSeconds() float64 {
+	if x != nil {
+		return x.WallSeconds
+	}
+	return 0
+}
+
+func (x *EpisodeSummary) GetSeed() uint64 {
+	if x != nil {
+		return x.Seed
+	}
+	return 0
+}
+
+// RolloutGroupResult answers a RolloutGroupRequest. result.rewards holds
+// the rewards of the episodes that are not infrastructure failures, in
+// episode order.
+type RolloutGroupResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        *RolloutResult         `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	Episodes      []*EpisodeSummary      `protobuf:"bytes,2,rep,name=episodes,proto3" json:"episodes,omitempty"`
+	WallSeconds   float64                `protobuf:"fixed64,3,opt,name=wall_seconds,json=wallSeconds,proto3" json:"wall_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RolloutGroupResult) Reset() {
+	*x = RolloutGroupResult{}
+	mi := &file_rollout_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RolloutGroupResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RolloutGroupResult) ProtoMessage() {}
+
+func (x *RolloutGroupResult) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RolloutGroupResult.ProtoReflect.Descriptor instead.
+func (*RolloutGroupResult) Descriptor() ([]byte, []int) {
+	return file_rollout_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RolloutGroupResult) GetResult() *RolloutResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *RolloutGroupResult) GetEpisodes() []*EpisodeSummary {
+	if x != nil {
+		return x.Episodes
+	}
+	return nil
+}
+
+func (x *RolloutGroupResult) GetWallSeconds() float64 {
+	if x != nil {
+		return x.WallSeconds
+	}
+	return 0
+}
+
+// TrajectoryGetRequest asks for one stored trajectory.
+type TrajectoryGetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrajectoryGetRequest) Reset() {
+	*x = TrajectoryGetRequest{}
+	mi := &file_rollout_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrajectoryGetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrajectoryGetRequest) ProtoMessage() {}
+
+func (x *TrajectoryGetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrajectoryGetRequest.ProtoReflect.Descriptor instead.
+func (*TrajectoryGetRequest) Descriptor() ([]byte, []int) {
+	return file_rollout_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *TrajectoryGetRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type TrajectoryGetReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Trajectory    *Trajectory            `protobuf:"bytes,1,opt,name=trajectory,proto3" json:"trajectory,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrajectoryGetReply) Reset() {
+	*x = TrajectoryGetReply{}
+	mi := &file_rollout_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrajectoryGetReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrajectoryGetReply) ProtoMessage() {}
+
+func (x *TrajectoryGetReply) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrajectoryGetReply.ProtoReflect.Descriptor instead.
+func (*TrajectoryGetReply) Descriptor() ([]byte, []int) {
+	return file_rollout_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *TrajectoryGetReply) GetTrajectory() *Trajectory {
+	if x != nil {
+		return x.Trajectory
+	}
+	return nil
+}
+
+// TrajectoryListRequest lists the trajectories of a run or of a task (one
+// of the two).
+type TrajectoryListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	TaskId        string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrajectoryListRequest) Reset() {
+	*x = TrajectoryListRequest{}
+	mi := &file_rollout_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrajectoryListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrajectoryListRequest) ProtoMessage() {}
+
+func (x *TrajectoryListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrajectoryListRequest.ProtoReflect.Descriptor instead.
+func (*TrajectoryListRequest) Descriptor() ([]byte, []int) {
+	return file_rollout_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *TrajectoryListRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *TrajectoryListRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+// TrajectorySummary is a trajectory without its tokens and turns' text.
+type TrajectorySummary struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Id                string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RunId             string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	TaskId            string                 `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Termination       string                 `protobuf:"bytes,4,opt,name=termination,proto3" json:"termination,omitempty"`
+	Reward            float64                `protobuf:"fixed64,5,opt,name=reward,proto3" json:"reward,omitempty"`
+	Turns             int32                  `protobuf:"varint,6,opt,name=turns,proto3" json:"turns,omitempty"`
+	Tokens            int32                  `protobuf:"varint,7,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	GenerationSeconds float64                `protobuf:"fixed64,8,opt,name=generation_seconds,json=generationSeconds,proto3" json:"generation_seconds,omitempty"`
+	SandboxSeconds    float64                `protobuf:"fixed64,9,opt,name=sandbox_seconds,json=sandboxSeconds,proto3" json:"sandbox_seconds,omitempty"`
+	CreatedUnixNano   int64                  `protobuf:"varint,10,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
+	PolicyVersion     int64                  `protobuf:"varint,11,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *TrajectorySummary) Reset() {
+	*x = TrajectorySummary{}
+	mi := &file_rollout_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrajectorySummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrajectorySummary) ProtoMessage() {}
+
+func (x *TrajectorySummary) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrajectorySummary.ProtoReflect.Descriptor instead.
+func (*TrajectorySummary) Descriptor() ([]byte, []int) {
+	return file_rollout_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *TrajectorySummary) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *TrajectorySummary) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *TrajectorySummary) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *TrajectorySummary) GetTermination() string {
+	if x != nil {
+		return x.Termination
+	}
+	return ""
+}
+
+func (x *TrajectorySummary) GetReward() float64 {
+	if x != nil {
+		return x.Reward
+	}
+	return 0
+}
+
+func (x *TrajectorySummary) GetTurns() int32 {
+	if x != nil {
+		return x.Turns
+	}
+	return 0
+}
+
+func (x *TrajectorySummary) GetTokens() int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *TrajectorySummary) GetGenerationSeconds() float64 {
+	if x != nil {
+		return x.GenerationSeconds
+	}
+	return 0
+}
+
+func (x *TrajectorySummary) GetSandboxSeconds() float64 {
+	if x != nil {
+		return x.SandboxSeconds
+	}
+	return 0
+}
+
+func (x *TrajectorySummary) GetCreatedUnixNano() int64 {
+	if x != nil {
+		return x.CreatedUnixNano
+	}
+	return 0
+}
+
+func (x *TrajectorySummary) GetPolicyVersion() int64 {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return 0
+}
+
+type TrajectoryList struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Trajectories  []*TrajectorySummary   `protobuf:"bytes,1,rep,name=trajectories,proto3" json:"trajectories,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrajectoryList) Reset() {
+	*x = TrajectoryList{}
+	mi := &file_rollout_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrajectoryList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrajectoryList) ProtoMessage() {}
+
+func (x *TrajectoryList) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrajectoryList.ProtoReflect.Descriptor instead.
+func (*TrajectoryList) Descriptor() ([]byte, []int) {
+	return file_rollout_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *TrajectoryList) GetTrajectories() []*TrajectorySummary {
+	if x != nil {
+		return x.Trajectories
+	}
+	return nil
+}
+
+// TrajectoryAppendRequest stores a trajectory in the node's trajectory
+// store (an evaluation run by the CLI against a remote node); the reply is
+// TrajectoryAppended.
+type TrajectoryAppendRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Trajectory    *Trajectory            `protobuf:"bytes,1,opt,name=trajectory,proto3" json:"trajectory,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrajectoryAppendRequest) Reset() {
+	*x = TrajectoryAppendRequest{}
+	mi := &file_rollout_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrajectoryAppendRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrajectoryAppendRequest) ProtoMessage() {}
+
+func (x *TrajectoryAppendRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrajectoryAppendRequest.ProtoReflect.Descriptor instead.
+func (*TrajectoryAppendRequest) Descriptor() ([]byte, []int) {
+	return file_rollout_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *TrajectoryAppendRequest) GetTrajectory() *Trajectory {
+	if x != nil {
+		return x.Trajectory
+	}
+	return nil
+}
+
+type TrajectoryAppended struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrajectoryAppended) Reset() {
+	*x = TrajectoryAppended{}
+	mi := &file_rollout_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrajectoryAppended) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrajectoryAppended) ProtoMessage() {}
+
+func (x *TrajectoryAppended) ProtoReflect() protoreflect.Message {
+	mi := &file_rollout_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrajectoryAppended.ProtoReflect.Descriptor instead.
+func (*TrajectoryAppended) Descriptor() ([]byte, []int) {
+	return file_rollout_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *TrajectoryAppended) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
 var File_rollout_proto protoreflect.FileDescriptor
 
 const file_rollout_proto_rawDesc = "" +
 	"\n" +
-	"\rrollout.proto\x12\x14frognano.messages.v1\x1a\rrecords.protoB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
+	"\rrollout.proto\x12\x14frognano.messages.v1\x1a\rrecords.proto\x1a\factors.proto\"\x98\x01\n" +
+	"\rEpisodeLimits\x12\x1b\n" +
+	"\tmax_turns\x18\x01 \x01(\x05R\bmaxTurns\x12&\n" +
+	"\x0fmax_turn_tokens\x18\x02 \x01(\x05R\rmaxTurnTokens\x12\x1f\n" +
+	"\vmax_context\x18\x03 \x01(\x05R\n" +
+	"maxContext\x12!\n" +
+	"\fwall_seconds\x18\x04 \x01(\x01R\vwallSeconds\"\\\n" +
+	"\x0eSamplingParams\x12 \n" +
+	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
+	"\x05top_p\x18\x02 \x01(\x02R\x04topP\x12\x13\n" +
+	"\x05top_k\x18\x03 \x01(\x05R\x04topK\"\xe8\x01\n" +
+	"\x13RolloutGroupRequest\x12>\n" +
+	"\arequest\x18\x01 \x01(\v2$.frognano.messages.v1.RolloutRequestR\arequest\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\tR\x04mode\x12;\n" +
+	"\x06limits\x18\x03 \x01(\v2#.frognano.messages.v1.EpisodeLimitsR\x06limits\x12@\n" +
+	"\bsampling\x18\x04 \x01(\v2$.frognano.messages.v1.SamplingParamsR\bsampling\"\xe3\x03\n" +
+	"\x0eEpisodeSummary\x12#\n" +
+	"\rtrajectory_id\x18\x01 \x01(\tR\ftrajectoryId\x12 \n" +
+	"\vtermination\x18\x02 \x01(\tR\vtermination\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\x12\x16\n" +
+	"\x06reward\x18\x04 \x01(\x01R\x06reward\x12\x1a\n" +
+	"\bresolved\x18\x05 \x01(\bR\bresolved\x125\n" +
+	"\x16infrastructure_failure\x18\x06 \x01(\bR\x15infrastructureFailure\x12\x1a\n" +
+	"\battempts\x18\a \x01(\x05R\battempts\x12\x14\n" +
+	"\x05turns\x18\b \x01(\x05R\x05turns\x12#\n" +
+	"\rpolicy_tokens\x18\t \x01(\x05R\fpolicyTokens\x12!\n" +
+	"\ftotal_tokens\x18\n" +
+	" \x01(\x05R\vtotalTokens\x12-\n" +
+	"\x12generation_seconds\x18\v \x01(\x01R\x11generationSeconds\x12'\n" +
+	"\x0fsandbox_seconds\x18\f \x01(\x01R\x0esandboxSeconds\x12!\n" +
+	"\fwall_seconds\x18\r \x01(\x01R\vwallSeconds\x12\x12\n" +
+	"\x04seed\x18\x0e \x01(\x04R\x04seed\"\xb6\x01\n" +
+	"\x12RolloutGroupResult\x12;\n" +
+	"\x06result\x18\x01 \x01(\v2#.frognano.messages.v1.RolloutResultR\x06result\x12@\n" +
+	"\bepisodes\x18\x02 \x03(\v2$.frognano.messages.v1.EpisodeSummaryR\bepisodes\x12!\n" +
+	"\fwall_seconds\x18\x03 \x01(\x01R\vwallSeconds\"&\n" +
+	"\x14TrajectoryGetRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"V\n" +
+	"\x12TrajectoryGetReply\x12@\n" +
+	"\n" +
+	"trajectory\x18\x01 \x01(\v2 .frognano.messages.v1.TrajectoryR\n" +
+	"trajectory\"G\n" +
+	"\x15TrajectoryListRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\"\xe6\x02\n" +
+	"\x11TrajectorySummary\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x17\n" +
+	"\atask_id\x18\x03 \x01(\tR\x06taskId\x12 \n" +
+	"\vtermination\x18\x04 \x01(\tR\vtermination\x12\x16\n" +
+	"\x06reward\x18\x05 \x01(\x01R\x06reward\x12\x14\n" +
+	"\x05turns\x18\x06 \x01(\x05R\x05turns\x12\x16\n" +
+	"\x06tokens\x18\a \x01(\x05R\x06tokens\x12-\n" +
+	"\x12generation_seconds\x18\b \x01(\x01R\x11generationSeconds\x12'\n" +
+	"\x0fsandbox_seconds\x18\t \x01(\x01R\x0esandboxSeconds\x12*\n" +
+	"\x11created_unix_nano\x18\n" +
+	" \x01(\x03R\x0fcreatedUnixNano\x12%\n" +
+	"\x0epolicy_version\x18\v \x01(\x03R\rpolicyVersion\"]\n" +
+	"\x0eTrajectoryList\x12K\n" +
+	"\ftrajectories\x18\x01 \x03(\v2'.frognano.messages.v1.TrajectorySummaryR\ftrajectories\"[\n" +
+	"\x17TrajectoryAppendRequest\x12@\n" +
+	"\n" +
+	"trajectory\x18\x01 \x01(\v2 .frognano.messages.v1.TrajectoryR\n" +
+	"trajectory\"$\n" +
+	"\x12TrajectoryAppended\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02idB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
 
-var file_rollout_proto_goTypes = []any{}
+var (
+	file_rollout_proto_rawDescOnce sync.Once
+	file_rollout_proto_rawDescData []byte
+)
+
+func file_rollout_proto_rawDescGZIP() []byte {
+	file_rollout_proto_rawDescOnce.Do(func() {
+		file_rollout_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_rollout_proto_rawDesc), len(file_rollout_proto_rawDesc)))
+	})
+	return file_rollout_proto_rawDescData
+}
+
+var file_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_rollout_proto_goTypes = []any{
+	(*EpisodeLimits)(nil),           // 0: frognano.messages.v1.EpisodeLimits
+	(*SamplingParams)(nil),          // 1: frognano.messages.v1.SamplingParams
+	(*RolloutGroupRequest)(nil),     // 2: frognano.messages.v1.RolloutGroupRequest
+	(*EpisodeSummary)(nil),          // 3: frognano.messages.v1.EpisodeSummary
+	(*RolloutGroupResult)(nil),      // 4: frognano.messages.v1.RolloutGroupResult
+	(*TrajectoryGetRequest)(nil),    // 5: frognano.messages.v1.TrajectoryGetRequest
+	(*TrajectoryGetReply)(nil),      // 6: frognano.messages.v1.TrajectoryGetReply
+	(*TrajectoryListRequest)(nil),   // 7: frognano.messages.v1.TrajectoryListRequest
+	(*TrajectorySummary)(nil),       // 8: frognano.messages.v1.TrajectorySummary
+	(*TrajectoryList)(nil),          // 9: frognano.messages.v1.TrajectoryList
+	(*TrajectoryAppendRequest)(nil), // 10: frognano.messages.v1.TrajectoryAppendRequest
+	(*TrajectoryAppended)(nil),      // 11: frognano.messages.v1.TrajectoryAppended
+	(*RolloutRequest)(nil),          // 12: frognano.messages.v1.RolloutRequest
+	(*RolloutResult)(nil),           // 13: frognano.messages.v1.RolloutResult
+	(*Trajectory)(nil),              // 14: frognano.messages.v1.Trajectory
+}
 var file_rollout_proto_depIdxs = []int32{
-	0, // [0:0] is the sub-list for method output_type
-	0, // [0:0] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	12, // 0: frognano.messages.v1.RolloutGroupRequest.request:type_name -> frognano.messages.v1.RolloutRequest
+	0,  // 1: frognano.messages.v1.RolloutGroupRequest.limits:type_name -> frognano.messages.v1.EpisodeLimits
+	1,  // 2: frognano.messages.v1.RolloutGroupRequest.sampling:type_name -> frognano.messages.v1.SamplingParams
+	13, // 3: frognano.messages.v1.RolloutGroupResult.result:type_name -> frognano.messages.v1.RolloutResult
+	3,  // 4: frognano.messages.v1.RolloutGroupResult.episodes:type_name -> frognano.messages.v1.EpisodeSummary
+	14, // 5: frognano.messages.v1.TrajectoryGetReply.trajectory:type_name -> frognano.messages.v1.Trajectory
+	8,  // 6: frognano.messages.v1.TrajectoryList.trajectories:type_name -> frognano.messages.v1.TrajectorySummary
+	14, // 7: frognano.messages.v1.TrajectoryAppendRequest.trajectory:type_name -> frognano.messages.v1.Trajectory
+	8,  // [8:8] is the sub-list for method output_type
+	8,  // [8:8] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_rollout_proto_init() }
@@ -44,18 +967,20 @@ func file_rollout_proto_init() {
 		return
 	}
 	file_records_proto_init()
+	file_actors_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rollout_proto_rawDesc), len(file_rollout_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   0,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_rollout_proto_goTypes,
 		DependencyIndexes: file_rollout_proto_depIdxs,
+		MessageInfos:      file_rollout_proto_msgTypes,
 	}.Build()
 	File_rollout_proto = out.File
 	file_rollout_proto_goTypes = nil

@@ -91,6 +91,7 @@ func (s *Sandboxes) Options(buildLog io.Writer) ([]node.Kind, []node.NamedActor)
 		},
 	}}
 	actors = append(actors, frontierActor(s.log))
+	actors = append(actors, rolloutActor())
 	return kinds, actors
 }
 

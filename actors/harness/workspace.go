@@ -1,0 +1,123 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/sandbox"
+	"github.com/frognano/frognano/actors/sandbox/testreport"
+)
+
+// SandboxWorkspace is a Workspace over a containerd sandbox of the task's
+// environment image.
+type SandboxWorkspace struct {
+	sb   *sandbox.Sandbox
+	spec sandbox.TestSpec
+	task *messages.Task
+	// testPatch is applied after the protected files are restored, before
+	// the tests run (SWE-bench instances bring their tests this way).
+	testPatch string
+}
+
+var _ Workspace = (*SandboxWorkspace)(nil)
+
+// WorkspaceOptions tune NewWorkspace.
+type WorkspaceOptions struct {
+	// TestPatch is applied for grading only (SWE-bench's test_patch).
+	TestPatch string
+	// TestTimeout bounds the grading run (default: the task's validation
+	// time ×10, at least 2 minutes, at most 15).
+	TestTimeout time.Duration
+}
+
+// NewWorkspace prepares sb, a fresh sandbox of the task's environment
+// image, for an episode: it applies the task's bug patch and squashes the
+// repository's history into one commit of the buggy tree, so that neither
+// `git diff` nor `git log` shows what changed. spec is how the environment
+// runs its tests. A task without a bug patch (a SWE-bench image, already at
+// the buggy commit) is used as it is.
+func NewWorkspace(ctx context.Context, sb *sandbox.Sandbox, spec sandbox.TestSpec, task *messages.Task, opts WorkspaceOptions) (*SandboxWorkspace, error) {
+	if len(task.GetFailToPass()) == 0 {
+		return nil, fmt.Errorf("task %s names no FAIL_TO_PASS test", task.GetId())
+	}
+	if spec.Timeout <= 0 {
+		spec.Timeout = opts.TestTimeout
+	}
+	if spec.Timeout <= 0 {
+		spec.Timeout = min(max(time.Duration(task.GetValidation().GetSeconds()*10*float64(time.Second)), 2*time.Minute), 15*time.Minute)
+	}
+	if task.GetBugPatch() != "" {
+		if err := sb.ApplyPatch(ctx, task.GetBugPatch()); err != nil {
+			return nil, fmt.Errorf("apply the bug of task %s: %w", task.GetId(), err)
+		}
+		if _, err := sb.SquashGitHistory(ctx, "", "base"); err != nil {
+			return nil, fmt.Errorf("task %s: %w", task.GetId(), err)
+		}
+	}
+	return &SandboxWorkspace{sb: sb, spec: spec, task: task, testPatch: opts.TestPatch}, nil
+}
+
+// Sandbox is the underlying sandbox.
+func (w *SandboxWorkspace) Sandbox() *sandbox.Sandbox { return w.sb }
+
+// Exec runs a command for the Bash tool.
+func (w *SandboxWorkspace) Exec(ctx context.Context, argv []string, timeout time.Duration, limit int64) (ExecResult, error) {
+	res, err := w.sb.Exec(ctx, sandbox.ExecRequest{Argv: argv, Timeout: timeout, OutputLimit: limit})
+	if err != nil {
+		return ExecResult{}, err
+	}
+	out := ExecResult{ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr, Truncated: res.Truncated, TimedOut: res.TimedOut}
+	if res.QuotaExceeded {
+		out.Stderr = append(out.Stderr, []byte("\n[the sandbox's disk quota was exceeded; its processes were killed]\n")...)
+	}
+	return out, nil
+}
+
+// ReadFile, WriteFile and ListFiles are the sandbox's.
+func (w *SandboxWorkspace) ReadFile(ctx context.Context, p string) ([]byte, error) {
+	return w.sb.ReadFile(ctx, p)
+}
+
+func (w *SandboxWorkspace) WriteFile(ctx context.Context, p string, content []byte) error {
+	return w.sb.WriteFile(ctx, p, content)
+}
+
+func (w *SandboxWorkspace) ListFiles(ctx context.Context, dir, glob string) ([]string, error) {
+	return w.sb.ListFiles(ctx, dir, glob)
+}
+
+// dropBytecode removes Python's bytecode caches: RunTests' isolated
+// interpreter ignores PYTHONDONTWRITEBYTECODE, and an edit that keeps a
+// module's size within the mtime second of its cached bytecode would run
+// the stale code.
+const dropBytecode = `find . -name __pycache__ -prune -exec rm -rf {} + 2>/dev/null; true`
+
+// Grade kills whatever the agent left running, restores the protected
+// test files from the image, applies the test patch if any, runs the
+// task's FAIL_TO_PASS and PASS_TO_PASS tests and grades the report: reward
+// 1 only when every one of them passes.
+func (w *SandboxWorkspace) Grade(ctx context.Context) (Grade, error) {
+	if err := w.sb.PrepareForGrading(ctx, w.task.GetProtectedFiles()); err != nil {
+		return Grade{}, err
+	}
+	if w.testPatch != "" {
+		if err := w.sb.ApplyPatch(ctx, w.testPatch); err != nil {
+			return Grade{}, fmt.Errorf("apply the test patch: %w", err)
+		}
+	}
+	if w.spec.Framework == testreport.Pytest {
+		if _, err := w.sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", dropBytecode}, Timeout: time.Minute}); err != nil {
+			return Grade{}, err
+		}
+	}
+	tests := slices.Concat(w.task.GetFailToPass(), w.task.GetPassToPass())
+	rep, err := w.sb.RunTests(ctx, w.spec, tests)
+	if err != nil {
+		return Grade{}, err
+	}
+	o := testreport.Grade(rep, w.task.GetFailToPass(), w.task.GetPassToPass())
+	return Grade{Report: rep.Proto(), Resolved: o.Resolved, Reward: o.Reward, Reason: o.Reason}, nil
+}

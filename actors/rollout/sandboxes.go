@@ -1,0 +1,163 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/frognano/frognano/actors/environment"
+	"github.com/frognano/frognano/actors/harness"
+	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/sandbox"
+	"github.com/frognano/frognano/persistence"
+)
+
+// Errors that make a task unusable: the request fails with them, no
+// episode runs.
+var (
+	// ErrImageGone is a task whose environment image is not in containerd
+	// any more (the environment was removed, or the image pruned).
+	ErrImageGone = errors.New("the task's image is gone")
+	// ErrNoEnvironment is a task whose environment is not registered.
+	ErrNoEnvironment = errors.New("the task's environment is not registered")
+)
+
+// Workspace is an episode's sandbox; Close destroys it.
+type Workspace interface {
+	harness.Workspace
+	Close()
+}
+
+// Sandboxes makes a fresh workspace for every episode.
+type Sandboxes interface {
+	// Check fails with ErrImageGone or ErrNoEnvironment (wrapped, naming the
+	// task) when task cannot run at all.
+	Check(ctx context.Context, task *messages.Task) error
+	// Workspace starts a fresh sandbox of the task's image and prepares it
+	// (harness.NewWorkspace). An error is an infrastructure failure, or one
+	// of Check's.
+	Workspace(ctx context.Context, task *messages.Task) (Workspace, error)
+}
+
+// Containerd makes workspaces from containerd sandboxes, kept ready in one
+// sandbox.Pool per image so that an episode does not wait for a container
+// to start (nor for one to be torn down).
+type Containerd struct {
+	Runtime      func(ctx context.Context) (*sandbox.Runtime, error)
+	Environments persistence.EnvironmentStore
+	// PoolSize is the number of sandboxes kept ready per image (default 2).
+	PoolSize int
+	// Options are the sandbox limits; RepoDir comes from the environment.
+	Options sandbox.Options
+	// TestPatches maps task ids to patches applied for grading only
+	// (SWE-bench instances' test_patch).
+	TestPatches map[string]string
+
+	mu    sync.Mutex
+	pools map[string]*sandbox.Pool
+}
+
+var _ Sandboxes = (*Containerd)(nil)
+
+func (c *Containerd) resolve(ctx context.Context, task *messages.Task) (*messages.Environment, string, *sandbox.Runtime, error) {
+	env, err := c.Environments.Get(ctx, task.GetEnvironment())
+	if errors.Is(err, persistence.ErrNotFound) {
+		return nil, "", nil, fmt.Errorf("task %s: %w: %q (register it with frognano env add)", task.GetId(), ErrNoEnvironment, task.GetEnvironment())
+	}
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("task %s: environment %q: %w", task.GetId(), task.GetEnvironment(), err)
+	}
+	image := task.GetImage()
+	if image == "" {
+		image = env.GetImage()
+	}
+	rt, err := c.Runtime(ctx)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	ok, err := rt.Images().Exists(ctx, image)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("task %s: image %s: %w", task.GetId(), image, err)
+	}
+	if !ok {
+		return nil, "", nil, fmt.Errorf("task %s: %w: %s is not in containerd namespace %s (rebuild the environment %q with frognano env add %s)",
+			task.GetId(), ErrImageGone, image, rt.Namespace(), env.GetName(), env.GetSource())
+	}
+	return env, image, rt, nil
+}
+
+// Check implements Sandboxes.
+func (c *Containerd) Check(ctx context.Context, task *messages.Task) error {
+	_, _, _, err := c.resolve(ctx, task)
+	return err
+}
+
+// Workspace implements Sandboxes.
+func (c *Containerd) Workspace(ctx context.Context, task *messages.Task) (Workspace, error) {
+	env, image, rt, err := c.resolve(ctx, task)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := c.pool(ctx, rt, image, env)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := pool.Get(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox for task %s: %w", task.GetId(), err)
+	}
+	ws, err := harness.NewWorkspace(ctx, sb, environment.Spec(env), task, harness.WorkspaceOptions{TestPatch: c.TestPatches[task.GetId()]})
+	if err != nil {
+		pool.Put(sb)
+		return nil, err
+	}
+	return &pooled{SandboxWorkspace: ws, pool: pool}, nil
+}
+
+func (c *Containerd) pool(ctx context.Context, rt *sandbox.Runtime, image string, env *messages.Environment) (*sandbox.Pool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.pools[image]; ok {
+		return p, nil
+	}
+	opts := c.Options
+	opts.RepoDir = env.GetRepoDir()
+	size := c.PoolSize
+	if size <= 0 {
+		size = 2
+	}
+	p, err := rt.NewPool(ctx, image, opts, size)
+	if err != nil {
+		return nil, err
+	}
+	if c.pools == nil {
+		c.pools = map[string]*sandbox.Pool{}
+	}
+	c.pools[image] = p
+	return p, nil
+}
+
+// Close destroys the ready sandboxes and waits for the teardowns.
+func (c *Containerd) Close() {
+	c.mu.Lock()
+	pools := c.pools
+	c.pools = nil
+	c.mu.Unlock()
+	for _, p := range pools {
+		p.Close()
+	}
+}
+
+// pooled hands its sandbox back to the pool, which destroys it.
+type pooled struct {
+	*harness.SandboxWorkspace
+	pool *sandbox.Pool
+	once sync.Once
+}
+
+func (p *pooled) Close() { p.once.Do(func() { p.pool.Put(p.Sandbox()) }) }
+
+// sinceSeconds is a helper for timings.
+func sinceSeconds(t time.Time) float64 { return time.Since(t).Seconds() }

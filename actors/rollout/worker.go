@@ -1,0 +1,112 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/frognano/frognano/actors/harness"
+	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/sandbox"
+)
+
+// WorkerSandbox runs the harness's tools in a SandboxWorker actor (kind
+// sandboxworker.Kind), on this node or another: the way an episode reaches
+// a container on a node other than the one running the policy. It is the
+// tools' harness.Sandbox; grading needs the sandbox itself (restoring
+// protected files reads the image on the host), so Runner episodes use
+// Containerd workspaces on the node that holds the container.
+type WorkerSandbox struct {
+	Root *actor.RootContext
+	PID  *actor.PID
+	// Slack is added to each request's own timeout for the round trip
+	// (default 30s).
+	Slack time.Duration
+}
+
+var _ harness.Sandbox = (*WorkerSandbox)(nil)
+
+// ErrWorker is a SandboxWorker that did not answer or answered with an
+// error that is not the tool's: the episode ends as a sandbox failure.
+var ErrWorker = errors.New("sandbox worker failed")
+
+func (w *WorkerSandbox) ask(ctx context.Context, msg any, timeout time.Duration, op, path string) (any, error) {
+	slack := w.Slack
+	if slack <= 0 {
+		slack = 30 * time.Second
+	}
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < timeout+slack {
+		timeout = max(time.Until(d)-slack/2, time.Second)
+	}
+	res, err := w.Root.RequestFuture(w.PID, msg, timeout+slack).Result()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrWorker, w.PID, err)
+	}
+	if f, ok := res.(*messages.Failure); ok {
+		switch f.Code {
+		case "file_error":
+			return nil, &fs.PathError{Op: op, Path: path, Err: errors.New(f.Message)}
+		case "sandbox_broken":
+			return nil, fmt.Errorf("%w: %s", sandbox.ErrSandboxDead, f.Message)
+		}
+		return nil, fmt.Errorf("%w: %s: %s", ErrWorker, f.Code, f.Message)
+	}
+	return res, nil
+}
+
+// Exec implements harness.Sandbox.
+func (w *WorkerSandbox) Exec(ctx context.Context, argv []string, timeout time.Duration, limit int64) (harness.ExecResult, error) {
+	res, err := w.ask(ctx, &messages.SandboxExec{Argv: argv, TimeoutSeconds: timeout.Seconds(), OutputLimitBytes: limit}, timeout, "exec", "")
+	if err != nil {
+		return harness.ExecResult{}, err
+	}
+	r, ok := res.(*messages.SandboxExecResult)
+	if !ok {
+		return harness.ExecResult{}, fmt.Errorf("%w: exec answered %T", ErrWorker, res)
+	}
+	return harness.ExecResult{ExitCode: int(r.ExitCode), Stdout: r.Stdout, Stderr: r.Stderr, Truncated: r.Truncated, TimedOut: r.TimedOut}, nil
+}
+
+const workerFileTimeout = time.Minute
+
+// ReadFile implements harness.Sandbox.
+func (w *WorkerSandbox) ReadFile(ctx context.Context, p string) ([]byte, error) {
+	res, err := w.ask(ctx, &messages.SandboxReadFile{Path: p}, workerFileTimeout, "read", p)
+	if err != nil {
+		return nil, err
+	}
+	f, ok := res.(*messages.SandboxFile)
+	if !ok {
+		return nil, fmt.Errorf("%w: read answered %T", ErrWorker, res)
+	}
+	return f.Content, nil
+}
+
+// WriteFile implements harness.Sandbox.
+func (w *WorkerSandbox) WriteFile(ctx context.Context, p string, content []byte) error {
+	res, err := w.ask(ctx, &messages.SandboxWriteFile{Path: p, Content: content}, workerFileTimeout, "write", p)
+	if err != nil {
+		return err
+	}
+	if _, ok := res.(*messages.SandboxOK); !ok {
+		return fmt.Errorf("%w: write answered %T", ErrWorker, res)
+	}
+	return nil
+}
+
+// ListFiles implements harness.Sandbox.
+func (w *WorkerSandbox) ListFiles(ctx context.Context, dir, glob string) ([]string, error) {
+	res, err := w.ask(ctx, &messages.SandboxListFiles{Path: dir, Glob: glob}, workerFileTimeout, "list", dir)
+	if err != nil {
+		return nil, err
+	}
+	l, ok := res.(*messages.SandboxFileList)
+	if !ok {
+		return nil, fmt.Errorf("%w: list answered %T", ErrWorker, res)
+	}
+	return l.Paths, nil
+}
