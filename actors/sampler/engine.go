@@ -19,9 +19,10 @@
 //
 // Each request samples from its own generator seeded by its Seed, exactly as
 // model.Generate does, so a request gives the same tokens alone or in any
-// batch (the batch changes only the float32 summation order of the matrix
-// products, within the model's cache tolerance, and so the logits in their
-// last bits). Log-probabilities are kernels/sample's: the token's under
+// batch, and with or without a kept cache (the batch, and the layout in which
+// a kept cache's positions were computed, change only the float32 summation
+// order of the matrix products, within the model's cache tolerance, and so
+// the logits in their last bits). Log-probabilities are kernels/sample's: the token's under
 // softmax(logits/T) before top-k/top-p truncation.
 //
 // # Policy versions
@@ -32,6 +33,16 @@
 // no sequence is in flight: the scheduler stops admitting requests, lets the
 // running ones finish, swaps the weights, and resumes. A request with
 // MinPolicyVersion waits, unadmitted, until the engine holds that version.
+// A swap empties the prefix cache pool (prefix.go).
+//
+// # Prefix caching
+//
+// The KV caches of ended sequences are kept, in a bounded LRU, with the
+// tokens they hold; a request whose prompt shares a prefix with one takes
+// it over and prefills only the rest of its prompt (prefix.go). An agent
+// episode's next turn, whose prompt extends the previous turn's, so reads
+// only its new tokens. Stats.ReusedTokens counts the prompt tokens read
+// from kept caches, Stats.PromptTokens those computed.
 package sampler
 
 import (
@@ -84,6 +95,15 @@ type Config struct {
 	Checkpoints persistence.CheckpointStore
 	// Logger receives weight swaps; nil discards.
 	Logger *slog.Logger
+	// PrefixCaches is the most KV caches of ended sequences kept for
+	// requests that share a prefix with them (default
+	// DefaultPrefixCaches; negative keeps none and allocates each
+	// request its own cache, sized to it).
+	PrefixCaches int
+	// PrefixCacheBytes is the most memory those kept caches may hold,
+	// counted by their capacities (default DefaultPrefixCacheBytes;
+	// negative keeps none). Caches of running sequences are not counted.
+	PrefixCacheBytes int64
 }
 
 // Engine generates continuations for many concurrent callers with
@@ -108,6 +128,9 @@ type Engine struct {
 	generated atomic.Int64
 	steps     atomic.Int64
 	prefilled atomic.Int64
+	reused    atomic.Int64
+	kept      atomic.Int32
+	keptBytes atomic.Int64
 
 	// Scheduler state, owned by the scheduler goroutine.
 	queue   []*sequence // submitted, not admitted, in arrival order
@@ -118,6 +141,7 @@ type Engine struct {
 	members []*sequence
 	chunks  []int
 	ended   []*sequence // finished this iteration, not yet published
+	pool    *prefixPool
 }
 
 // New starts an engine and its scheduler goroutine. Close stops it.
@@ -139,6 +163,12 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.ContextLength <= 0 || cfg.ContextLength > ctxLen {
 		cfg.ContextLength = ctxLen
 	}
+	if cfg.PrefixCaches == 0 {
+		cfg.PrefixCaches = DefaultPrefixCaches
+	}
+	if cfg.PrefixCacheBytes == 0 {
+		cfg.PrefixCacheBytes = DefaultPrefixCacheBytes
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -152,6 +182,7 @@ func New(cfg Config) (*Engine, error) {
 		quit:   make(chan struct{}),
 		exited: make(chan struct{}),
 	}
+	e.pool = newPrefixPool(cfg.Model, cfg.PrefixCaches, cfg.PrefixCacheBytes)
 	e.version.Store(cfg.Version)
 	go e.run()
 	return e, nil
@@ -175,15 +206,19 @@ type Stats struct {
 	Running         int   // sequences in flight
 	Waiting         int   // requests not yet admitted
 	GeneratedTokens int64 // sampled tokens, all requests
-	PromptTokens    int64 // prompt tokens read
+	PromptTokens    int64 // prompt tokens computed (prefilled)
+	ReusedTokens    int64 // prompt tokens found in kept caches, not computed
 	Steps           int64 // forward passes
+	PrefixCaches    int   // caches kept for reuse now
+	PrefixBytes     int64 // their memory, by capacity
 }
 
 // Stats reports the counters now.
 func (e *Engine) Stats() Stats {
 	return Stats{
 		Version: e.version.Load(), Running: int(e.running.Load()), Waiting: int(e.waiting.Load()),
-		GeneratedTokens: e.generated.Load(), PromptTokens: e.prefilled.Load(), Steps: e.steps.Load(),
+		GeneratedTokens: e.generated.Load(), PromptTokens: e.prefilled.Load(), ReusedTokens: e.reused.Load(),
+		Steps: e.steps.Load(), PrefixCaches: int(e.kept.Load()), PrefixBytes: e.keptBytes.Load(),
 	}
 }
 
@@ -344,8 +379,10 @@ type sequence struct {
 
 	// Scheduler-owned.
 	cache     *model.Cache
-	fed       int   // prompt tokens in the cache
-	next      int32 // sampled, not yet fed
+	held      []int32 // a buffer for the tokens the cache holds, when it is kept
+	limit     int     // most positions: the context, or prompt + MaxTokens
+	fed       int     // prompt tokens in the cache
+	next      int32   // sampled, not yet fed
 	one       [1]int32
 	version   int64
 	ended     bool
@@ -377,11 +414,42 @@ func (s *sequence) emit(tok int32, lp float32) {
 }
 
 // end finishes the sequence with a reason or an error. Its caller sees it
-// once the scheduler publishes it, after updating the counters.
+// once the scheduler publishes it, after updating the counters. The cache
+// of a sequence that finished or was cancelled is kept for reuse; after a
+// failed forward pass or on shutdown it is dropped.
 func (e *Engine) end(s *sequence, reason harness.FinishReason, err error) {
 	s.endReason, s.endErr, s.ended = reason, err, true
-	s.cache = nil
+	if s.cache != nil && (err == nil || errors.Is(err, s.ctx.Err())) {
+		e.keep(s)
+	}
+	s.cache, s.held = nil, nil
 	e.ended = append(e.ended, s)
+}
+
+// keep puts s's cache in the pool with the tokens it holds: the prompt read
+// so far, then every sampled token but the last (sampled, never fed).
+func (e *Engine) keep(s *sequence) {
+	n := s.cache.Len()
+	if !e.pool.enabled() || n == 0 {
+		return
+	}
+	held := append(s.held[:0], s.req.PromptIDs[:s.fed]...)
+	if n > s.fed {
+		s.mu.Lock()
+		held = append(held, s.ids[:n-s.fed]...)
+		s.mu.Unlock()
+	}
+	if len(held) != n {
+		panic(fmt.Sprintf("sampler: a cache of %d positions with %d known tokens", n, len(held)))
+	}
+	e.pool.put(s.cache, held)
+	e.poolChanged()
+}
+
+// poolChanged publishes the pool's totals.
+func (e *Engine) poolChanged() {
+	e.kept.Store(int32(len(e.pool.entries)))
+	e.keptBytes.Store(e.pool.bytes)
 }
 
 // publish hands finished sequences to their callers.
@@ -489,17 +557,37 @@ func (e *Engine) admit() {
 		if len(e.active) >= e.cfg.MaxSequences || s.req.MinPolicyVersion > v {
 			return false
 		}
-		capacity := e.cfg.ContextLength
+		s.limit = e.cfg.ContextLength
 		if s.req.MaxTokens > 0 {
-			capacity = min(capacity, len(s.req.PromptIDs)+s.req.MaxTokens)
+			s.limit = min(s.limit, len(s.req.PromptIDs)+s.req.MaxTokens)
 		}
-		s.cache = e.m.NewCache(capacity)
+		e.assignCache(s)
 		s.mu.Lock()
 		s.version = v
 		s.mu.Unlock()
 		e.active = append(e.active, s)
 		return true
 	})
+}
+
+// assignCache gives an admitted sequence its cache: a kept one sharing a
+// prefix with its prompt (whose tokens are then not prefilled again), a
+// recycled one, or a new one, with headroom for the conversation's next
+// turns when caches are kept.
+func (e *Engine) assignCache(s *sequence) {
+	prompt := s.req.PromptIDs
+	alloc := s.limit
+	if e.pool.enabled() {
+		alloc = min(e.cfg.ContextLength, s.limit+len(prompt))
+	}
+	c, held, shared := e.pool.take(prompt, s.limit, alloc)
+	if c == nil {
+		s.cache, s.held, s.fed = e.m.NewCache(alloc), nil, 0
+		return
+	}
+	s.cache, s.held, s.fed = c, held, shared
+	e.reused.Add(int64(shared))
+	e.poolChanged()
 }
 
 // step runs one forward pass over the batch and samples.
@@ -572,7 +660,7 @@ func (e *Engine) finished(s *sequence, tok int32) (harness.FinishReason, bool) {
 	if s.req.MaxTokens > 0 && n >= s.req.MaxTokens {
 		return harness.FinishLength, true
 	}
-	if s.cache.Len() >= s.cache.Cap() {
+	if s.cache.Len() >= s.limit {
 		return harness.FinishContext, true
 	}
 	return "", false
@@ -590,6 +678,8 @@ func (e *Engine) shutdown() {
 		sw.done <- ErrClosed
 	}
 	e.active, e.queue, e.pending = nil, nil, nil
+	e.pool.clear()
+	e.poolChanged()
 	for {
 		select {
 		case s := <-e.submit:

@@ -84,6 +84,9 @@ func (e *Engine) applySwaps() {
 			sw.done <- err
 			continue
 		}
+		// The kept caches hold keys and values of the old weights.
+		e.pool.clear()
+		e.poolChanged()
 		e.version.Store(sw.version)
 		e.log.Info("policy weights swapped", "from", cur, "to", sw.version)
 		sw.done <- nil
