@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -11,6 +13,7 @@ import (
 	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/kernels/sample"
+	"github.com/frognano/frognano/kernels/tokenizer"
 	"github.com/frognano/frognano/persistence"
 )
 
@@ -19,10 +22,22 @@ const ActorName = "rollout"
 
 // ActorConfig is what the rollout actor needs.
 type ActorConfig struct {
-	// Runner runs episodes; nil when the node has no policy, and then
-	// rollout requests fail with code "no_policy" (trajectories are still
-	// served).
-	Runner       *Runner
+	// Runner runs episodes. When it is nil the actor makes its own on the
+	// first rollout request, from Policy and Sandboxes; with no Policy
+	// either (a node without a policy), rollout requests fail with code
+	// "no_policy" (trajectories are still served).
+	Runner *Runner
+	// Policy returns the policy and its tokenizer (loading a model may
+	// take a while: it is called off the actor's goroutine, once it
+	// succeeds).
+	Policy func(ctx context.Context) (harness.Policy, *tokenizer.Tokenizer, error)
+	// Sandboxes are the episodes' sandboxes for the actor's own Runner:
+	// Workers (a SandboxWorker actor per episode, on the cluster's
+	// containerd members) on a node.
+	Sandboxes   Sandboxes
+	MaxEpisodes int
+	Logger      *slog.Logger
+
 	Trajectories persistence.TrajectoryStore
 }
 
@@ -42,6 +57,35 @@ type rolloutActor struct {
 	cfg    ActorConfig
 	ctx    context.Context
 	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	runner *Runner
+}
+
+// getRunner is the configured Runner, or the actor's own, made on first use.
+func (a *rolloutActor) getRunner(ctx context.Context) (*Runner, error) {
+	if a.cfg.Runner != nil {
+		return a.cfg.Runner, nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.runner != nil {
+		return a.runner, nil
+	}
+	if a.cfg.Sandboxes == nil {
+		return nil, errors.New("this node's rollout actor has a policy but no sandboxes to run episodes in")
+	}
+	pol, tok, err := a.cfg.Policy(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the node's policy: %w", err)
+	}
+	r, err := New(Config{Policy: pol, Tokenizer: tok, Sandboxes: a.cfg.Sandboxes, Trajectories: a.cfg.Trajectories,
+		MaxEpisodes: a.cfg.MaxEpisodes, Logger: a.cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	a.runner = r
+	return r, nil
 }
 
 type groupDone struct {
@@ -239,7 +283,7 @@ func RequestFromProto(m *messages.RolloutGroupRequest) (Request, error) {
 // rollout runs a group off the actor's goroutine: a group takes minutes,
 // and the actor keeps serving meanwhile.
 func (a *rolloutActor) rollout(ctx actor.Context, m *messages.RolloutGroupRequest) {
-	if a.cfg.Runner == nil {
+	if a.cfg.Runner == nil && a.cfg.Policy == nil {
 		ctx.Respond(failure("no_policy", errors.New("this node's rollout actor has no policy to run episodes with")))
 		return
 	}
@@ -250,9 +294,11 @@ func (a *rolloutActor) rollout(ctx actor.Context, m *messages.RolloutGroupReques
 	}
 	requester, self, system := ctx.Sender(), ctx.Self(), ctx.ActorSystem()
 	go func() {
-		res, err := a.cfg.Runner.Run(a.ctx, req, nil)
 		var reply any
+		runner, err := a.getRunner(a.ctx)
 		if err != nil {
+			reply = failure("no_policy", err)
+		} else if res, err := runner.Run(a.ctx, req, nil); err != nil {
 			reply = failure(code(err), err)
 		} else {
 			reply = res.Proto()

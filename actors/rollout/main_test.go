@@ -13,11 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/frognano/frognano/actors/environment"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/sandbox"
+	"github.com/frognano/frognano/actors/sandboxworker"
 	"github.com/frognano/frognano/actors/synth"
 	"github.com/frognano/frognano/kernels/gguf"
 	"github.com/frognano/frognano/kernels/tokenizer"
@@ -179,6 +181,35 @@ func containerd(t testing.TB) *Containerd {
 	c := &Containerd{Runtime: func(context.Context) (*sandbox.Runtime, error) { return rt, nil }, Environments: testEnvs, PoolSize: 2}
 	t.Cleanup(c.Close)
 	return c
+}
+
+// workers returns Sandboxes that run every episode in its own
+// SandboxWorker actor of a fresh actor system, over the test runtime.
+func workers(t testing.TB) *Workers {
+	rt := needRuntime(t)
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet() }))
+	t.Cleanup(system.Shutdown)
+	runtime := func(context.Context) (*sandbox.Runtime, error) { return rt, nil }
+	w := &Workers{
+		Root:         system.Root,
+		Spawn:        LocalWorkers(system.Root, sandboxworker.Props(sandboxworker.Config{Runtime: runtime, Environments: testEnvs, Logger: quiet()})),
+		Environments: testEnvs,
+		Runtime:      runtime,
+		Logger:       quiet(),
+	}
+	t.Cleanup(w.Close)
+	return w
+}
+
+// bothSandboxes are the two ways to run episodes, by name.
+func bothSandboxes(t testing.TB) []struct {
+	name string
+	sbs  Sandboxes
+} {
+	return []struct {
+		name string
+		sbs  Sandboxes
+	}{{"workers", workers(t)}, {"pool", containerd(t)}}
 }
 
 // badgerStore opens a Badger database in a temporary directory.

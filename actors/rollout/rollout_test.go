@@ -13,6 +13,7 @@ import (
 
 	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/kernels/tokenizer"
 	"github.com/frognano/frognano/persistence"
 )
 
@@ -48,13 +49,23 @@ func checkStored(t *testing.T, store persistence.TrajectoryStore, ep *Episode, r
 
 // TestScriptedPolicySolvesRealTasks: the scripted policy, given each
 // task's gold patch, solves real synthesized tasks through the real
-// harness, real sandboxes and the real grader, in both modes; G episodes
-// run concurrently, each in its own sandbox, and are stored in Badger.
+// harness, real sandboxes and the real grader, in both modes, with
+// episodes in SandboxWorker actors (Workers) and in pooled sandboxes
+// (Containerd); G episodes run concurrently, each in its own sandbox, and
+// are stored in Badger.
 func TestScriptedPolicySolvesRealTasks(t *testing.T) {
 	_, tasks := inflectionTasks(t)
-	sbs := containerd(t)
 	store := badgerStore(t)
+	for _, kind := range bothSandboxes(t) {
+		t.Run(kind.name, func(t *testing.T) {
+			solveRealTasks(t, kind.sbs, store, tasks, kind.name)
+		})
+	}
+}
+
+func solveRealTasks(t *testing.T, sbs Sandboxes, store persistence.TrajectoryStore, tasks []*messages.Task, kind string) {
 	for _, mode := range []harness.Mode{harness.ModeAgent, harness.ModePatch} {
+		runID := "solve-" + kind + "-" + string(mode)
 		for _, task := range tasks {
 			t.Run(string(mode)+"/"+task.Id, func(t *testing.T) {
 				script, err := harness.SolveScript(task, mode)
@@ -63,7 +74,7 @@ func TestScriptedPolicySolvesRealTasks(t *testing.T) {
 				}
 				r := scriptedRunner(t, sbs, store, script)
 				var done atomic.Int32
-				res, err := r.Run(context.Background(), Request{Task: task, Group: 2, Mode: mode, Seed: 11, RunID: "solve-" + string(mode)}, func(*Episode) { done.Add(1) })
+				res, err := r.Run(context.Background(), Request{Task: task, Group: 2, Mode: mode, Seed: 11, RunID: runID}, func(*Episode) { done.Add(1) })
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -82,7 +93,7 @@ func TestScriptedPolicySolvesRealTasks(t *testing.T) {
 					if r.Ending != want || r.Reward != 1 || r.Grade == nil || !r.Grade.Resolved || ep.Attempts != 1 || ep.Infra {
 						t.Fatalf("episode %d: %s (%s), reward %v, grade %+v", ep.Index, r.Ending, r.Detail, r.Reward, r.Grade)
 					}
-					tr := checkStored(t, store, ep, "solve-"+string(mode), task.Id)
+					tr := checkStored(t, store, ep, runID, task.Id)
 					if tr.Report == nil || !tr.Report.Valid || len(tr.Report.Results) < len(task.FailToPass)+len(task.PassToPass) {
 						t.Fatalf("stored report %+v", tr.Report)
 					}
@@ -103,7 +114,7 @@ func TestScriptedPolicySolvesRealTasks(t *testing.T) {
 			})
 		}
 	}
-	runs, err := store.ListByRun(context.Background(), "solve-agent")
+	runs, err := store.ListByRun(context.Background(), "solve-"+kind+"-agent")
 	if err != nil || len(runs) != 2*len(tasks) {
 		t.Fatalf("%d stored trajectories of the agent run, want %d: %v", len(runs), 2*len(tasks), err)
 	}
@@ -120,22 +131,24 @@ func TestGradingIsNotFooled(t *testing.T) {
 		harness.ToolCallText("Write", map[string]string{"path": file, "content": "def test_nothing():\n    pass\n"}),
 		harness.ToolCallText("Submit", map[string]any{}),
 	}
-	r := scriptedRunner(t, containerd(t), nil, cheat)
-	res, err := r.Run(context.Background(), Request{Task: task, Group: 1, Seed: 1, RunID: "cheat"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep := res.Episodes[0].Result
-	if ep.Ending != harness.EndSubmitted || ep.Reward != 0 || ep.Grade == nil || ep.Grade.Resolved {
-		t.Fatalf("cheat: %s, reward %v, grade %+v", ep.Ending, ep.Reward, ep.Grade)
-	}
-	r = scriptedRunner(t, containerd(t), nil, []string{harness.ToolCallText("Submit", map[string]any{})})
-	res, err = r.Run(context.Background(), Request{Task: task, Group: 1, Seed: 1, RunID: "give-up"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ep := res.Episodes[0].Result; ep.Ending != harness.EndSubmitted || ep.Reward != 0 || ep.Grade != nil {
-		t.Fatalf("give up: %s, reward %v, grade %+v", ep.Ending, ep.Reward, ep.Grade)
+	for _, kind := range bothSandboxes(t) {
+		r := scriptedRunner(t, kind.sbs, nil, cheat)
+		res, err := r.Run(context.Background(), Request{Task: task, Group: 1, Seed: 1, RunID: "cheat"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ep := res.Episodes[0].Result
+		if ep.Ending != harness.EndSubmitted || ep.Reward != 0 || ep.Grade == nil || ep.Grade.Resolved {
+			t.Fatalf("%s: cheat: %s (%s), reward %v, grade %+v", kind.name, ep.Ending, ep.Detail, ep.Reward, ep.Grade)
+		}
+		r = scriptedRunner(t, kind.sbs, nil, []string{harness.ToolCallText("Submit", map[string]any{})})
+		res, err = r.Run(context.Background(), Request{Task: task, Group: 1, Seed: 1, RunID: "give-up"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ep := res.Episodes[0].Result; ep.Ending != harness.EndSubmitted || ep.Reward != 0 || ep.Grade != nil {
+			t.Fatalf("%s: give up: %s, reward %v, grade %+v", kind.name, ep.Ending, ep.Reward, ep.Grade)
+		}
 	}
 }
 
@@ -235,18 +248,29 @@ func TestContainerDiesMidEpisode(t *testing.T) {
 func TestBadTasks(t *testing.T) {
 	_, tasks := inflectionTasks(t)
 	store := persistence.NewMemory().Trajectories()
-	r := scriptedRunner(t, containerd(t), store, nil)
 	gone := proto.Clone(tasks[0]).(*messages.Task)
 	gone.Image = "frognano.local/env/removed:0"
-	_, err := r.Run(context.Background(), Request{Task: gone, Group: 2, RunID: "bad"}, nil)
-	if !errors.Is(err, ErrImageGone) || !strings.Contains(err.Error(), "frognano.local/env/removed:0 is not in containerd namespace "+testNamespace) {
-		t.Fatalf("image gone: %v", err)
-	}
 	unknown := proto.Clone(tasks[0]).(*messages.Task)
 	unknown.Environment = "nope-1.0"
-	if _, err := r.Run(context.Background(), Request{Task: unknown, Group: 1, RunID: "bad"}, nil); !errors.Is(err, ErrNoEnvironment) {
-		t.Fatalf("unknown environment: %v", err)
+	// Workers without a containerd connection of their own leave the
+	// image check to the worker: the same error, once the group started.
+	remote := workers(t)
+	remote.Runtime = nil
+	kinds := append(bothSandboxes(t), struct {
+		name string
+		sbs  Sandboxes
+	}{"workers checking images remotely", remote})
+	for _, kind := range kinds {
+		r := scriptedRunner(t, kind.sbs, store, nil)
+		_, err := r.Run(context.Background(), Request{Task: gone, Group: 2, RunID: "bad"}, nil)
+		if !errors.Is(err, ErrImageGone) || !strings.Contains(err.Error(), "frognano.local/env/removed:0 is not in containerd namespace "+testNamespace) {
+			t.Fatalf("%s: image gone: %v", kind.name, err)
+		}
+		if _, err := r.Run(context.Background(), Request{Task: unknown, Group: 1, RunID: "bad"}, nil); !errors.Is(err, ErrNoEnvironment) {
+			t.Fatalf("%s: unknown environment: %v", kind.name, err)
+		}
 	}
+	r := scriptedRunner(t, workers(t), store, nil)
 	for _, req := range []Request{{Task: tasks[0], Group: 0, RunID: "bad"}, {Task: tasks[0], Group: 1}, {Group: 1, RunID: "bad"}, {Task: tasks[0], Group: 1, RunID: "bad", Mode: "chat"}} {
 		if _, err := r.Run(context.Background(), req, nil); err == nil {
 			t.Errorf("%+v ran", req)
@@ -257,7 +281,8 @@ func TestBadTasks(t *testing.T) {
 	}
 }
 
-// TestActor drives the rollout actor by messages.
+// TestActor drives the rollout actor by messages; it makes its own Runner
+// from a policy and Workers, as a node's does.
 func TestActor(t *testing.T) {
 	_, tasks := inflectionTasks(t)
 	task := tasks[1]
@@ -267,7 +292,10 @@ func TestActor(t *testing.T) {
 	}
 	store := badgerStore(t)
 	system := actor.NewActorSystem()
-	pid := system.Root.Spawn(Props(ActorConfig{Runner: scriptedRunner(t, containerd(t), store, script), Trajectories: store}))
+	policy := func(context.Context) (harness.Policy, *tokenizer.Tokenizer, error) {
+		return &harness.ScriptedPolicy{Tokenizer: smolTokenizer(t), Turns: script, Version: 3}, smolTokenizer(t), nil
+	}
+	pid := system.Root.Spawn(Props(ActorConfig{Policy: policy, Sandboxes: workers(t), Trajectories: store, Logger: quiet()}))
 	defer system.Root.Stop(pid)
 	ask := func(msg any) any {
 		res, err := system.Root.RequestFuture(pid, msg, 5*time.Minute).Result()
@@ -306,6 +334,16 @@ func TestActor(t *testing.T) {
 	defer system.Root.Stop(bare)
 	res, err = system.Root.RequestFuture(bare, &messages.RolloutRequest{Task: task, GroupSize: 1, RunId: "x"}, time.Minute).Result()
 	if f, ok := res.(*messages.Failure); err != nil || !ok || f.Code != "no_policy" {
+		t.Fatalf("%v %v", res, err)
+	}
+	// A policy that cannot be loaded fails the request with its reason.
+	broken := system.Root.Spawn(Props(ActorConfig{Sandboxes: workers(t), Trajectories: store,
+		Policy: func(context.Context) (harness.Policy, *tokenizer.Tokenizer, error) {
+			return nil, nil, errors.New("no model smollm2-135m in the store")
+		}}))
+	defer system.Root.Stop(broken)
+	res, err = system.Root.RequestFuture(broken, &messages.RolloutRequest{Task: task, GroupSize: 1, RunId: "x"}, time.Minute).Result()
+	if f, ok := res.(*messages.Failure); err != nil || !ok || f.Code != "no_policy" || !strings.Contains(f.Message, "no model smollm2-135m") {
 		t.Fatalf("%v %v", res, err)
 	}
 }

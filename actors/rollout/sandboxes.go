@@ -43,7 +43,9 @@ type Sandboxes interface {
 
 // Containerd makes workspaces from containerd sandboxes, kept ready in one
 // sandbox.Pool per image so that an episode does not wait for a container
-// to start (nor for one to be torn down).
+// to start (nor for one to be torn down). It drives containerd in this
+// process, so it serves only episodes on the machine that runs them; see
+// Workers, the default, for why both exist.
 type Containerd struct {
 	Runtime      func(ctx context.Context) (*sandbox.Runtime, error)
 	Environments persistence.EnvironmentStore
@@ -61,31 +63,54 @@ type Containerd struct {
 
 var _ Sandboxes = (*Containerd)(nil)
 
-func (c *Containerd) resolve(ctx context.Context, task *messages.Task) (*messages.Environment, string, *sandbox.Runtime, error) {
-	env, err := c.Environments.Get(ctx, task.GetEnvironment())
+// lookupEnvironment finds the task's environment, or fails with
+// ErrNoEnvironment.
+func lookupEnvironment(ctx context.Context, envs persistence.EnvironmentStore, task *messages.Task) (*messages.Environment, error) {
+	env, err := envs.Get(ctx, task.GetEnvironment())
 	if errors.Is(err, persistence.ErrNotFound) {
-		return nil, "", nil, fmt.Errorf("task %s: %w: %q (register it with frognano env add)", task.GetId(), ErrNoEnvironment, task.GetEnvironment())
+		return nil, fmt.Errorf("task %s: %w: %q (register it with frognano env add)", task.GetId(), ErrNoEnvironment, task.GetEnvironment())
 	}
 	if err != nil {
-		return nil, "", nil, fmt.Errorf("task %s: environment %q: %w", task.GetId(), task.GetEnvironment(), err)
+		return nil, fmt.Errorf("task %s: environment %q: %w", task.GetId(), task.GetEnvironment(), err)
 	}
-	image := task.GetImage()
-	if image == "" {
-		image = env.GetImage()
+	return env, nil
+}
+
+// taskImage is the image an episode of task starts from.
+func taskImage(env *messages.Environment, task *messages.Task) string {
+	if task.GetImage() != "" {
+		return task.GetImage()
+	}
+	return env.GetImage()
+}
+
+// checkImage fails with ErrImageGone when the task's image is not in rt.
+func checkImage(ctx context.Context, rt *sandbox.Runtime, env *messages.Environment, task *messages.Task) error {
+	image := taskImage(env, task)
+	ok, err := rt.Images().Exists(ctx, image)
+	if err != nil {
+		return fmt.Errorf("task %s: image %s: %w", task.GetId(), image, err)
+	}
+	if !ok {
+		return fmt.Errorf("task %s: %w: %s is not in containerd namespace %s (rebuild the environment %q with frognano env add %s)",
+			task.GetId(), ErrImageGone, image, rt.Namespace(), env.GetName(), env.GetSource())
+	}
+	return nil
+}
+
+func (c *Containerd) resolve(ctx context.Context, task *messages.Task) (*messages.Environment, string, *sandbox.Runtime, error) {
+	env, err := lookupEnvironment(ctx, c.Environments, task)
+	if err != nil {
+		return nil, "", nil, err
 	}
 	rt, err := c.Runtime(ctx)
 	if err != nil {
 		return nil, "", nil, err
 	}
-	ok, err := rt.Images().Exists(ctx, image)
-	if err != nil {
-		return nil, "", nil, fmt.Errorf("task %s: image %s: %w", task.GetId(), image, err)
+	if err := checkImage(ctx, rt, env, task); err != nil {
+		return nil, "", nil, err
 	}
-	if !ok {
-		return nil, "", nil, fmt.Errorf("task %s: %w: %s is not in containerd namespace %s (rebuild the environment %q with frognano env add %s)",
-			task.GetId(), ErrImageGone, image, rt.Namespace(), env.GetName(), env.GetSource())
-	}
-	return env, image, rt, nil
+	return env, taskImage(env, task), rt, nil
 }
 
 // Check implements Sandboxes.

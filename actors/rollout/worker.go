@@ -17,15 +17,18 @@ import (
 // WorkerSandbox runs the harness's tools in a SandboxWorker actor (kind
 // sandboxworker.Kind), on this node or another: the way an episode reaches
 // a container on a node other than the one running the policy. It is the
-// tools' harness.Sandbox; grading needs the sandbox itself (restoring
-// protected files reads the image on the host), so Runner episodes use
-// Containerd workspaces on the node that holds the container.
+// tools' harness.Sandbox; Workers adds the episode's preparation and
+// grading, which the worker does on the node that holds the container.
 type WorkerSandbox struct {
 	Root *actor.RootContext
 	PID  *actor.PID
 	// Slack is added to each request's own timeout for the round trip
 	// (default 30s).
 	Slack time.Duration
+	// Lost, when closed, means the worker is gone (Workers closes it when
+	// its watch reports the worker terminated): requests in flight and
+	// later ones fail at once instead of waiting for their timeouts.
+	Lost <-chan struct{}
 }
 
 var _ harness.Sandbox = (*WorkerSandbox)(nil)
@@ -33,6 +36,14 @@ var _ harness.Sandbox = (*WorkerSandbox)(nil)
 // ErrWorker is a SandboxWorker that did not answer or answered with an
 // error that is not the tool's: the episode ends as a sandbox failure.
 var ErrWorker = errors.New("sandbox worker failed")
+
+// workerFailure is a Failure the worker answered that is not the tool's.
+type workerFailure struct{ code, message string }
+
+func (f *workerFailure) Error() string {
+	return fmt.Sprintf("%v: %s: %s", ErrWorker, f.code, f.message)
+}
+func (f *workerFailure) Unwrap() error { return ErrWorker }
 
 func (w *WorkerSandbox) ask(ctx context.Context, msg any, timeout time.Duration, op, path string) (any, error) {
 	slack := w.Slack
@@ -42,7 +53,33 @@ func (w *WorkerSandbox) ask(ctx context.Context, msg any, timeout time.Duration,
 	if d, ok := ctx.Deadline(); ok && time.Until(d) < timeout+slack {
 		timeout = max(time.Until(d)-slack/2, time.Second)
 	}
-	res, err := w.Root.RequestFuture(w.PID, msg, timeout+slack).Result()
+	gone := fmt.Errorf("%w: %s: the worker stopped (its actor ended or its node left)", ErrWorker, w.PID)
+	select {
+	case <-w.Lost:
+		return nil, gone
+	default:
+	}
+	f := w.Root.RequestFuture(w.PID, msg, timeout+slack)
+	var (
+		res  any
+		err  error
+		done = make(chan struct{})
+	)
+	go func() {
+		res, err = f.Result()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-w.Lost:
+		select {
+		case <-done: // answered before it stopped
+		default:
+			return nil, gone
+		}
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%s %s: %w", op, path, ctx.Err())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrWorker, w.PID, err)
 	}
@@ -53,7 +90,7 @@ func (w *WorkerSandbox) ask(ctx context.Context, msg any, timeout time.Duration,
 		case "sandbox_broken":
 			return nil, fmt.Errorf("%w: %s", sandbox.ErrSandboxDead, f.Message)
 		}
-		return nil, fmt.Errorf("%w: %s: %s", ErrWorker, f.Code, f.Message)
+		return nil, &workerFailure{code: f.Code, message: f.Message}
 	}
 	return res, nil
 }

@@ -3,6 +3,12 @@
 // Sandbox* messages into calls on package sandbox. It is a kind every node
 // with containerd registers, so it can be spawned on remote nodes by name.
 //
+// For an agent episode the worker also holds the episode's workspace
+// (harness.SandboxWorkspace): SandboxPrepareEpisode applies the task's bug
+// and hides the history, the tools run through the plain requests, and
+// SandboxGrade grades what the agent left, all on the node that holds the
+// container (restoring the protected files reads the image there).
+//
 // A tool error (a file that does not exist, a patch that does not apply) is
 // an ordinary reply with a Failure; a sandbox that broke answers Failure
 // code "sandbox_broken", which ends the episode and keeps it out of the
@@ -21,6 +27,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/frognano/frognano/actors/environment"
+	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/persistence"
@@ -45,6 +52,8 @@ type worker struct {
 	cfg  Config
 	sb   *sandbox.Sandbox
 	spec sandbox.TestSpec
+	// ws is the episode prepared in sb (SandboxPrepareEpisode).
+	ws *harness.SandboxWorkspace
 }
 
 func fail(code string, err error) *messages.Failure {
@@ -84,6 +93,10 @@ func (w *worker) Receive(ctx actor.Context) {
 		image, opts := m.Image, sandbox.Options{Labels: m.Labels}
 		if m.Environment != "" {
 			env, err := w.cfg.Environments.Get(bctx, m.Environment)
+			if errors.Is(err, persistence.ErrNotFound) {
+				ctx.Respond(fail("no_environment", fmt.Errorf("environment %q is not registered on this node: %w", m.Environment, err)))
+				return
+			}
 			if err != nil {
 				ctx.Respond(fail("bad_request", err))
 				return
@@ -96,6 +109,10 @@ func (w *worker) Receive(ctx actor.Context) {
 		}
 		if image == "" {
 			ctx.Respond(fail("bad_request", errors.New("SandboxCreate needs an image or an environment")))
+			return
+		}
+		if ok, err := rt.Images().Exists(bctx, image); err == nil && !ok {
+			ctx.Respond(fail("image_gone", fmt.Errorf("image %s is not in containerd namespace %s", image, rt.Namespace())))
 			return
 		}
 		sb, err := rt.Create(bctx, image, opts)
@@ -124,7 +141,8 @@ func (w *worker) Receive(ctx actor.Context) {
 func (w *worker) call(ctx context.Context, msg any) (any, bool) {
 	switch msg.(type) {
 	case *messages.SandboxExec, *messages.SandboxReadFile, *messages.SandboxWriteFile,
-		*messages.SandboxListFiles, *messages.SandboxApplyPatch, *messages.SandboxRunTests:
+		*messages.SandboxListFiles, *messages.SandboxApplyPatch, *messages.SandboxRunTests,
+		*messages.SandboxPrepareEpisode, *messages.SandboxGrade:
 	default:
 		return nil, false
 	}
@@ -179,11 +197,48 @@ func (w *worker) call(ctx context.Context, msg any) (any, bool) {
 			return toolFailure(err), true
 		}
 		return &messages.SandboxTestsResult{Report: report.Proto()}, true
+	case *messages.SandboxPrepareEpisode:
+		return w.prepare(ctx, m), true
+	case *messages.SandboxGrade:
+		if w.ws == nil {
+			return fail("bad_request", errors.New("no episode to grade: send SandboxPrepareEpisode first")), true
+		}
+		g, err := w.ws.Grade(ctx)
+		if err != nil {
+			return toolFailure(err), true
+		}
+		return &messages.SandboxGraded{Report: g.Report, Resolved: g.Resolved, Reward: g.Reward, Reason: g.Reason}, true
 	}
 	return fail("error", fmt.Errorf("unhandled %T", msg)), true
 }
 
+// prepare makes the sandbox ready for an episode (harness.NewWorkspace).
+func (w *worker) prepare(ctx context.Context, m *messages.SandboxPrepareEpisode) any {
+	switch {
+	case w.ws != nil:
+		return fail("bad_request", errors.New("this sandbox is already prepared for an episode; an episode needs a fresh sandbox"))
+	case w.spec.Framework == "":
+		return fail("bad_request", errors.New("an episode needs a sandbox created from an environment"))
+	case m.Task == nil:
+		return fail("bad_request", errors.New("SandboxPrepareEpisode has no task"))
+	case len(m.Task.GetFailToPass()) == 0:
+		return fail("bad_request", fmt.Errorf("task %s names no FAIL_TO_PASS test", m.Task.GetId()))
+	case m.TestTimeoutSeconds < 0:
+		return fail("bad_request", fmt.Errorf("test timeout %vs is negative", m.TestTimeoutSeconds))
+	}
+	ws, err := harness.NewWorkspace(ctx, w.sb, w.spec, m.Task, harness.WorkspaceOptions{
+		TestPatch:   m.TestPatch,
+		TestTimeout: time.Duration(m.TestTimeoutSeconds * float64(time.Second)),
+	})
+	if err != nil {
+		return toolFailure(err)
+	}
+	w.ws = ws
+	return &messages.SandboxEpisodeReady{SandboxId: w.sb.ID()}
+}
+
 func (w *worker) destroy() {
+	w.ws = nil
 	if w.sb == nil {
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -172,6 +173,137 @@ func TestStoppingTheWorkerDestroysItsSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitGone(t, rt, created.SandboxId)
+}
+
+// TestWorkerPreparesAndGradesAnEpisode: the worker applies a task's bug
+// and hides it from git, grades the untouched bug 0, grades a fix 1 even
+// when the agent also rewrote the protected tests (they are restored from
+// the image), and refuses requests out of order.
+func TestWorkerPreparesAndGradesAnEpisode(t *testing.T) {
+	rt, envs, env := setup(t)
+	sys, pid := spawn(t, rt, envs)
+	task := &messages.Task{
+		Id: "calc-sub", Environment: env.Name,
+		BugPatch:       "--- a/calc/__init__.py\n+++ b/calc/__init__.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a + b\n+    return a - b\n",
+		FailToPass:     []string{"tests/test_calc.py::test_add"},
+		PassToPass:     []string{"tests/test_calc.py::test_zero"},
+		ProtectedFiles: []string{"tests/test_calc.py"},
+	}
+	if f, ok := ask(t, sys, pid, &messages.SandboxGrade{}).(*messages.Failure); !ok || f.Code != "bad_request" {
+		t.Fatalf("grade before create answered %v", f)
+	}
+	ask(t, sys, pid, &messages.SandboxCreate{Environment: env.Name})
+	if f, ok := ask(t, sys, pid, &messages.SandboxGrade{}).(*messages.Failure); !ok || f.Code != "bad_request" || !strings.Contains(f.Message, "SandboxPrepareEpisode") {
+		t.Fatalf("grade before prepare answered %v", f)
+	}
+	noF2P := &messages.Task{Id: "x", Environment: env.Name}
+	if f, ok := ask(t, sys, pid, &messages.SandboxPrepareEpisode{Task: noF2P}).(*messages.Failure); !ok || f.Code != "bad_request" {
+		t.Fatalf("prepare of a task without FAIL_TO_PASS answered %v", f)
+	}
+	ready, ok := ask(t, sys, pid, &messages.SandboxPrepareEpisode{Task: task}).(*messages.SandboxEpisodeReady)
+	if !ok || ready.SandboxId == "" {
+		t.Fatalf("prepare answered %v", ready)
+	}
+	if f, ok := ask(t, sys, pid, &messages.SandboxPrepareEpisode{Task: task}).(*messages.Failure); !ok || f.Code != "bad_request" {
+		t.Fatalf("a second prepare answered %v", f)
+	}
+	// The bug is in the tree, and git shows one commit and no change.
+	if f := ask(t, sys, pid, &messages.SandboxReadFile{Path: "calc/__init__.py"}).(*messages.SandboxFile); !strings.Contains(string(f.Content), "a - b") {
+		t.Fatalf("the bug is not applied: %q", f.Content)
+	}
+	res := ask(t, sys, pid, &messages.SandboxExec{Argv: []string{"sh", "-c", "git log --oneline | wc -l; git status --porcelain"}, TimeoutSeconds: 30}).(*messages.SandboxExecResult)
+	if strings.TrimSpace(string(res.Stdout)) != "1" {
+		t.Fatalf("git after prepare: %q %q", res.Stdout, res.Stderr)
+	}
+
+	g, ok := ask(t, sys, pid, &messages.SandboxGrade{}).(*messages.SandboxGraded)
+	if !ok || g.Resolved || g.Reward != 0 || g.Reason == "" || g.Report == nil || !g.Report.Valid {
+		t.Fatalf("grade of the bug: %v", g)
+	}
+	// The fix, and a cheat on the tests that grading undoes.
+	ask(t, sys, pid, &messages.SandboxWriteFile{Path: "calc/__init__.py", Content: []byte("def add(a, b):\n    return a + b\n")})
+	ask(t, sys, pid, &messages.SandboxWriteFile{Path: "tests/test_calc.py", Content: []byte("def test_add():\n    assert False\n")})
+	g, ok = ask(t, sys, pid, &messages.SandboxGrade{}).(*messages.SandboxGraded)
+	if !ok || !g.Resolved || g.Reward != 1 || g.Reason != "" || len(g.Report.Results) != 2 {
+		t.Fatalf("grade of the fix: %v", g)
+	}
+
+	// A worker created from a bare image has no test command for an episode.
+	bareSys, bare := spawn(t, rt, envs)
+	ask(t, bareSys, bare, &messages.SandboxCreate{Image: env.Image})
+	if f, ok := ask(t, bareSys, bare, &messages.SandboxPrepareEpisode{Task: task}).(*messages.Failure); !ok || f.Code != "bad_request" {
+		t.Fatalf("prepare in a sandbox without an environment answered %v", f)
+	}
+	// A bug patch that does not apply.
+	otherSys, other := spawn(t, rt, envs)
+	ask(t, otherSys, other, &messages.SandboxCreate{Environment: env.Name})
+	bad := &messages.Task{Id: "bad", Environment: env.Name, FailToPass: task.FailToPass, BugPatch: strings.ReplaceAll(task.BugPatch, "a + b", "a * b")}
+	if f, ok := ask(t, otherSys, other, &messages.SandboxPrepareEpisode{Task: bad}).(*messages.Failure); !ok || f.Code != "patch_failed" {
+		t.Fatalf("prepare with a bug patch that does not apply answered %v", f)
+	}
+}
+
+// TestWorkerCreateFailures: an unknown environment and a missing image
+// answer their own codes, which the rollout turns into its task errors.
+func TestWorkerCreateFailures(t *testing.T) {
+	rt, envs, _ := setup(t)
+	sys, pid := spawn(t, rt, envs)
+	if f, ok := ask(t, sys, pid, &messages.SandboxCreate{Environment: "no-such-env"}).(*messages.Failure); !ok || f.Code != "no_environment" {
+		t.Fatalf("create from an unknown environment answered %v", f)
+	}
+	if f, ok := ask(t, sys, pid, &messages.SandboxCreate{Image: "frognano.local/env/removed:0"}).(*messages.Failure); !ok || f.Code != "image_gone" ||
+		!strings.Contains(f.Message, "not in containerd namespace "+rt.Namespace()) {
+		t.Fatalf("create from a missing image answered %v", f)
+	}
+}
+
+// TestBrokenSandboxAnswersSandboxBroken: when the container dies under the
+// worker, the episode's requests, grading included, answer sandbox_broken.
+func TestBrokenSandboxAnswersSandboxBroken(t *testing.T) {
+	rt, envs, env := setup(t)
+	sys, pid := spawn(t, rt, envs)
+	created := ask(t, sys, pid, &messages.SandboxCreate{Environment: env.Name}).(*messages.SandboxCreated)
+	ask(t, sys, pid, &messages.SandboxPrepareEpisode{Task: &messages.Task{Id: "t", Environment: env.Name, FailToPass: []string{"tests/test_calc.py::test_add"}}})
+	killContainer(t, rt, created.SandboxId)
+	for _, req := range []any{&messages.SandboxGrade{}, &messages.SandboxExec{Argv: []string{"true"}}} {
+		if f, ok := ask(t, sys, pid, req).(*messages.Failure); !ok || f.Code != "sandbox_broken" {
+			t.Fatalf("%T in a dead sandbox answered %v", req, ask(t, sys, pid, req))
+		}
+	}
+}
+
+// killContainer kills the sandbox's init from outside, as the OOM killer
+// would.
+func killContainer(t *testing.T, rt *sandbox.Runtime, id string) {
+	t.Helper()
+	ctx := namespaces.WithNamespace(context.Background(), rt.Namespace())
+	cs, err := rt.Client().Containers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		if !strings.Contains(c.ID(), id) {
+			continue
+		}
+		task, err := c.Task(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exit, err := task.Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := task.Kill(ctx, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-exit:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("sandbox %s did not die", id)
+		}
+		return
+	}
+	t.Fatalf("no container of sandbox %s", id)
 }
 
 func waitGone(t *testing.T, rt *sandbox.Runtime, id string) {

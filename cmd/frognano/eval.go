@@ -23,6 +23,7 @@ import (
 	"github.com/frognano/frognano/actors/sampler"
 	"github.com/frognano/frognano/actors/sampler/openai"
 	"github.com/frognano/frognano/actors/sandbox"
+	"github.com/frognano/frognano/actors/sandboxworker"
 	"github.com/frognano/frognano/actors/synth"
 	"github.com/frognano/frognano/cmd/internal/services"
 	"github.com/frognano/frognano/kernels/gguf"
@@ -52,9 +53,10 @@ func evalCmd(a *app) *cobra.Command {
 		Use:   "eval --model M (--env E[,E…] | --tasks FILE) -k K",
 		Short: "Measure a model's solve rate: pass@1 and pass@k with confidence intervals per difficulty bucket",
 		Long: `eval runs k episodes of every task (in --mode agent: the tool loop; patch: one
-answer of search/replace edits), each in a fresh sandbox, grades them (the
-task's FAIL_TO_PASS and PASS_TO_PASS tests after restoring the protected test
-files; reward 1 only if all pass), stores every trajectory in the node's
+answer of search/replace edits), each in a fresh sandbox owned by its own
+SandboxWorker actor, grades them (the task's FAIL_TO_PASS and PASS_TO_PASS
+tests after restoring the protected test files; reward 1 only if all
+pass), stores every trajectory in the node's
 store (frognano traj ls --run RUN) and prints pass@1 and pass@k per
 difficulty bucket (mode and hint level), with 95% intervals from a bootstrap
 over tasks. pass@k uses the unbiased estimator 1 − C(n−c,k)/C(n,k) over the n
@@ -240,7 +242,15 @@ func runEval(cmd *cobra.Command, a *app, f *evalFlags) error {
 		}
 	}
 
-	sbs := &rollout.Containerd{Runtime: rt, Environments: envStore, PoolSize: min(f.parallel, 4), TestPatches: testPatches}
+	// Every episode runs in its own SandboxWorker actor, spawned here.
+	sbs := &rollout.Workers{
+		Root:         c.system.Root,
+		Spawn:        rollout.LocalWorkers(c.system.Root, sandboxworker.Props(sandboxworker.Config{Runtime: rt, Environments: envStore, Logger: c.log})),
+		Environments: envStore,
+		Runtime:      rt,
+		TestPatches:  testPatches,
+		Logger:       c.log,
+	}
 	defer sbs.Close()
 	// Instances from a file run only where their image exists; a stored
 	// task whose image is gone is an error that names it.

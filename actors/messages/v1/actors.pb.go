@@ -719,6 +719,225 @@ func (x *SandboxTestsResult) GetReport() *TestReport {
 	return nil
 }
 
+// SandboxPrepareEpisode makes the worker's sandbox (created from an
+// environment) ready for an episode of task (harness.NewWorkspace): the
+// task's bug patch applied and the repository's history squashed into one
+// commit of the buggy tree. test_patch is applied at grading only
+// (SWE-bench's test_patch); test_timeout_seconds bounds the grading run (0:
+// the harness's default from the task's validation time). Answered with
+// SandboxEpisodeReady.
+type SandboxPrepareEpisode struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Task               *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	TestPatch          string                 `protobuf:"bytes,2,opt,name=test_patch,json=testPatch,proto3" json:"test_patch,omitempty"`
+	TestTimeoutSeconds float64                `protobuf:"fixed64,3,opt,name=test_timeout_seconds,json=testTimeoutSeconds,proto3" json:"test_timeout_seconds,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *SandboxPrepareEpisode) Reset() {
+	*x = SandboxPrepareEpisode{}
+	mi := &file_actors_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxPrepareEpisode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxPrepareEpisode) ProtoMessage() {}
+
+func (x *SandboxPrepareEpisode) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxPrepareEpisode.ProtoReflect.Descriptor instead.
+func (*SandboxPrepareEpisode) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SandboxPrepareEpisode) GetTask() *Task {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+func (x *SandboxPrepareEpisode) GetTestPatch() string {
+	if x != nil {
+		return x.TestPatch
+	}
+	return ""
+}
+
+func (x *SandboxPrepareEpisode) GetTestTimeoutSeconds() float64 {
+	if x != nil {
+		return x.TestTimeoutSeconds
+	}
+	return 0
+}
+
+type SandboxEpisodeReady struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxEpisodeReady) Reset() {
+	*x = SandboxEpisodeReady{}
+	mi := &file_actors_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxEpisodeReady) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxEpisodeReady) ProtoMessage() {}
+
+func (x *SandboxEpisodeReady) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxEpisodeReady.ProtoReflect.Descriptor instead.
+func (*SandboxEpisodeReady) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SandboxEpisodeReady) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+// SandboxGrade grades the prepared episode (harness.SandboxWorkspace.Grade):
+// leftover processes killed, the protected test files restored from the
+// image, the test patch applied, bytecode dropped, the task's FAIL_TO_PASS
+// and PASS_TO_PASS tests run. Answered with SandboxGraded.
+type SandboxGrade struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxGrade) Reset() {
+	*x = SandboxGrade{}
+	mi := &file_actors_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxGrade) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxGrade) ProtoMessage() {}
+
+func (x *SandboxGrade) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxGrade.ProtoReflect.Descriptor instead.
+func (*SandboxGrade) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{15}
+}
+
+type SandboxGraded struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Report        *TestReport            `protobuf:"bytes,1,opt,name=report,proto3" json:"report,omitempty"`
+	Resolved      bool                   `protobuf:"varint,2,opt,name=resolved,proto3" json:"resolved,omitempty"`
+	Reward        float64                `protobuf:"fixed64,3,opt,name=reward,proto3" json:"reward,omitempty"`
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"` // why not resolved ("" when resolved)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxGraded) Reset() {
+	*x = SandboxGraded{}
+	mi := &file_actors_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxGraded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxGraded) ProtoMessage() {}
+
+func (x *SandboxGraded) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxGraded.ProtoReflect.Descriptor instead.
+func (*SandboxGraded) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SandboxGraded) GetReport() *TestReport {
+	if x != nil {
+		return x.Report
+	}
+	return nil
+}
+
+func (x *SandboxGraded) GetResolved() bool {
+	if x != nil {
+		return x.Resolved
+	}
+	return false
+}
+
+func (x *SandboxGraded) GetReward() float64 {
+	if x != nil {
+		return x.Reward
+	}
+	return 0
+}
+
+func (x *SandboxGraded) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type SandboxDestroy struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -727,7 +946,7 @@ type SandboxDestroy struct {
 
 func (x *SandboxDestroy) Reset() {
 	*x = SandboxDestroy{}
-	mi := &file_actors_proto_msgTypes[13]
+	mi := &file_actors_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -739,7 +958,7 @@ func (x *SandboxDestroy) String() string {
 func (*SandboxDestroy) ProtoMessage() {}
 
 func (x *SandboxDestroy) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[13]
+	mi := &file_actors_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -752,7 +971,7 @@ func (x *SandboxDestroy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxDestroy.ProtoReflect.Descriptor instead.
 func (*SandboxDestroy) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{13}
+	return file_actors_proto_rawDescGZIP(), []int{17}
 }
 
 type SandboxDestroyed struct {
@@ -764,7 +983,7 @@ type SandboxDestroyed struct {
 
 func (x *SandboxDestroyed) Reset() {
 	*x = SandboxDestroyed{}
-	mi := &file_actors_proto_msgTypes[14]
+	mi := &file_actors_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -776,7 +995,7 @@ func (x *SandboxDestroyed) String() string {
 func (*SandboxDestroyed) ProtoMessage() {}
 
 func (x *SandboxDestroyed) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[14]
+	mi := &file_actors_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -789,7 +1008,7 @@ func (x *SandboxDestroyed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxDestroyed.ProtoReflect.Descriptor instead.
 func (*SandboxDestroyed) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{14}
+	return file_actors_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SandboxDestroyed) GetSandboxId() string {
@@ -827,7 +1046,7 @@ type SynthesizeRequest struct {
 
 func (x *SynthesizeRequest) Reset() {
 	*x = SynthesizeRequest{}
-	mi := &file_actors_proto_msgTypes[15]
+	mi := &file_actors_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -839,7 +1058,7 @@ func (x *SynthesizeRequest) String() string {
 func (*SynthesizeRequest) ProtoMessage() {}
 
 func (x *SynthesizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[15]
+	mi := &file_actors_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -852,7 +1071,7 @@ func (x *SynthesizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SynthesizeRequest.ProtoReflect.Descriptor instead.
 func (*SynthesizeRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{15}
+	return file_actors_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SynthesizeRequest) GetEnvironment() string {
@@ -933,7 +1152,7 @@ type SynthesizeProgress struct {
 
 func (x *SynthesizeProgress) Reset() {
 	*x = SynthesizeProgress{}
-	mi := &file_actors_proto_msgTypes[16]
+	mi := &file_actors_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1164,7 @@ func (x *SynthesizeProgress) String() string {
 func (*SynthesizeProgress) ProtoMessage() {}
 
 func (x *SynthesizeProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[16]
+	mi := &file_actors_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1177,7 @@ func (x *SynthesizeProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SynthesizeProgress.ProtoReflect.Descriptor instead.
 func (*SynthesizeProgress) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{16}
+	return file_actors_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SynthesizeProgress) GetValidated() int32 {
@@ -1019,7 +1238,7 @@ type SynthesizeResult struct {
 
 func (x *SynthesizeResult) Reset() {
 	*x = SynthesizeResult{}
-	mi := &file_actors_proto_msgTypes[17]
+	mi := &file_actors_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1250,7 @@ func (x *SynthesizeResult) String() string {
 func (*SynthesizeResult) ProtoMessage() {}
 
 func (x *SynthesizeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[17]
+	mi := &file_actors_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1263,7 @@ func (x *SynthesizeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SynthesizeResult.ProtoReflect.Descriptor instead.
 func (*SynthesizeResult) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{17}
+	return file_actors_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SynthesizeResult) GetTaskIds() []string {
@@ -1107,7 +1326,7 @@ type BatchRequest struct {
 
 func (x *BatchRequest) Reset() {
 	*x = BatchRequest{}
-	mi := &file_actors_proto_msgTypes[18]
+	mi := &file_actors_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1119,7 +1338,7 @@ func (x *BatchRequest) String() string {
 func (*BatchRequest) ProtoMessage() {}
 
 func (x *BatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[18]
+	mi := &file_actors_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1132,7 +1351,7 @@ func (x *BatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
 func (*BatchRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{18}
+	return file_actors_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BatchRequest) GetTasks() int32 {
@@ -1166,7 +1385,7 @@ type TaskBatch struct {
 
 func (x *TaskBatch) Reset() {
 	*x = TaskBatch{}
-	mi := &file_actors_proto_msgTypes[19]
+	mi := &file_actors_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1397,7 @@ func (x *TaskBatch) String() string {
 func (*TaskBatch) ProtoMessage() {}
 
 func (x *TaskBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[19]
+	mi := &file_actors_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1410,7 @@ func (x *TaskBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBatch.ProtoReflect.Descriptor instead.
 func (*TaskBatch) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{19}
+	return file_actors_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TaskBatch) GetTasks() []*Task {
@@ -1220,7 +1439,7 @@ type EpisodeOutcome struct {
 
 func (x *EpisodeOutcome) Reset() {
 	*x = EpisodeOutcome{}
-	mi := &file_actors_proto_msgTypes[20]
+	mi := &file_actors_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1232,7 +1451,7 @@ func (x *EpisodeOutcome) String() string {
 func (*EpisodeOutcome) ProtoMessage() {}
 
 func (x *EpisodeOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[20]
+	mi := &file_actors_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1245,7 +1464,7 @@ func (x *EpisodeOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeOutcome.ProtoReflect.Descriptor instead.
 func (*EpisodeOutcome) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{20}
+	return file_actors_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *EpisodeOutcome) GetTaskId() string {
@@ -1285,7 +1504,7 @@ type OutcomesReport struct {
 
 func (x *OutcomesReport) Reset() {
 	*x = OutcomesReport{}
-	mi := &file_actors_proto_msgTypes[21]
+	mi := &file_actors_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1516,7 @@ func (x *OutcomesReport) String() string {
 func (*OutcomesReport) ProtoMessage() {}
 
 func (x *OutcomesReport) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[21]
+	mi := &file_actors_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1529,7 @@ func (x *OutcomesReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutcomesReport.ProtoReflect.Descriptor instead.
 func (*OutcomesReport) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{21}
+	return file_actors_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *OutcomesReport) GetOutcomes() []*EpisodeOutcome {
@@ -1329,7 +1548,7 @@ type OutcomesAck struct {
 
 func (x *OutcomesAck) Reset() {
 	*x = OutcomesAck{}
-	mi := &file_actors_proto_msgTypes[22]
+	mi := &file_actors_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +1560,7 @@ func (x *OutcomesAck) String() string {
 func (*OutcomesAck) ProtoMessage() {}
 
 func (x *OutcomesAck) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[22]
+	mi := &file_actors_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +1573,7 @@ func (x *OutcomesAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutcomesAck.ProtoReflect.Descriptor instead.
 func (*OutcomesAck) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{22}
+	return file_actors_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *OutcomesAck) GetRecorded() int32 {
@@ -1380,7 +1599,7 @@ type GenerateRequest struct {
 
 func (x *GenerateRequest) Reset() {
 	*x = GenerateRequest{}
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1392,7 +1611,7 @@ func (x *GenerateRequest) String() string {
 func (*GenerateRequest) ProtoMessage() {}
 
 func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1405,7 +1624,7 @@ func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateRequest.ProtoReflect.Descriptor instead.
 func (*GenerateRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{23}
+	return file_actors_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GenerateRequest) GetPromptIds() []int32 {
@@ -1476,7 +1695,7 @@ type GenerateResponse struct {
 
 func (x *GenerateResponse) Reset() {
 	*x = GenerateResponse{}
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1707,7 @@ func (x *GenerateResponse) String() string {
 func (*GenerateResponse) ProtoMessage() {}
 
 func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +1720,7 @@ func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateResponse.ProtoReflect.Descriptor instead.
 func (*GenerateResponse) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{24}
+	return file_actors_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GenerateResponse) GetTokenIds() []int32 {
@@ -1545,7 +1764,7 @@ type WeightsPublished struct {
 
 func (x *WeightsPublished) Reset() {
 	*x = WeightsPublished{}
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1557,7 +1776,7 @@ func (x *WeightsPublished) String() string {
 func (*WeightsPublished) ProtoMessage() {}
 
 func (x *WeightsPublished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1570,7 +1789,7 @@ func (x *WeightsPublished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WeightsPublished.ProtoReflect.Descriptor instead.
 func (*WeightsPublished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{25}
+	return file_actors_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WeightsPublished) GetRunId() string {
@@ -1604,7 +1823,7 @@ type TrainBatch struct {
 
 func (x *TrainBatch) Reset() {
 	*x = TrainBatch{}
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1616,7 +1835,7 @@ func (x *TrainBatch) String() string {
 func (*TrainBatch) ProtoMessage() {}
 
 func (x *TrainBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1629,7 +1848,7 @@ func (x *TrainBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrainBatch.ProtoReflect.Descriptor instead.
 func (*TrainBatch) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{26}
+	return file_actors_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TrainBatch) GetTrajectories() []*Trajectory {
@@ -1661,7 +1880,7 @@ type StepResult struct {
 
 func (x *StepResult) Reset() {
 	*x = StepResult{}
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1673,7 +1892,7 @@ func (x *StepResult) String() string {
 func (*StepResult) ProtoMessage() {}
 
 func (x *StepResult) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1686,7 +1905,7 @@ func (x *StepResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepResult.ProtoReflect.Descriptor instead.
 func (*StepResult) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{27}
+	return file_actors_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StepResult) GetStep() int64 {
@@ -1751,7 +1970,7 @@ type RolloutRequest struct {
 
 func (x *RolloutRequest) Reset() {
 	*x = RolloutRequest{}
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +1982,7 @@ func (x *RolloutRequest) String() string {
 func (*RolloutRequest) ProtoMessage() {}
 
 func (x *RolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +1995,7 @@ func (x *RolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutRequest.ProtoReflect.Descriptor instead.
 func (*RolloutRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{28}
+	return file_actors_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RolloutRequest) GetTask() *Task {
@@ -1825,7 +2044,7 @@ type RolloutResult struct {
 
 func (x *RolloutResult) Reset() {
 	*x = RolloutResult{}
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1837,7 +2056,7 @@ func (x *RolloutResult) String() string {
 func (*RolloutResult) ProtoMessage() {}
 
 func (x *RolloutResult) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1850,7 +2069,7 @@ func (x *RolloutResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutResult.ProtoReflect.Descriptor instead.
 func (*RolloutResult) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{29}
+	return file_actors_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RolloutResult) GetTaskId() string {
@@ -1889,7 +2108,7 @@ type EnvAddRequest struct {
 
 func (x *EnvAddRequest) Reset() {
 	*x = EnvAddRequest{}
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +2120,7 @@ func (x *EnvAddRequest) String() string {
 func (*EnvAddRequest) ProtoMessage() {}
 
 func (x *EnvAddRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +2133,7 @@ func (x *EnvAddRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvAddRequest.ProtoReflect.Descriptor instead.
 func (*EnvAddRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{30}
+	return file_actors_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *EnvAddRequest) GetSource() string {
@@ -1976,7 +2195,7 @@ type EnvProgress struct {
 
 func (x *EnvProgress) Reset() {
 	*x = EnvProgress{}
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1988,7 +2207,7 @@ func (x *EnvProgress) String() string {
 func (*EnvProgress) ProtoMessage() {}
 
 func (x *EnvProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2001,7 +2220,7 @@ func (x *EnvProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvProgress.ProtoReflect.Descriptor instead.
 func (*EnvProgress) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{31}
+	return file_actors_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *EnvProgress) GetStage() string {
@@ -2020,7 +2239,7 @@ type EnvAddReply struct {
 
 func (x *EnvAddReply) Reset() {
 	*x = EnvAddReply{}
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2032,7 +2251,7 @@ func (x *EnvAddReply) String() string {
 func (*EnvAddReply) ProtoMessage() {}
 
 func (x *EnvAddReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2045,7 +2264,7 @@ func (x *EnvAddReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvAddReply.ProtoReflect.Descriptor instead.
 func (*EnvAddReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{32}
+	return file_actors_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *EnvAddReply) GetEnvironment() *Environment {
@@ -2063,7 +2282,7 @@ type EnvListRequest struct {
 
 func (x *EnvListRequest) Reset() {
 	*x = EnvListRequest{}
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2075,7 +2294,7 @@ func (x *EnvListRequest) String() string {
 func (*EnvListRequest) ProtoMessage() {}
 
 func (x *EnvListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2088,7 +2307,7 @@ func (x *EnvListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvListRequest.ProtoReflect.Descriptor instead.
 func (*EnvListRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{33}
+	return file_actors_proto_rawDescGZIP(), []int{37}
 }
 
 type EnvList struct {
@@ -2100,7 +2319,7 @@ type EnvList struct {
 
 func (x *EnvList) Reset() {
 	*x = EnvList{}
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2112,7 +2331,7 @@ func (x *EnvList) String() string {
 func (*EnvList) ProtoMessage() {}
 
 func (x *EnvList) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2125,7 +2344,7 @@ func (x *EnvList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvList.ProtoReflect.Descriptor instead.
 func (*EnvList) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{34}
+	return file_actors_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *EnvList) GetEnvironments() []*Environment {
@@ -2144,7 +2363,7 @@ type EnvGetRequest struct {
 
 func (x *EnvGetRequest) Reset() {
 	*x = EnvGetRequest{}
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2375,7 @@ func (x *EnvGetRequest) String() string {
 func (*EnvGetRequest) ProtoMessage() {}
 
 func (x *EnvGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2388,7 @@ func (x *EnvGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvGetRequest.ProtoReflect.Descriptor instead.
 func (*EnvGetRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{35}
+	return file_actors_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *EnvGetRequest) GetName() string {
@@ -2188,7 +2407,7 @@ type EnvRemoveRequest struct {
 
 func (x *EnvRemoveRequest) Reset() {
 	*x = EnvRemoveRequest{}
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2419,7 @@ func (x *EnvRemoveRequest) String() string {
 func (*EnvRemoveRequest) ProtoMessage() {}
 
 func (x *EnvRemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2432,7 @@ func (x *EnvRemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvRemoveRequest.ProtoReflect.Descriptor instead.
 func (*EnvRemoveRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{36}
+	return file_actors_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *EnvRemoveRequest) GetName() string {
@@ -2232,7 +2451,7 @@ type EnvRemoved struct {
 
 func (x *EnvRemoved) Reset() {
 	*x = EnvRemoved{}
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +2463,7 @@ func (x *EnvRemoved) String() string {
 func (*EnvRemoved) ProtoMessage() {}
 
 func (x *EnvRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +2476,7 @@ func (x *EnvRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvRemoved.ProtoReflect.Descriptor instead.
 func (*EnvRemoved) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{37}
+	return file_actors_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *EnvRemoved) GetName() string {
@@ -2287,7 +2506,7 @@ type CoverageMap struct {
 
 func (x *CoverageMap) Reset() {
 	*x = CoverageMap{}
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +2518,7 @@ func (x *CoverageMap) String() string {
 func (*CoverageMap) ProtoMessage() {}
 
 func (x *CoverageMap) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +2531,7 @@ func (x *CoverageMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoverageMap.ProtoReflect.Descriptor instead.
 func (*CoverageMap) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{38}
+	return file_actors_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CoverageMap) GetEnvironment() string {
@@ -2374,7 +2593,7 @@ type FileCoverage struct {
 
 func (x *FileCoverage) Reset() {
 	*x = FileCoverage{}
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2605,7 @@ func (x *FileCoverage) String() string {
 func (*FileCoverage) ProtoMessage() {}
 
 func (x *FileCoverage) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2618,7 @@ func (x *FileCoverage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileCoverage.ProtoReflect.Descriptor instead.
 func (*FileCoverage) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{39}
+	return file_actors_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FileCoverage) GetPath() string {
@@ -2426,7 +2645,7 @@ type LineCoverage struct {
 
 func (x *LineCoverage) Reset() {
 	*x = LineCoverage{}
-	mi := &file_actors_proto_msgTypes[40]
+	mi := &file_actors_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2438,7 +2657,7 @@ func (x *LineCoverage) String() string {
 func (*LineCoverage) ProtoMessage() {}
 
 func (x *LineCoverage) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[40]
+	mi := &file_actors_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2451,7 +2670,7 @@ func (x *LineCoverage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LineCoverage.ProtoReflect.Descriptor instead.
 func (*LineCoverage) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{40}
+	return file_actors_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *LineCoverage) GetLine() int32 {
@@ -2477,7 +2696,7 @@ type TaskListRequest struct {
 
 func (x *TaskListRequest) Reset() {
 	*x = TaskListRequest{}
-	mi := &file_actors_proto_msgTypes[41]
+	mi := &file_actors_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2489,7 +2708,7 @@ func (x *TaskListRequest) String() string {
 func (*TaskListRequest) ProtoMessage() {}
 
 func (x *TaskListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[41]
+	mi := &file_actors_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2502,7 +2721,7 @@ func (x *TaskListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskListRequest.ProtoReflect.Descriptor instead.
 func (*TaskListRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{41}
+	return file_actors_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TaskListRequest) GetEnvironment() string {
@@ -2521,7 +2740,7 @@ type TaskList struct {
 
 func (x *TaskList) Reset() {
 	*x = TaskList{}
-	mi := &file_actors_proto_msgTypes[42]
+	mi := &file_actors_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2533,7 +2752,7 @@ func (x *TaskList) String() string {
 func (*TaskList) ProtoMessage() {}
 
 func (x *TaskList) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[42]
+	mi := &file_actors_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2546,7 +2765,7 @@ func (x *TaskList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskList.ProtoReflect.Descriptor instead.
 func (*TaskList) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{42}
+	return file_actors_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TaskList) GetTasks() []*Task {
@@ -2565,7 +2784,7 @@ type TaskGetRequest struct {
 
 func (x *TaskGetRequest) Reset() {
 	*x = TaskGetRequest{}
-	mi := &file_actors_proto_msgTypes[43]
+	mi := &file_actors_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2577,7 +2796,7 @@ func (x *TaskGetRequest) String() string {
 func (*TaskGetRequest) ProtoMessage() {}
 
 func (x *TaskGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[43]
+	mi := &file_actors_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2590,7 +2809,7 @@ func (x *TaskGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskGetRequest.ProtoReflect.Descriptor instead.
 func (*TaskGetRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{43}
+	return file_actors_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TaskGetRequest) GetId() string {
@@ -2609,7 +2828,7 @@ type TaskGetReply struct {
 
 func (x *TaskGetReply) Reset() {
 	*x = TaskGetReply{}
-	mi := &file_actors_proto_msgTypes[44]
+	mi := &file_actors_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2621,7 +2840,7 @@ func (x *TaskGetReply) String() string {
 func (*TaskGetReply) ProtoMessage() {}
 
 func (x *TaskGetReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[44]
+	mi := &file_actors_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2634,7 +2853,7 @@ func (x *TaskGetReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskGetReply.ProtoReflect.Descriptor instead.
 func (*TaskGetReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{44}
+	return file_actors_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TaskGetReply) GetTask() *Task {
@@ -2693,7 +2912,21 @@ const file_actors_proto_rawDesc = "" +
 	"\x05tests\x18\x01 \x03(\tR\x05tests\x12'\n" +
 	"\x0ftimeout_seconds\x18\x02 \x01(\x01R\x0etimeoutSeconds\"N\n" +
 	"\x12SandboxTestsResult\x128\n" +
-	"\x06report\x18\x01 \x01(\v2 .frognano.messages.v1.TestReportR\x06report\"\x10\n" +
+	"\x06report\x18\x01 \x01(\v2 .frognano.messages.v1.TestReportR\x06report\"\x98\x01\n" +
+	"\x15SandboxPrepareEpisode\x12.\n" +
+	"\x04task\x18\x01 \x01(\v2\x1a.frognano.messages.v1.TaskR\x04task\x12\x1d\n" +
+	"\n" +
+	"test_patch\x18\x02 \x01(\tR\ttestPatch\x120\n" +
+	"\x14test_timeout_seconds\x18\x03 \x01(\x01R\x12testTimeoutSeconds\"4\n" +
+	"\x13SandboxEpisodeReady\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\x0e\n" +
+	"\fSandboxGrade\"\x95\x01\n" +
+	"\rSandboxGraded\x128\n" +
+	"\x06report\x18\x01 \x01(\v2 .frognano.messages.v1.TestReportR\x06report\x12\x1a\n" +
+	"\bresolved\x18\x02 \x01(\bR\bresolved\x12\x16\n" +
+	"\x06reward\x18\x03 \x01(\x01R\x06reward\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x10\n" +
 	"\x0eSandboxDestroy\"1\n" +
 	"\x10SandboxDestroyed\x12\x1d\n" +
 	"\n" +
@@ -2847,82 +3080,88 @@ func file_actors_proto_rawDescGZIP() []byte {
 	return file_actors_proto_rawDescData
 }
 
-var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_actors_proto_goTypes = []any{
-	(*SandboxCreate)(nil),      // 0: frognano.messages.v1.SandboxCreate
-	(*SandboxOK)(nil),          // 1: frognano.messages.v1.SandboxOK
-	(*SandboxCreated)(nil),     // 2: frognano.messages.v1.SandboxCreated
-	(*SandboxExec)(nil),        // 3: frognano.messages.v1.SandboxExec
-	(*SandboxExecResult)(nil),  // 4: frognano.messages.v1.SandboxExecResult
-	(*SandboxReadFile)(nil),    // 5: frognano.messages.v1.SandboxReadFile
-	(*SandboxFile)(nil),        // 6: frognano.messages.v1.SandboxFile
-	(*SandboxWriteFile)(nil),   // 7: frognano.messages.v1.SandboxWriteFile
-	(*SandboxListFiles)(nil),   // 8: frognano.messages.v1.SandboxListFiles
-	(*SandboxFileList)(nil),    // 9: frognano.messages.v1.SandboxFileList
-	(*SandboxApplyPatch)(nil),  // 10: frognano.messages.v1.SandboxApplyPatch
-	(*SandboxRunTests)(nil),    // 11: frognano.messages.v1.SandboxRunTests
-	(*SandboxTestsResult)(nil), // 12: frognano.messages.v1.SandboxTestsResult
-	(*SandboxDestroy)(nil),     // 13: frognano.messages.v1.SandboxDestroy
-	(*SandboxDestroyed)(nil),   // 14: frognano.messages.v1.SandboxDestroyed
-	(*SynthesizeRequest)(nil),  // 15: frognano.messages.v1.SynthesizeRequest
-	(*SynthesizeProgress)(nil), // 16: frognano.messages.v1.SynthesizeProgress
-	(*SynthesizeResult)(nil),   // 17: frognano.messages.v1.SynthesizeResult
-	(*BatchRequest)(nil),       // 18: frognano.messages.v1.BatchRequest
-	(*TaskBatch)(nil),          // 19: frognano.messages.v1.TaskBatch
-	(*EpisodeOutcome)(nil),     // 20: frognano.messages.v1.EpisodeOutcome
-	(*OutcomesReport)(nil),     // 21: frognano.messages.v1.OutcomesReport
-	(*OutcomesAck)(nil),        // 22: frognano.messages.v1.OutcomesAck
-	(*GenerateRequest)(nil),    // 23: frognano.messages.v1.GenerateRequest
-	(*GenerateResponse)(nil),   // 24: frognano.messages.v1.GenerateResponse
-	(*WeightsPublished)(nil),   // 25: frognano.messages.v1.WeightsPublished
-	(*TrainBatch)(nil),         // 26: frognano.messages.v1.TrainBatch
-	(*StepResult)(nil),         // 27: frognano.messages.v1.StepResult
-	(*RolloutRequest)(nil),     // 28: frognano.messages.v1.RolloutRequest
-	(*RolloutResult)(nil),      // 29: frognano.messages.v1.RolloutResult
-	(*EnvAddRequest)(nil),      // 30: frognano.messages.v1.EnvAddRequest
-	(*EnvProgress)(nil),        // 31: frognano.messages.v1.EnvProgress
-	(*EnvAddReply)(nil),        // 32: frognano.messages.v1.EnvAddReply
-	(*EnvListRequest)(nil),     // 33: frognano.messages.v1.EnvListRequest
-	(*EnvList)(nil),            // 34: frognano.messages.v1.EnvList
-	(*EnvGetRequest)(nil),      // 35: frognano.messages.v1.EnvGetRequest
-	(*EnvRemoveRequest)(nil),   // 36: frognano.messages.v1.EnvRemoveRequest
-	(*EnvRemoved)(nil),         // 37: frognano.messages.v1.EnvRemoved
-	(*CoverageMap)(nil),        // 38: frognano.messages.v1.CoverageMap
-	(*FileCoverage)(nil),       // 39: frognano.messages.v1.FileCoverage
-	(*LineCoverage)(nil),       // 40: frognano.messages.v1.LineCoverage
-	(*TaskListRequest)(nil),    // 41: frognano.messages.v1.TaskListRequest
-	(*TaskList)(nil),           // 42: frognano.messages.v1.TaskList
-	(*TaskGetRequest)(nil),     // 43: frognano.messages.v1.TaskGetRequest
-	(*TaskGetReply)(nil),       // 44: frognano.messages.v1.TaskGetReply
-	nil,                        // 45: frognano.messages.v1.SandboxCreate.LabelsEntry
-	nil,                        // 46: frognano.messages.v1.SynthesizeProgress.RejectedEntry
-	(*TestReport)(nil),         // 47: frognano.messages.v1.TestReport
-	(*DifficultyFeatures)(nil), // 48: frognano.messages.v1.DifficultyFeatures
-	(*Task)(nil),               // 49: frognano.messages.v1.Task
-	(*Trajectory)(nil),         // 50: frognano.messages.v1.Trajectory
-	(*Environment)(nil),        // 51: frognano.messages.v1.Environment
+	(*SandboxCreate)(nil),         // 0: frognano.messages.v1.SandboxCreate
+	(*SandboxOK)(nil),             // 1: frognano.messages.v1.SandboxOK
+	(*SandboxCreated)(nil),        // 2: frognano.messages.v1.SandboxCreated
+	(*SandboxExec)(nil),           // 3: frognano.messages.v1.SandboxExec
+	(*SandboxExecResult)(nil),     // 4: frognano.messages.v1.SandboxExecResult
+	(*SandboxReadFile)(nil),       // 5: frognano.messages.v1.SandboxReadFile
+	(*SandboxFile)(nil),           // 6: frognano.messages.v1.SandboxFile
+	(*SandboxWriteFile)(nil),      // 7: frognano.messages.v1.SandboxWriteFile
+	(*SandboxListFiles)(nil),      // 8: frognano.messages.v1.SandboxListFiles
+	(*SandboxFileList)(nil),       // 9: frognano.messages.v1.SandboxFileList
+	(*SandboxApplyPatch)(nil),     // 10: frognano.messages.v1.SandboxApplyPatch
+	(*SandboxRunTests)(nil),       // 11: frognano.messages.v1.SandboxRunTests
+	(*SandboxTestsResult)(nil),    // 12: frognano.messages.v1.SandboxTestsResult
+	(*SandboxPrepareEpisode)(nil), // 13: frognano.messages.v1.SandboxPrepareEpisode
+	(*SandboxEpisodeReady)(nil),   // 14: frognano.messages.v1.SandboxEpisodeReady
+	(*SandboxGrade)(nil),          // 15: frognano.messages.v1.SandboxGrade
+	(*SandboxGraded)(nil),         // 16: frognano.messages.v1.SandboxGraded
+	(*SandboxDestroy)(nil),        // 17: frognano.messages.v1.SandboxDestroy
+	(*SandboxDestroyed)(nil),      // 18: frognano.messages.v1.SandboxDestroyed
+	(*SynthesizeRequest)(nil),     // 19: frognano.messages.v1.SynthesizeRequest
+	(*SynthesizeProgress)(nil),    // 20: frognano.messages.v1.SynthesizeProgress
+	(*SynthesizeResult)(nil),      // 21: frognano.messages.v1.SynthesizeResult
+	(*BatchRequest)(nil),          // 22: frognano.messages.v1.BatchRequest
+	(*TaskBatch)(nil),             // 23: frognano.messages.v1.TaskBatch
+	(*EpisodeOutcome)(nil),        // 24: frognano.messages.v1.EpisodeOutcome
+	(*OutcomesReport)(nil),        // 25: frognano.messages.v1.OutcomesReport
+	(*OutcomesAck)(nil),           // 26: frognano.messages.v1.OutcomesAck
+	(*GenerateRequest)(nil),       // 27: frognano.messages.v1.GenerateRequest
+	(*GenerateResponse)(nil),      // 28: frognano.messages.v1.GenerateResponse
+	(*WeightsPublished)(nil),      // 29: frognano.messages.v1.WeightsPublished
+	(*TrainBatch)(nil),            // 30: frognano.messages.v1.TrainBatch
+	(*StepResult)(nil),            // 31: frognano.messages.v1.StepResult
+	(*RolloutRequest)(nil),        // 32: frognano.messages.v1.RolloutRequest
+	(*RolloutResult)(nil),         // 33: frognano.messages.v1.RolloutResult
+	(*EnvAddRequest)(nil),         // 34: frognano.messages.v1.EnvAddRequest
+	(*EnvProgress)(nil),           // 35: frognano.messages.v1.EnvProgress
+	(*EnvAddReply)(nil),           // 36: frognano.messages.v1.EnvAddReply
+	(*EnvListRequest)(nil),        // 37: frognano.messages.v1.EnvListRequest
+	(*EnvList)(nil),               // 38: frognano.messages.v1.EnvList
+	(*EnvGetRequest)(nil),         // 39: frognano.messages.v1.EnvGetRequest
+	(*EnvRemoveRequest)(nil),      // 40: frognano.messages.v1.EnvRemoveRequest
+	(*EnvRemoved)(nil),            // 41: frognano.messages.v1.EnvRemoved
+	(*CoverageMap)(nil),           // 42: frognano.messages.v1.CoverageMap
+	(*FileCoverage)(nil),          // 43: frognano.messages.v1.FileCoverage
+	(*LineCoverage)(nil),          // 44: frognano.messages.v1.LineCoverage
+	(*TaskListRequest)(nil),       // 45: frognano.messages.v1.TaskListRequest
+	(*TaskList)(nil),              // 46: frognano.messages.v1.TaskList
+	(*TaskGetRequest)(nil),        // 47: frognano.messages.v1.TaskGetRequest
+	(*TaskGetReply)(nil),          // 48: frognano.messages.v1.TaskGetReply
+	nil,                           // 49: frognano.messages.v1.SandboxCreate.LabelsEntry
+	nil,                           // 50: frognano.messages.v1.SynthesizeProgress.RejectedEntry
+	(*TestReport)(nil),            // 51: frognano.messages.v1.TestReport
+	(*Task)(nil),                  // 52: frognano.messages.v1.Task
+	(*DifficultyFeatures)(nil),    // 53: frognano.messages.v1.DifficultyFeatures
+	(*Trajectory)(nil),            // 54: frognano.messages.v1.Trajectory
+	(*Environment)(nil),           // 55: frognano.messages.v1.Environment
 }
 var file_actors_proto_depIdxs = []int32{
-	45, // 0: frognano.messages.v1.SandboxCreate.labels:type_name -> frognano.messages.v1.SandboxCreate.LabelsEntry
-	47, // 1: frognano.messages.v1.SandboxTestsResult.report:type_name -> frognano.messages.v1.TestReport
-	48, // 2: frognano.messages.v1.SynthesizeRequest.target:type_name -> frognano.messages.v1.DifficultyFeatures
-	46, // 3: frognano.messages.v1.SynthesizeProgress.rejected:type_name -> frognano.messages.v1.SynthesizeProgress.RejectedEntry
-	16, // 4: frognano.messages.v1.SynthesizeResult.progress:type_name -> frognano.messages.v1.SynthesizeProgress
-	49, // 5: frognano.messages.v1.TaskBatch.tasks:type_name -> frognano.messages.v1.Task
-	20, // 6: frognano.messages.v1.OutcomesReport.outcomes:type_name -> frognano.messages.v1.EpisodeOutcome
-	50, // 7: frognano.messages.v1.TrainBatch.trajectories:type_name -> frognano.messages.v1.Trajectory
-	49, // 8: frognano.messages.v1.RolloutRequest.task:type_name -> frognano.messages.v1.Task
-	51, // 9: frognano.messages.v1.EnvAddReply.environment:type_name -> frognano.messages.v1.Environment
-	51, // 10: frognano.messages.v1.EnvList.environments:type_name -> frognano.messages.v1.Environment
-	39, // 11: frognano.messages.v1.CoverageMap.files:type_name -> frognano.messages.v1.FileCoverage
-	40, // 12: frognano.messages.v1.FileCoverage.lines:type_name -> frognano.messages.v1.LineCoverage
-	49, // 13: frognano.messages.v1.TaskList.tasks:type_name -> frognano.messages.v1.Task
-	49, // 14: frognano.messages.v1.TaskGetReply.task:type_name -> frognano.messages.v1.Task
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	49, // 0: frognano.messages.v1.SandboxCreate.labels:type_name -> frognano.messages.v1.SandboxCreate.LabelsEntry
+	51, // 1: frognano.messages.v1.SandboxTestsResult.report:type_name -> frognano.messages.v1.TestReport
+	52, // 2: frognano.messages.v1.SandboxPrepareEpisode.task:type_name -> frognano.messages.v1.Task
+	51, // 3: frognano.messages.v1.SandboxGraded.report:type_name -> frognano.messages.v1.TestReport
+	53, // 4: frognano.messages.v1.SynthesizeRequest.target:type_name -> frognano.messages.v1.DifficultyFeatures
+	50, // 5: frognano.messages.v1.SynthesizeProgress.rejected:type_name -> frognano.messages.v1.SynthesizeProgress.RejectedEntry
+	20, // 6: frognano.messages.v1.SynthesizeResult.progress:type_name -> frognano.messages.v1.SynthesizeProgress
+	52, // 7: frognano.messages.v1.TaskBatch.tasks:type_name -> frognano.messages.v1.Task
+	24, // 8: frognano.messages.v1.OutcomesReport.outcomes:type_name -> frognano.messages.v1.EpisodeOutcome
+	54, // 9: frognano.messages.v1.TrainBatch.trajectories:type_name -> frognano.messages.v1.Trajectory
+	52, // 10: frognano.messages.v1.RolloutRequest.task:type_name -> frognano.messages.v1.Task
+	55, // 11: frognano.messages.v1.EnvAddReply.environment:type_name -> frognano.messages.v1.Environment
+	55, // 12: frognano.messages.v1.EnvList.environments:type_name -> frognano.messages.v1.Environment
+	43, // 13: frognano.messages.v1.CoverageMap.files:type_name -> frognano.messages.v1.FileCoverage
+	44, // 14: frognano.messages.v1.FileCoverage.lines:type_name -> frognano.messages.v1.LineCoverage
+	52, // 15: frognano.messages.v1.TaskList.tasks:type_name -> frognano.messages.v1.Task
+	52, // 16: frognano.messages.v1.TaskGetReply.task:type_name -> frognano.messages.v1.Task
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_actors_proto_init() }
@@ -2937,7 +3176,7 @@ func file_actors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_proto_rawDesc), len(file_actors_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   47,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
