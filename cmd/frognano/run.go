@@ -2,42 +2,72 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/spf13/cobra"
 
 	"github.com/frognano/frognano/actors/diag"
 	"github.com/frognano/frognano/actors/environment"
+	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/rollout"
+	"github.com/frognano/frognano/actors/sandbox"
+	"github.com/frognano/frognano/actors/sandboxworker"
 	"github.com/frognano/frognano/actors/synth"
+	"github.com/frognano/frognano/actors/trainer"
+	"github.com/frognano/frognano/cmd/internal/services"
+	"github.com/frognano/frognano/kernels/modelstore"
+	"github.com/frognano/frognano/persistence"
 )
 
-// runCmd is the main job. Today the pipeline is the spine: it brings up a
-// node (joined to a cluster when --seeds is given), spreads verified work over
-// every member through remote spawning and supervision, and records the run in
-// the node's store. Later stages (environments, synthesis, rollouts, learning)
-// extend this command until it trains end to end.
+// runCmd is the main job: it brings up a node (embedded, joined to a
+// cluster when --seeds is given, or the node at --node), spreads verified
+// work over every member through remote spawning and supervision, makes
+// sure the training environment is registered, synthesizes a first set of
+// tasks, and then trains (actors/trainer): frontier batch, rollouts,
+// outcomes, GRPO step, sampler swap, step after step. The run is recorded
+// in the node's store, and --run resumes a killed one.
 func runCmd(a *app) *cobra.Command {
 	var jobs int
 	var rounds int64
 	var envSource string
 	var tasks int32
+	var runID string
+	var parallel int
+	s := trainer.Settings{}
 	cmd := &cobra.Command{
 		Use:   "run",
-		Short: "Run the main job on an embedded node (today: cluster check, the default environment and task synthesis)",
-		Long: `run starts an embedded node (joining a cluster through --seeds if given),
-records a run in the node's Badger store, spreads --jobs verified digest jobs
-over every cluster member by remote spawning, and makes sure the environment
---env (default six==1.16.0, a PyPI sdist) is registered, building its image and
-baseline the first time, then synthesizes --tasks validated bug-fix tasks from
-it. The run's status and figures are kept in the store.`,
+		Short: "Run the main job: cluster check, the default environment, task synthesis, then RL training steps",
+		Long: `run starts an embedded node (joining a cluster through --seeds if given), or
+uses the node at --node, records a run in the node's Badger store, spreads
+--jobs verified digest jobs over every cluster member by remote spawning,
+makes sure the environment --env (default six==1.16.0, a PyPI sdist) is
+registered, building its image and baseline the first time, synthesizes
+--tasks validated bug-fix tasks from it, and then trains for --steps steps.
+
+A step asks the frontier (FrontierEstimator) for --tasks-per-step tasks at
+the current policy version, plays --group episodes of each with the node's
+Sampler at temperature 1 (--mode patch: one answer of search/replace edits;
+agent: the tool loop), each in a fresh sandbox, graded and stored as a
+trajectory; reports the outcomes to the frontier (which asks the synthesizer
+for more tasks when its pool runs short); sends the groups to the run's
+Learner for one GRPO step with AdamW; and, when the Learner published a new
+policy version, moves the Sampler to it. A step whose groups all have equal
+rewards carries no signal and changes no weights.
+
+The run's settings, step and figures are kept in the store after every
+step; the Learner checkpoints every --checkpoint-every steps and at the end.
+A killed run resumes with --run ID (the same settings; --steps may raise
+its length): the Learner reopens from its newest checkpoint, the Sampler
+loads the newest published weights, and the loop continues after the last
+recorded step.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if a.nodeAddr != "" {
-				return fmt.Errorf("run starts its own embedded node; drop --node and use --seeds to join a cluster")
-			}
 			c, err := a.connect(cmd)
 			if err != nil {
 				return err
@@ -47,37 +77,62 @@ it. The run's status and figures are kept in the store.`,
 			n := c.embedded
 			out := cmd.OutOrStdout()
 
-			info := n.Info()
-			caps := info.Capabilities
-			fmt.Fprintf(out, "node %s  remote %s  http %s\n", info.Id, info.Address, info.HttpAddress)
-			fmt.Fprintf(out, "capabilities: %d cores, %.1f GiB, containerd %v, %d GPU(s)", caps.Cores, float64(caps.MemoryBytes)/(1<<30), caps.Containerd, len(caps.Gpus))
-			if caps.GpuError != "" {
-				fmt.Fprintf(out, " (%s)", caps.GpuError)
+			if n != nil {
+				info := n.Info()
+				caps := info.Capabilities
+				fmt.Fprintf(out, "node %s  remote %s  http %s\n", info.Id, info.Address, info.HttpAddress)
+				fmt.Fprintf(out, "capabilities: %d cores, %.1f GiB, containerd %v, %d GPU(s)", caps.Cores, float64(caps.MemoryBytes)/(1<<30), caps.Containerd, len(caps.Gpus))
+				if caps.GpuError != "" {
+					fmt.Fprintf(out, " (%s)", caps.GpuError)
+				}
+				fmt.Fprintln(out)
+			} else {
+				fmt.Fprintf(out, "node at %s (remote %s)\n", a.nodeAddr, c.manager.Address)
 			}
-			fmt.Fprintln(out)
 
+			runs := &trainer.Runs{Root: c.system.Root, PID: c.pid(trainer.HostName)}
 			started := time.Now()
-			run := &messages.Run{
-				Id:              fmt.Sprintf("run-%s", started.UTC().Format("20060102-150405.000")),
-				Status:          "running",
-				StartedUnixNano: started.UnixNano(),
-				UpdatedUnixNano: started.UnixNano(),
-				Metrics:         map[string]float64{},
+			run, resumed, err := openRun(ctx, runs, runID, started)
+			if err != nil {
+				return err
 			}
-			runs := n.DB().Runs()
+			if resumed {
+				stored, err := trainer.DecodeSettings(run)
+				if err != nil {
+					return err
+				}
+				if cmd.Flags().Changed("steps") {
+					stored.Steps = s.Steps
+				}
+				s = stored
+				fmt.Fprintf(out, "resuming run %s (%s) after step %d of %d\n", run.Id, run.Status, run.Step, s.Steps)
+			} else {
+				if s.Seed == 0 {
+					s.Seed = uint64(started.UnixNano())
+				}
+				if err := s.Validate(); err != nil {
+					return err
+				}
+				run.ConfigYaml = s.Encode()
+			}
+			run.Status = "running"
+			run.UpdatedUnixNano = time.Now().UnixNano()
 			if err := runs.Put(ctx, run); err != nil {
 				return err
 			}
 			finish := func(status string) {
 				run.Status = status
 				run.UpdatedUnixNano = time.Now().UnixNano()
-				if err := runs.Put(ctx, run); err != nil {
+				if err := runs.Put(context.Background(), run); err != nil {
 					fmt.Fprintln(cmd.ErrOrStderr(), "warning: could not record run:", err)
 				}
 			}
 
-			members := n.Members()
-			fmt.Fprintf(out, "cluster: %d member(s)\n", len(members))
+			var members int
+			if n != nil {
+				members = len(n.Members())
+				fmt.Fprintf(out, "cluster: %d member(s)\n", members)
+			}
 			res, err := c.ask(&messages.DigestBatchRequest{Jobs: int32(jobs), Rounds: rounds, PreferRemote: true, Seed: uint64(started.UnixNano())}, 30*time.Minute)
 			if err != nil {
 				finish("failed")
@@ -96,7 +151,10 @@ it. The run's status and figures are kept in the store.`,
 			for addr, k := range perNode {
 				fmt.Fprintf(out, "  %-24s %d verified jobs\n", addr, k)
 			}
-			run.Metrics["members"] = float64(len(members))
+			if n == nil {
+				members = len(perNode)
+			}
+			run.Metrics["members"] = float64(members)
 			run.Metrics["jobs"] = float64(len(report.Outcomes))
 			run.Metrics["jobs_failed"] = float64(bad)
 			run.Metrics["jobs_per_second"] = float64(len(report.Outcomes)) / report.Seconds
@@ -112,7 +170,9 @@ it. The run's status and figures are kept in the store.`,
 				}
 				run.Metrics["env_baseline_tests"] = float64(len(env.Baseline.GetResults()))
 				fmt.Fprintf(out, "environment %s: %s, image %s, baseline %s\n", env.Name, env.Language, env.Image, summarize(env.Baseline))
-				if tasks > 0 {
+				_, synthesized := run.Metrics["tasks_synthesized"]
+				if tasks > 0 && !(resumed && synthesized) {
+					synthStart := time.Now()
 					res, err := c.synthesize(&messages.SynthesizeRequest{Environment: env.Name, Count: tasks, Bugs: 1,
 						Seed: uint64(started.UnixNano()), Target: &messages.DifficultyFeatures{HintLevel: int32(synth.HintLocation)}}, cmd.ErrOrStderr())
 					if err != nil {
@@ -121,20 +181,155 @@ it. The run's status and figures are kept in the store.`,
 					}
 					run.Metrics["tasks_synthesized"] = float64(len(res.TaskIds))
 					run.Metrics["synth_candidates"] = float64(res.GetProgress().GetCandidates())
+					run.Metrics["seconds_synth"] += time.Since(synthStart).Seconds()
 					fmt.Fprintf(out, "synthesized %d validated tasks from %d candidates in %.1fs (frognano tasks ls --env %s)\n",
 						len(res.TaskIds), res.GetProgress().GetCandidates(), res.WallSeconds, env.Name)
 				}
+				if err := runs.Put(ctx, run); err != nil {
+					return err
+				}
+				if s.Steps > int(run.Step) {
+					sum, err := train(ctx, a, c, run, s, parallel, out, nil)
+					printSummary(out, sum, run)
+					if err != nil {
+						if ctx.Err() != nil {
+							finish("stopped") // interrupted: --run resumes it
+						} else {
+							finish("failed")
+						}
+						return err
+					}
+				} else if s.Steps > 0 {
+					printSummary(out, trainer.SummaryOf(run, s.Steps), run)
+				}
 			}
 			finish("done")
-			fmt.Fprintf(out, "run %s done: %d jobs verified in %.2fs; recorded in %s\n", run.Id, len(report.Outcomes), report.Seconds, n.DB().Dir())
+			fmt.Fprintf(out, "run %s done: %d jobs verified in %.2fs; recorded in the node's store\n", run.Id, len(report.Outcomes), report.Seconds)
 			return nil
 		},
 	}
-	cmd.Flags().IntVar(&jobs, "jobs", 32, "digest jobs to spread over the cluster")
-	cmd.Flags().Int64Var(&rounds, "rounds", 100000, "SHA-256 rounds per job")
-	cmd.Flags().StringVar(&envSource, "env", "six==1.16.0", "environment source to make sure is registered (empty: skip)")
-	cmd.Flags().Int32Var(&tasks, "tasks", 5, "validated tasks to synthesize from the environment (0: none)")
+	fl := cmd.Flags()
+	fl.IntVar(&jobs, "jobs", 32, "digest jobs to spread over the cluster")
+	fl.Int64Var(&rounds, "rounds", 100000, "SHA-256 rounds per job")
+	fl.StringVar(&envSource, "env", "six==1.16.0", "environment source to make sure is registered and train on (empty: skip synthesis and training)")
+	fl.Int32Var(&tasks, "tasks", 5, "validated tasks to synthesize from the environment before training (0: none)")
+	fl.StringVar(&runID, "run", "", "run id: resume this run if it is recorded, else start it under this id (default run-<time>)")
+	fl.IntVar(&s.Steps, "steps", 1, "training steps of the run (0: none)")
+	fl.IntVar(&s.TasksPerStep, "tasks-per-step", 2, "tasks the frontier picks for each step")
+	fl.IntVar(&s.Group, "group", 4, "episodes per task (GRPO's G, at least 2)")
+	fl.StringVar(&s.Mode, "mode", "patch", "patch (one answer of search/replace edits) or agent (the tool loop)")
+	fl.IntVar(&s.MaxTurnTokens, "max-turn-tokens", 256, "most tokens the policy writes in one turn")
+	fl.IntVar(&s.MaxTurns, "max-turns", 8, "agent mode: most assistant turns of an episode")
+	fl.IntVar(&s.MaxContext, "max-context", 4096, "most tokens of a whole episode (capped by the model's context)")
+	fl.Float64Var(&s.WallSeconds, "wall-seconds", 600, "most seconds of one episode, grading excluded")
+	fl.Float64Var(&s.LR, "lr", 1e-5, "AdamW learning rate")
+	fl.IntVar(&s.CheckpointEvery, "checkpoint-every", 1, "full Learner checkpoint every this many updates (the run's end writes one too)")
+	fl.Uint64Var(&s.Seed, "seed", 0, "seed of batches, episodes and the Learner (0: from the clock)")
+	fl.StringVar(&s.Model, "model", "", "model the Learner trains (model store name or path; default the store's default, which the node's Sampler serves)")
+	fl.IntVar(&parallel, "parallel", 8, "episodes (sandboxes) running at once")
 	return cmd
+}
+
+// openRun returns the run record id names (resumed is true), or a new one
+// (under id when given).
+func openRun(ctx context.Context, runs *trainer.Runs, id string, now time.Time) (*messages.Run, bool, error) {
+	if id != "" {
+		r, err := runs.Get(ctx, id)
+		switch {
+		case err == nil:
+			if r.Metrics == nil {
+				r.Metrics = map[string]float64{}
+			}
+			return r, true, nil
+		case !errors.Is(err, persistence.ErrNotFound):
+			return nil, false, err
+		}
+	} else {
+		id = fmt.Sprintf("run-%s", now.UTC().Format("20060102-150405.000"))
+	}
+	return &messages.Run{Id: id, Status: "running", StartedUnixNano: now.UnixNano(), UpdatedUnixNano: now.UnixNano(),
+		Metrics: map[string]float64{}}, false, nil
+}
+
+// train runs the loop's steps on the node c talks to. Episodes run in
+// sandboxes of this machine's containerd (the embedded node's connection,
+// or a new one), with the Sampler's model's tokenizer; policy nil is the
+// node's Sampler.
+func train(ctx context.Context, a *app, c *client, run *messages.Run, s trainer.Settings, parallel int, out io.Writer, policy harness.Policy) (trainer.Summary, error) {
+	fail := func(err error) (trainer.Summary, error) { return trainer.SummaryOf(run, s.Steps), err }
+	tok, err := loadTokenizer("", orDefaultModel(s.Model))
+	if err != nil {
+		return fail(err)
+	}
+	var (
+		rt   func(context.Context) (*sandbox.Runtime, error)
+		envs persistence.EnvironmentStore
+	)
+	if c.embedded != nil {
+		rt, envs = c.sandboxes.Runtime, c.embedded.DB().Environments()
+	} else {
+		cfg, err := a.load()
+		if err != nil {
+			return fail(err)
+		}
+		sbs := services.NewSandboxes(cfg.Containerd, c.log)
+		defer sbs.Close()
+		if _, err := sbs.Runtime(ctx); err != nil {
+			return fail(err)
+		}
+		rt = sbs.Runtime
+		// The node's environments, copied here: episodes run on this
+		// machine's containerd, which must hold their images.
+		res, err := c.askActor(c.pid(environment.ActorName), &messages.EnvListRequest{}, time.Minute)
+		if err != nil {
+			return fail(err)
+		}
+		envs = persistence.NewMemory().Environments()
+		for _, e := range res.(*messages.EnvList).GetEnvironments() {
+			if err := envs.Put(ctx, e); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	// Every episode runs in its own SandboxWorker actor: spawned by kind on
+	// the cluster's members with containerd when the node is embedded here,
+	// in this process over this machine's containerd when it is remote.
+	var spawn func(context.Context) (*actor.PID, error)
+	if c.embedded != nil {
+		cw := &rollout.ClusterWorkers{Root: c.system.Root, Manager: c.manager, Members: c.embedded.Members}
+		spawn = cw.Spawn
+	} else {
+		spawn = rollout.LocalWorkers(c.system.Root, sandboxworker.Props(sandboxworker.Config{Runtime: rt, Environments: envs, Logger: c.log}))
+	}
+	sbs := &rollout.Workers{Root: c.system.Root, Spawn: spawn, Environments: envs, Runtime: rt, Logger: c.log}
+	defer sbs.Close()
+	t, err := trainer.New(trainer.Config{Root: c.system.Root, Node: c.manager.Address, Sandboxes: sbs, Tokenizer: tok,
+		Policy: policy, Parallel: parallel, Progress: out, Logger: c.log})
+	if err != nil {
+		return fail(err)
+	}
+	return t.Train(ctx, run, s)
+}
+
+func orDefaultModel(name string) string {
+	if name == "" {
+		return modelstore.Default
+	}
+	return name
+}
+
+// printSummary writes the run's totals.
+func printSummary(out io.Writer, s trainer.Summary, run *messages.Run) {
+	loss := "none (no update yet)"
+	if s.HaveLoss {
+		loss = fmt.Sprintf("%+.5f", s.Loss)
+	}
+	fmt.Fprintf(out, "training run %s: %d of %d step(s): %d task group(s), %d episodes (%d infrastructure failures), solve rate %.3f (%d solved), %d of %d effective group(s)\n",
+		s.RunID, s.Steps, s.TotalSteps, s.Tasks, s.Episodes, s.Infra, s.SolveRate(), s.Solved, s.Effective, s.Groups)
+	fmt.Fprintf(out, "  learner: %d update(s), %d step(s) without signal, last loss %s, learner step %d, policy v%d\n",
+		s.Updates, s.NoSignal, loss, s.LearnerStep, s.PolicyVersion)
+	fmt.Fprintf(out, "  seconds: synth %.1f, frontier batches %.1f, rollouts %.1f, outcomes %.1f, learning %.1f, sampler swaps %.1f\n",
+		run.GetMetrics()["seconds_synth"], s.SecondsBatch, s.SecondsRollout, s.SecondsReport, s.SecondsLearn, s.SecondsSwap)
 }
 
 // ensureEnvironment returns the environment for source, registering it first

@@ -4,4 +4,4 @@
 // protoc-gen-go from the Go module proxy).
 package messages
 
-//go:generate protoc --proto_path=. --go_out=. --go_opt=paths=source_relative records.proto runtime.proto actors.proto learner.proto sampler.proto rollout.proto frontier.proto
+//go:generate protoc --proto_path=. --go_out=. --go_opt=paths=source_relative records.proto runtime.proto actors.proto learner.proto sampler.proto rollout.proto frontier.proto trainer.proto

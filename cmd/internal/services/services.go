@@ -92,6 +92,7 @@ func (s *Sandboxes) Options(buildLog io.Writer) ([]node.Kind, []node.NamedActor)
 	}}
 	actors = append(actors, frontierActor(s.log))
 	actors = append(actors, rolloutActor())
+	actors = append(actors, learnerHost(s.log))
 	return kinds, actors
 }
 

@@ -1,0 +1,616 @@
+// Package trainer is the training loop of frognano run: for each step it
+// asks the FrontierEstimator for a batch of tasks at the current policy
+// version, plays G episodes of every task with the current policy (the
+// node's Sampler) in fresh sandboxes (actors/rollout), reports the graded
+// outcomes to the FrontierEstimator, sends the groups to the run's Learner
+// for one GRPO step, and moves the Sampler to the version the Learner
+// published. Everything it talks to is an actor reached by PID, so the loop
+// drives a node in this process or on another machine alike.
+//
+// # Durability
+//
+// The run record (persistence.RunStore, through the node's learner host)
+// carries the run's settings and, after every step, the step number and the
+// run's running totals. The Learner writes its full training state every
+// Settings.CheckpointEvery steps and when the run ends. A run killed at any
+// moment resumes with Resume: the Learner reopens from its newest
+// checkpoint, the Sampler is moved to the newest published version, and the
+// loop continues after the last recorded step. A step cut short is played
+// again from its batch (its stored trajectories stay, unused); a step whose
+// update landed in a checkpoint but not in the record is counted as done.
+//
+// # Sampling
+//
+// Training episodes sample at temperature 1 with neither top-p nor top-k:
+// the Learner's importance ratio exp(logp − samplerLogp) compares the
+// policy's log-probabilities with the sampler's, and the Sampler records
+// log-probabilities of the distribution it sampled from, which is the
+// policy's own only at temperature 1 without truncation.
+package trainer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/frognano/frognano/actors/frontier"
+	"github.com/frognano/frognano/actors/harness"
+	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/rollout"
+	"github.com/frognano/frognano/actors/sampler"
+	"github.com/frognano/frognano/kernels/sample"
+	"github.com/frognano/frognano/kernels/tokenizer"
+)
+
+// Settings are a run's choices, kept in its record (Run.ConfigYaml, as
+// JSON) so that a resumed run trains as it started.
+type Settings struct {
+	// Model is what the Learner trains (model store name or path; "" the
+	// store's default). It must be the model the node's Sampler serves.
+	Model string `json:"model"`
+	// Steps is the run's length in loop steps (batches).
+	Steps        int `json:"steps"`
+	TasksPerStep int `json:"tasks_per_step"`
+	// Group is G, the episodes per task.
+	Group int    `json:"group"`
+	Mode  string `json:"mode"`
+	// Limits of an episode (zero fields: harness.DefaultLimits; MaxContext
+	// is capped by the Sampler's context).
+	MaxTurns      int     `json:"max_turns"`
+	MaxTurnTokens int     `json:"max_turn_tokens"`
+	MaxContext    int     `json:"max_context"`
+	WallSeconds   float64 `json:"wall_seconds"`
+	// LR is AdamW's learning rate.
+	LR float64 `json:"lr"`
+	// CheckpointEvery writes the Learner's full state every this many of
+	// its steps (0: the Learner's default); the run's end writes one too.
+	CheckpointEvery int `json:"checkpoint_every"`
+	// Seed seeds batches, episodes and the Learner's micro-batch order.
+	Seed uint64 `json:"seed"`
+}
+
+// Validate reports settings the loop cannot run with.
+func (s Settings) Validate() error {
+	_, err := harness.ParseMode(s.Mode)
+	switch {
+	case err != nil:
+		return err
+	case s.Steps < 0:
+		return fmt.Errorf("trainer: %d steps: want 0 or more", s.Steps)
+	case s.TasksPerStep < 1:
+		return fmt.Errorf("trainer: %d tasks per step: want at least 1", s.TasksPerStep)
+	case s.Group < 2:
+		return fmt.Errorf("trainer: group of %d: GRPO needs at least 2 episodes per task", s.Group)
+	case s.MaxTurns < 0 || s.MaxTurnTokens < 0 || s.MaxContext < 0 || s.WallSeconds < 0:
+		return errors.New("trainer: negative episode limits")
+	case !(s.LR > 0) || s.LR > 1:
+		return fmt.Errorf("trainer: learning rate %v: want in (0, 1]", s.LR)
+	case s.CheckpointEvery < 0:
+		return fmt.Errorf("trainer: checkpoint every %d steps: want 0 or more", s.CheckpointEvery)
+	}
+	return nil
+}
+
+// Encode is the settings as stored in a run record.
+func (s Settings) Encode() string {
+	b, _ := json.MarshalIndent(s, "", "  ")
+	return string(b)
+}
+
+// DecodeSettings reads the settings of a run record.
+func DecodeSettings(run *messages.Run) (Settings, error) {
+	var s Settings
+	if run.GetConfigYaml() == "" {
+		return s, fmt.Errorf("trainer: run %s has no training settings (it was not a training run)", run.GetId())
+	}
+	if err := json.Unmarshal([]byte(run.GetConfigYaml()), &s); err != nil {
+		return s, fmt.Errorf("trainer: run %s: settings: %w", run.GetId(), err)
+	}
+	return s, nil
+}
+
+// Config is what the loop needs.
+type Config struct {
+	Root *actor.RootContext
+	// Node is the remoting address of the node whose named actors
+	// (frontier, sampler, rollout, learner host) the loop uses.
+	Node string
+	// Sandboxes make the episodes' workspaces; Tokenizer renders prompts
+	// (the Sampler's model's).
+	Sandboxes rollout.Sandboxes
+	Tokenizer *tokenizer.Tokenizer
+	// Policy plays the episodes; nil is the node's Sampler (a
+	// sampler.Client), which is what training means. Tests substitute a
+	// policy whose rewards they control.
+	Policy harness.Policy
+	// Parallel bounds the episodes running at once (default 8).
+	Parallel int
+	// Progress receives a line per phase of every step.
+	Progress io.Writer
+	Logger   *slog.Logger
+}
+
+// Trainer runs the loop of one run.
+type Trainer struct {
+	cfg      Config
+	frontier *actor.PID
+	sampler  *actor.PID
+	store    *rollout.ActorStore
+	runs     *Runs
+	runner   *rollout.Runner
+	learner  *actor.PID // the run's Learner, once opened
+}
+
+// New returns a Trainer for the node at cfg.Node.
+func New(cfg Config) (*Trainer, error) {
+	if cfg.Root == nil || cfg.Node == "" || cfg.Sandboxes == nil || cfg.Tokenizer == nil {
+		return nil, errors.New("trainer: a Trainer needs an actor root, a node address, Sandboxes and a Tokenizer")
+	}
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 8
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	t := &Trainer{
+		cfg:      cfg,
+		frontier: actor.NewPID(cfg.Node, frontier.ActorName),
+		sampler:  actor.NewPID(cfg.Node, sampler.ActorName),
+		store:    &rollout.ActorStore{Root: cfg.Root, PID: actor.NewPID(cfg.Node, rollout.ActorName), Timeout: 5 * time.Minute},
+		runs:     &Runs{Root: cfg.Root, PID: actor.NewPID(cfg.Node, HostName)},
+	}
+	policy := cfg.Policy
+	if policy == nil {
+		policy = &sampler.Client{Root: cfg.Root, PID: t.sampler}
+	}
+	runner, err := rollout.New(rollout.Config{
+		Policy:    policy,
+		Tokenizer: cfg.Tokenizer, Sandboxes: cfg.Sandboxes, Trajectories: t.store,
+		MaxEpisodes: cfg.Parallel, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	t.runner = runner
+	return t, nil
+}
+
+// Runs is the node's run records, kept by its learner host.
+func (t *Trainer) Runs() *Runs { return t.runs }
+
+// Keys of the run record's metrics the loop keeps (running totals over the
+// run, and the newest values of the rest).
+const (
+	MetricSteps           = "train_steps"
+	MetricTasks           = "train_tasks" // task groups played (a task may recur across steps)
+	MetricEpisodes        = "train_episodes"
+	MetricSolved          = "train_solved"
+	MetricInfra           = "train_infrastructure_failures"
+	MetricGroups          = "train_groups"
+	MetricEffective       = "train_effective_groups"
+	MetricOutcomes        = "train_outcomes_recorded"
+	MetricLoss            = "train_loss" // of the newest applied update
+	MetricUpdates         = "train_updates"
+	MetricNoSignal        = "train_steps_without_signal"
+	MetricPolicyVersion   = "policy_version"
+	MetricLearnerStep     = "learner_step"
+	MetricPolicyTokens    = "train_policy_tokens"
+	MetricSecondsBatch    = "seconds_batch" // asking the frontier, waiting for synthesized tasks included
+	MetricSecondsRollouts = "seconds_rollouts"
+	MetricSecondsReport   = "seconds_report"
+	MetricSecondsLearning = "seconds_learning"
+	MetricSecondsSwap     = "seconds_swap"
+)
+
+// Summary is what a run has done so far.
+type Summary struct {
+	RunID                        string
+	Steps, TotalSteps            int
+	Tasks, Episodes, Solved      int
+	Infra, Groups, Effective     int
+	Updates, NoSignal            int
+	Loss                         float64
+	HaveLoss                     bool
+	PolicyVersion, LearnerStep   int64
+	SecondsBatch, SecondsRollout float64
+	SecondsReport, SecondsLearn  float64
+	SecondsSwap                  float64
+}
+
+// SolveRate is solved over graded (non-infrastructure) episodes.
+func (s Summary) SolveRate() float64 {
+	n := s.Episodes - s.Infra
+	if n <= 0 {
+		return 0
+	}
+	return float64(s.Solved) / float64(n)
+}
+
+// SummaryOf reads a run record's totals.
+func SummaryOf(run *messages.Run, steps int) Summary {
+	m := run.GetMetrics()
+	loss, ok := m[MetricLoss]
+	return Summary{
+		RunID: run.GetId(), Steps: int(run.GetStep()), TotalSteps: steps,
+		Tasks: int(m[MetricTasks]), Episodes: int(m[MetricEpisodes]), Solved: int(m[MetricSolved]), Infra: int(m[MetricInfra]),
+		Groups: int(m[MetricGroups]), Effective: int(m[MetricEffective]), Updates: int(m[MetricUpdates]), NoSignal: int(m[MetricNoSignal]),
+		Loss: loss, HaveLoss: ok, PolicyVersion: int64(m[MetricPolicyVersion]), LearnerStep: int64(m[MetricLearnerStep]),
+		SecondsBatch: m[MetricSecondsBatch], SecondsRollout: m[MetricSecondsRollouts], SecondsReport: m[MetricSecondsReport],
+		SecondsLearn: m[MetricSecondsLearning], SecondsSwap: m[MetricSecondsSwap],
+	}
+}
+
+func (t *Trainer) printf(format string, args ...any) {
+	fmt.Fprintf(t.cfg.Progress, format+"\n", args...)
+}
+
+// ask sends msg to pid and waits, turning a Failure into an error.
+func (t *Trainer) ask(pid *actor.PID, msg any, timeout time.Duration) (any, error) {
+	res, err := t.cfg.Root.RequestFuture(pid, msg, timeout).Result()
+	if err != nil {
+		return nil, fmt.Errorf("%s did not answer %T: %w", pid.GetId(), msg, err)
+	}
+	if f, ok := res.(*messages.Failure); ok {
+		return nil, fmt.Errorf("%s: %s", pid.GetId(), f.GetMessage())
+	}
+	return res, nil
+}
+
+// Train runs the run's steps after run.Step, up to s.Steps, updating and
+// storing run (its Step and Metrics) after every step. run must be stored
+// already; Train leaves its Status to the caller. It returns the run's
+// summary, also when it fails part-way.
+func (t *Trainer) Train(ctx context.Context, run *messages.Run, s Settings) (Summary, error) {
+	if err := s.Validate(); err != nil {
+		return SummaryOf(run, s.Steps), err
+	}
+	if run.Metrics == nil {
+		run.Metrics = map[string]float64{}
+	}
+	maxContext, err := t.open(ctx, run, s)
+	if err != nil {
+		return SummaryOf(run, s.Steps), err
+	}
+	lim := harness.Limits{MaxTurns: s.MaxTurns, MaxTurnTokens: s.MaxTurnTokens, MaxContext: s.MaxContext,
+		WallTime: time.Duration(s.WallSeconds * float64(time.Second))}
+	if lim.MaxContext == 0 {
+		lim.MaxContext = harness.DefaultLimits.MaxContext
+	}
+	if maxContext > 0 && lim.MaxContext > maxContext {
+		lim.MaxContext = maxContext
+	}
+	for step := int(run.GetStep()) + 1; step <= s.Steps; step++ {
+		if err := ctx.Err(); err != nil {
+			return SummaryOf(run, s.Steps), err
+		}
+		if err := t.step(ctx, run, s, lim, step); err != nil {
+			return SummaryOf(run, s.Steps), fmt.Errorf("step %d: %w", step, err)
+		}
+	}
+	// The run's end writes the full training state (once the weights have
+	// moved), so that a later resume starts exactly here whatever
+	// CheckpointEvery is.
+	if t.learner != nil && run.GetMetrics()[MetricUpdates] > 0 {
+		res, err := t.ask(t.learner, &messages.LearnerCheckpointRequest{}, 30*time.Minute)
+		if err != nil {
+			return SummaryOf(run, s.Steps), fmt.Errorf("final checkpoint: %w", err)
+		}
+		c := res.(*messages.LearnerCheckpointed)
+		t.printf("learner: full checkpoint of %s at step %d (policy v%d)", c.GetRunId(), c.GetStep(), c.GetPolicyVersion())
+	}
+	return SummaryOf(run, s.Steps), nil
+}
+
+// open opens the run's Learner, subscribes the Sampler to it, moves the
+// Sampler to the newest published version, and reconciles the record with
+// the Learner's state after a crash. It returns the Sampler's context
+// length.
+func (t *Trainer) open(ctx context.Context, run *messages.Run, s Settings) (int, error) {
+	start := time.Now()
+	t.printf("learner: opening run %s (model %s, lr %g)", run.GetId(), orDefault(s.Model, "the store's default"), s.LR)
+	res, err := t.ask(actor.NewPID(t.cfg.Node, HostName), &messages.LearnerOpen{RunId: run.GetId(), Model: s.Model, Lr: s.LR,
+		CheckpointEvery: int32(s.CheckpointEvery), Seed: s.Seed}, 30*time.Minute)
+	if err != nil {
+		return 0, err
+	}
+	opened := res.(*messages.LearnerOpened)
+	t.learner = actor.NewPID(opened.GetAddress(), opened.GetId())
+	st := opened.GetStatus()
+	resumed := st.GetLastCheckpointStep() >= 0
+	t.printf("learner: %s on %s at step %d, policy v%d (resumed from a checkpoint: %v) in %.1fs",
+		st.GetModel().GetArchitecture(), st.GetBackend(), st.GetStep(), st.GetPolicyVersion(), resumed, time.Since(start).Seconds())
+
+	res, err = t.ask(t.sampler, &messages.SamplerStatusRequest{}, 30*time.Minute)
+	if err != nil {
+		return 0, err
+	}
+	ss := res.(*messages.SamplerStatus)
+	if !sameModel(ss.GetConfig(), st.GetModel()) {
+		return 0, fmt.Errorf("the node's Sampler serves %s (%v) but the Learner trains %v: train the model the node serves",
+			ss.GetModel(), ss.GetConfig(), st.GetModel())
+	}
+	self := t.sampler
+	if _, err := t.ask(t.learner, &messages.LearnerSubscribe{Address: self.GetAddress(), Id: self.GetId()}, time.Minute); err != nil {
+		return 0, err
+	}
+	switch pub := st.GetPublishedStep(); {
+	case ss.GetPolicyVersion() > max(pub, 0):
+		return 0, fmt.Errorf("the node's Sampler serves policy v%d, newer than run %s's newest (v%d): it holds another run's weights; restart the node",
+			ss.GetPolicyVersion(), run.GetId(), max(pub, 0))
+	case pub > ss.GetPolicyVersion():
+		if err := t.swap(run.GetId(), pub, pub); err != nil {
+			return 0, err
+		}
+	}
+
+	// Reconcile the record with the Learner after a crash.
+	recorded := int64(run.GetMetrics()[MetricLearnerStep])
+	switch {
+	case st.GetStep() > recorded && run.GetStep() < int64(s.Steps):
+		// The last step's update reached a checkpoint but the process died
+		// before the record: count that step as done.
+		t.printf("run %s: the Learner is at step %d, the record at %d: step %d's update landed before the crash; counting it as done",
+			run.GetId(), st.GetStep(), recorded, run.GetStep()+1)
+		run.Step++
+		run.Metrics[MetricSteps] = float64(run.GetStep())
+	case st.GetStep() < recorded:
+		t.printf("run %s: the Learner resumed at step %d, the record says %d: the updates after its newest checkpoint were lost with the process (their publications remain)",
+			run.GetId(), st.GetStep(), recorded)
+	}
+	run.Metrics[MetricLearnerStep] = float64(st.GetStep())
+	run.Metrics[MetricPolicyVersion] = float64(st.GetPolicyVersion())
+	run.UpdatedUnixNano = time.Now().UnixNano()
+	if err := t.runs.Put(ctx, run); err != nil {
+		return 0, err
+	}
+	return int(ss.GetContextLength()), nil
+}
+
+func sameModel(a, b *messages.ModelConfig) bool {
+	return a.GetArchitecture() == b.GetArchitecture() && a.GetHiddenSize() == b.GetHiddenSize() && a.GetLayers() == b.GetLayers() &&
+		a.GetVocabSize() == b.GetVocabSize() && a.GetHeads() == b.GetHeads() && a.GetKvHeads() == b.GetKvHeads() &&
+		a.GetIntermediateSize() == b.GetIntermediateSize()
+}
+
+// swap moves the Sampler to a published version and waits until it
+// generates with it.
+func (t *Trainer) swap(runID string, step, version int64) error {
+	start := time.Now()
+	res, err := t.ask(t.sampler, &messages.WeightsPublished{RunId: runID, Step: step, PolicyVersion: version}, 30*time.Minute)
+	if err != nil {
+		return fmt.Errorf("sampler: applying v%d: %w", version, err)
+	}
+	applied := res.(*messages.WeightsApplied)
+	if applied.GetPolicyVersion() < version {
+		return fmt.Errorf("sampler: asked for v%d, serves v%d", version, applied.GetPolicyVersion())
+	}
+	t.printf("sampler: now serves policy v%d of run %s (swap %.1fs)", applied.GetPolicyVersion(), runID, time.Since(start).Seconds())
+	return nil
+}
+
+// step runs one step and records it.
+func (t *Trainer) step(ctx context.Context, run *messages.Run, s Settings, lim harness.Limits, step int) error {
+	m := run.Metrics
+	version := int64(m[MetricPolicyVersion])
+	tag := fmt.Sprintf("step %d/%d", step, s.Steps)
+	seed := s.Seed ^ uint64(step)*0x9e3779b97f4a7c15
+
+	// 1. A batch from the frontier, waiting for the synthesizer when the
+	// pool is empty.
+	start := time.Now()
+	tasks, err := t.batch(ctx, tag, s.TasksPerStep, version, seed)
+	if err != nil {
+		return err
+	}
+	batchSeconds := time.Since(start).Seconds()
+	ids := make([]string, len(tasks))
+	for i, task := range tasks {
+		ids[i] = task.GetId()
+	}
+	t.printf("%s: batch of %d task(s) from the frontier at policy v%d in %.1fs: %s", tag, len(tasks), version, batchSeconds, strings.Join(ids, " "))
+
+	// 2. G episodes of every task, concurrently.
+	start = time.Now()
+	t.printf("%s: rollouts: %d task(s) × %d episodes, %s mode, temperature 1, at most %d tokens a turn", tag, len(tasks), s.Group, s.Mode, lim.MaxTurnTokens)
+	results, err := t.rollouts(ctx, tag, run.GetId(), tasks, s, lim, version, seed)
+	if err != nil {
+		return err
+	}
+	rollSeconds := time.Since(start).Seconds()
+	var (
+		outcomes                         []*messages.EpisodeOutcome
+		groups                           []*messages.TrajectoryGroup
+		episodes, solved, infra, effectv int
+	)
+	for _, r := range results {
+		g := &messages.TrajectoryGroup{TaskId: r.TaskID}
+		rewards := map[float64]bool{}
+		for _, e := range r.Episodes {
+			episodes++
+			res := e.Result
+			outcomes = append(outcomes, &messages.EpisodeOutcome{TaskId: r.TaskID, PolicyVersion: res.PolicyVersion, Reward: res.Reward, SandboxFailure: e.Infra})
+			if e.Infra {
+				infra++
+				continue
+			}
+			if res.Grade != nil && res.Grade.Resolved {
+				solved++
+			}
+			rewards[res.Reward] = true
+			g.Trajectories = append(g.Trajectories, res.Trajectory(e.TrajectoryID, run.GetId(), r.TaskID))
+		}
+		if len(rewards) > 1 {
+			effectv++
+		}
+		if len(g.Trajectories) >= 2 {
+			groups = append(groups, g)
+		}
+	}
+	t.printf("%s: rollouts done in %.1fs: %d/%d solved, %d infrastructure failure(s), %d of %d group(s) with mixed rewards",
+		tag, rollSeconds, solved, episodes-infra, infra, effectv, len(results))
+
+	// 3. Outcomes to the frontier.
+	start = time.Now()
+	res, err := t.ask(t.frontier, &messages.OutcomesReport{Outcomes: outcomes}, 5*time.Minute)
+	if err != nil {
+		return fmt.Errorf("reporting outcomes: %w", err)
+	}
+	recorded := res.(*messages.OutcomesAck).GetRecorded()
+	reportSeconds := time.Since(start).Seconds()
+	t.printf("%s: frontier recorded %d of %d outcome(s)", tag, recorded, len(outcomes))
+
+	// 4. One GRPO step.
+	start = time.Now()
+	var ls *messages.LearnerStep
+	if len(groups) == 0 {
+		t.printf("%s: learner: no group with two graded episodes; nothing to learn from", tag)
+	} else {
+		res, err := t.ask(t.learner, &messages.LearnerTrainBatch{BatchId: fmt.Sprintf("%s/step-%d", run.GetId(), step), Groups: groups}, 2*time.Hour)
+		if err != nil {
+			return fmt.Errorf("learner: %w", err)
+		}
+		ls = res.(*messages.LearnerStep)
+		switch ls.GetSkipped() {
+		case "":
+			t.printf("%s: learner step %d → policy v%d: loss %+.5f, grad norm %.3f, lr %g, %d group(s) used, %d skipped, %d policy tokens, clip fraction %.3f, %.1fs",
+				tag, ls.GetStep(), ls.GetPolicyVersion(), ls.GetLoss(), ls.GetGradNorm(), ls.GetLr(), ls.GetGroupsUsed(), ls.GetGroupsSkipped(),
+				ls.GetPolicyTokens(), ls.GetClipFraction(), ls.GetSeconds())
+		default:
+			t.printf("%s: learner: update skipped (%s; %d group(s) with equal rewards), policy stays v%d", tag, ls.GetSkipped(), ls.GetGroupsSkipped(), ls.GetPolicyVersion())
+		}
+	}
+	learnSeconds := time.Since(start).Seconds()
+
+	// 5. The Sampler moves to the published version.
+	start = time.Now()
+	if ls != nil && ls.GetPublishedStep() >= 0 {
+		if err := t.swap(run.GetId(), ls.GetPublishedStep(), ls.GetPolicyVersion()); err != nil {
+			return err
+		}
+	}
+	swapSeconds := time.Since(start).Seconds()
+
+	// 6. The record.
+	run.Step = int64(step)
+	m[MetricSteps] = float64(step)
+	m[MetricTasks] += float64(len(tasks))
+	m[MetricEpisodes] += float64(episodes)
+	m[MetricSolved] += float64(solved)
+	m[MetricInfra] += float64(infra)
+	m[MetricGroups] += float64(len(results))
+	m[MetricEffective] += float64(effectv)
+	m[MetricOutcomes] += float64(recorded)
+	m[MetricSecondsBatch] += batchSeconds
+	m[MetricSecondsRollouts] += rollSeconds
+	m[MetricSecondsReport] += reportSeconds
+	m[MetricSecondsLearning] += learnSeconds
+	m[MetricSecondsSwap] += swapSeconds
+	if ls != nil {
+		m[MetricPolicyVersion] = float64(ls.GetPolicyVersion())
+		m[MetricLearnerStep] = float64(ls.GetStep())
+		if ls.GetSkipped() == "" {
+			m[MetricUpdates]++
+			m[MetricLoss] = ls.GetLoss()
+			m[MetricPolicyTokens] += float64(ls.GetPolicyTokens())
+		} else {
+			m[MetricNoSignal]++
+		}
+	} else {
+		m[MetricNoSignal]++
+	}
+	run.UpdatedUnixNano = time.Now().UnixNano()
+	if err := t.runs.Put(ctx, run); err != nil {
+		return fmt.Errorf("recording the step: %w", err)
+	}
+	return nil
+}
+
+// batch asks the frontier for n tasks; while the pool is empty it waits for
+// the tasks the frontier asks the synthesizer for.
+func (t *Trainer) batch(ctx context.Context, tag string, n int, version int64, seed uint64) ([]*messages.Task, error) {
+	const poll, patience = 10 * time.Second, 30 * time.Minute
+	deadline := time.Now().Add(patience)
+	for {
+		res, err := t.ask(t.frontier, &messages.BatchRequest{Tasks: int32(n), PolicyVersion: version, Seed: seed}, 5*time.Minute)
+		if err != nil {
+			return nil, fmt.Errorf("frontier: %w", err)
+		}
+		if tasks := res.(*messages.TaskBatch).GetTasks(); len(tasks) > 0 {
+			return tasks, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("frontier: no task to train on after %s (frognano frontier shows the pool and its synthesis requests)", patience)
+		}
+		t.printf("%s: the frontier has no task to offer; waiting for the synthesizer", tag)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(poll):
+		}
+	}
+}
+
+// rollouts plays every task's group concurrently and returns the results
+// in task order. A task the node cannot run (its environment or image is
+// gone) fails the step.
+func (t *Trainer) rollouts(ctx context.Context, tag, runID string, tasks []*messages.Task, s Settings, lim harness.Limits, version int64, seed uint64) ([]*rollout.Result, error) {
+	mode, _ := harness.ParseMode(s.Mode)
+	results := make([]*rollout.Result, len(tasks))
+	errs := make([]error, len(tasks))
+	total := len(tasks) * s.Group
+	var (
+		mu   sync.Mutex
+		done int
+		wg   sync.WaitGroup
+	)
+	for i, task := range tasks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := rollout.Request{Task: task, Group: s.Group, Mode: mode, Limits: lim, Sampling: sample.Params{Temperature: 1},
+				PolicyVersion: version, Seed: seed, RunID: runID}
+			results[i], errs[i] = t.runner.Run(ctx, req, func(e *rollout.Episode) {
+				mu.Lock()
+				done++
+				n := done
+				mu.Unlock()
+				r := e.Result
+				t.printf("%s:   episode %d/%d %s #%d: %s, reward %g, %d policy tokens, v%d, %.1fs", tag, n, total, task.GetId(), e.Index,
+					endingOf(e), r.Reward, r.PolicyTokens(), r.PolicyVersion, e.WallSeconds)
+			})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("rollouts of task %s: %w", tasks[i].GetId(), err)
+		}
+	}
+	return results, nil
+}
+
+func endingOf(e *rollout.Episode) string {
+	s := string(e.Result.Ending)
+	if e.Infra {
+		s += " (infrastructure, twice)"
+	}
+	return s
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}

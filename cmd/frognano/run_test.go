@@ -1,0 +1,441 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/frognano/frognano/actors/frontier"
+	"github.com/frognano/frognano/actors/harness"
+	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/sampler"
+	"github.com/frognano/frognano/actors/trainer"
+	"github.com/frognano/frognano/cmd/internal/nodeflags"
+	"github.com/frognano/frognano/persistence"
+	"github.com/frognano/frognano/runtime/config"
+)
+
+// childEnv makes the test binary run the CLI (the arguments after "--")
+// instead of the tests, so a test can SIGKILL a real frognano run.
+const childEnv = "FROGNANO_TEST_RUN_CLI"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "gold" {
+		if err := goldChild(os.Getenv(childEnv+"_DATA"), os.Getenv(childEnv+"_RUNID")); err != nil {
+			fmt.Fprintln(os.Stderr, "gold child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	if os.Getenv(childEnv) == "1" {
+		args := os.Args[1:]
+		for i, a := range args {
+			if a == "--" {
+				args = args[i+1:]
+				break
+			}
+		}
+		cmd := root()
+		cmd.SetArgs(args)
+		if err := cmd.ExecuteContext(context.Background()); err != nil {
+			fmt.Fprintln(os.Stderr, "frognano:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// trainPrereqs skips a test that needs containerd and the model.
+func trainPrereqs(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds an environment image and trains; skipped with -short")
+	}
+	if _, err := os.Stat("/run/containerd/containerd.sock"); err != nil {
+		t.Skip("containerd is not running (scripts/setup-containerd.sh starts it)")
+	}
+	if os.Getenv("FROGNANO_TEST_GGUF") == "" {
+		t.Skip("FROGNANO_TEST_GGUF is unset: set it to SmolLM2-135M-Instruct.Q4_1.gguf (the model store's smollm2-135m)")
+	}
+}
+
+// writeArith writes a small Python project whose functions a mutation can
+// break, named name (the environment's default name).
+func writeArith(t *testing.T, name string) string {
+	t.Helper()
+	proj := filepath.Join(t.TempDir(), name)
+	for file, body := range map[string]string{
+		"setup.py": "from setuptools import setup\nsetup(name='arith', version='0.1', packages=['arith'])\n",
+		"arith/__init__.py": "def add(a, b):\n    return a + b\n\n\ndef subtract(a, b):\n    return a - b\n\n\n" +
+			"def maximum(a, b):\n    if a > b:\n        return a\n    return b\n",
+		"tests/test_arith.py": "from arith import add, subtract, maximum\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n" +
+			"def test_subtract():\n    assert subtract(5, 3) == 2\n\n\ndef test_maximum():\n    assert maximum(2, 7) == 7\n    assert maximum(9, 1) == 9\n",
+	} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(proj, file)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(proj, file), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return proj
+}
+
+// TestRunTrainsAndResumes runs the main job with SmolLM2-135M on a small
+// local project through a real frognano process: the environment, task
+// synthesis, then training steps (frontier batch, patch-mode rollouts at
+// temperature 1, outcomes, the Learner, the Sampler). It SIGKILLs the
+// process during step 2 and resumes the run with --run: the record goes
+// on from step 1, the Learner reopens, the Sampler serves the run's newest
+// version, and the stores hold the trajectories, the frontier's outcomes,
+// the learner's figures and, when an update happened, its publication.
+func TestRunTrainsAndResumes(t *testing.T) {
+	trainPrereqs(t)
+	proj := writeArith(t, "trainarith")
+	data := t.TempDir()
+	const runID = "test-resume"
+	args := []string{"run", "--data-dir", data, "--log-level", "warn", "--jobs", "2", "--rounds", "10", "--env", proj, "--tasks", "2",
+		"--steps", "2", "--tasks-per-step", "1", "--group", "2", "--max-turn-tokens", "48", "--parallel", "2", "--run", runID, "--seed", "7"}
+	defer runCLI(t, "", "env", "rm", "trainarith", "--data-dir", data, "--log-level", "warn")
+
+	// A real process, killed while it plays step 2.
+	child := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--"}, args...)...)
+	child.Env = append(os.Environ(), childEnv+"=1")
+	stdout, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	child.Stderr = &stderr
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var before strings.Builder
+	killed := false
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		line := sc.Text()
+		before.WriteString(line + "\n")
+		if strings.HasPrefix(line, "step 2/2: rollouts:") {
+			if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			killed = true
+			break
+		}
+	}
+	_ = child.Wait()
+	if !killed {
+		t.Fatalf("the run ended before step 2:\n%s\n%s", before.String(), stderr.String())
+	}
+	for _, s := range []string{"synthesized 2 validated tasks", "learner: opening run " + runID, "step 1/2: batch of 1 task(s) from the frontier at policy v0",
+		"step 1/2: rollouts done in", "step 1/2: frontier recorded 2 of 2 outcome(s)", "step 1/2: learner"} {
+		if !strings.Contains(before.String(), s) {
+			t.Fatalf("output before the kill lacks %q:\n%s\n%s", s, before.String(), stderr.String())
+		}
+	}
+
+	// The record survived the kill at step 1.
+	db, err := persistence.Open(filepath.Join(data, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := db.Runs().Get(context.Background(), runID)
+	db.Close()
+	if err != nil || run.Status != "running" || run.Step != 1 || run.Metrics[trainer.MetricEpisodes] != 2 {
+		t.Fatalf("record after the kill: %v, %v", run, err)
+	}
+
+	// Resume: the same settings from the record, step 2 only, no new synthesis.
+	out, errOut, err := runCLI(t, "", "run", "--data-dir", data, "--log-level", "warn", "--jobs", "2", "--rounds", "10", "--env", proj, "--run", runID)
+	if err != nil {
+		t.Fatalf("resume: %v\n%s\n%s", err, out, errOut)
+	}
+	t.Logf("before the kill:\n%s\nresumed:\n%s", before.String(), out)
+	for _, s := range []string{"resuming run " + runID + " (running) after step 1 of 2", "step 2/2: batch of 1 task(s)", "step 2/2: frontier recorded 2 of 2 outcome(s)",
+		"training run " + runID + ": 2 of 2 step(s): 2 task group(s), 4 episodes", "run " + runID + " done"} {
+		if !strings.Contains(out, s) {
+			t.Fatalf("resumed output lacks %q:\n%s\n%s", s, out, errOut)
+		}
+	}
+	if strings.Contains(out, "step 1/2") || strings.Contains(out, "synthesized") {
+		t.Fatalf("the resumed run replayed step 1 or synthesized again:\n%s", out)
+	}
+
+	db, err = persistence.Open(filepath.Join(data, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	run, err = db.Runs().Get(ctx, runID)
+	if err != nil || run.Status != "done" || run.Step != 2 || run.Metrics[trainer.MetricEpisodes] != 4 || run.Metrics[trainer.MetricOutcomes] != 4 {
+		t.Fatalf("final record: %v, %v", run, err)
+	}
+	s, err := trainer.DecodeSettings(run)
+	if err != nil || s.Group != 2 || s.Mode != "patch" {
+		t.Fatalf("stored settings %+v, %v", s, err)
+	}
+	// Every episode of both steps is stored (those of the killed attempt
+	// at step 2 too, if any finished).
+	trajs, err := db.Trajectories().ListByRun(ctx, runID)
+	if err != nil || len(trajs) < 4 {
+		t.Fatalf("%d trajectories of the run, %v", len(trajs), err)
+	}
+	for _, tr := range trajs {
+		if tr.PolicyVersion > int64(run.Metrics[trainer.MetricPolicyVersion]) {
+			t.Fatalf("trajectory %s of policy v%d, newer than the run's", tr.Id, tr.PolicyVersion)
+		}
+	}
+	st, err := db.Frontier().Get(ctx, "default")
+	if err != nil || st.GetReports() < 2 || st.GetCounters()[frontier.CountRecorded] < 4 {
+		t.Fatalf("frontier state after two steps: reports %d counters %v, %v", st.GetReports(), st.GetCounters(), err)
+	}
+	updates := run.Metrics[trainer.MetricUpdates]
+	if updates+run.Metrics[trainer.MetricNoSignal] != 2 {
+		t.Fatalf("learner figures: %v", run.Metrics)
+	}
+	if updates > 0 {
+		// A step with mixed rewards: published, and the Sampler moved.
+		pub, err := db.Checkpoints().Latest(ctx, runID)
+		if err != nil || pub.GetPolicyVersion() < 1 || !strings.Contains(out+before.String(), "sampler: now serves policy v") {
+			t.Fatalf("an update without a publication: %v, %v", pub, err)
+		}
+	} else if run.Metrics[trainer.MetricPolicyVersion] != 0 {
+		t.Fatalf("no update but policy v%v", run.Metrics[trainer.MetricPolicyVersion])
+	}
+}
+
+// goldOrSampler is a policy for TestTrainStepPublishes: its odd calls
+// answer with the task's gold fix as a search/replace block (log-probs 0),
+// its even calls are the node's real Sampler. A group of two thus has one
+// solved and one unsolved episode: the rewards differ, and GRPO has a
+// signal whatever the 135M model writes.
+type goldOrSampler struct {
+	gold    *harness.ScriptedPolicy
+	sampler harness.Policy
+	calls   atomic.Int64
+}
+
+func (p *goldOrSampler) Generate(ctx context.Context, req harness.GenerateRequest) (harness.GenerateResult, error) {
+	if p.calls.Add(1)%2 == 1 {
+		return p.gold.Generate(ctx, req)
+	}
+	return p.sampler.Generate(ctx, req)
+}
+
+// searchReplace turns a unified diff into search/replace blocks.
+func searchReplace(diff string) (string, error) {
+	var out, search, repl strings.Builder
+	path := ""
+	flush := func() {
+		if search.Len() > 0 || repl.Len() > 0 {
+			fmt.Fprintf(&out, "%s\n<<<<<<< SEARCH\n%s=======\n%s>>>>>>> REPLACE\n", path, search.String(), repl.String())
+		}
+		search.Reset()
+		repl.Reset()
+	}
+	for _, l := range strings.Split(diff, "\n") {
+		switch {
+		case strings.HasPrefix(l, "+++ "):
+			path = strings.TrimPrefix(strings.TrimPrefix(l, "+++ "), "b/")
+		case strings.HasPrefix(l, "--- "), strings.HasPrefix(l, "diff "), strings.HasPrefix(l, "index "):
+		case strings.HasPrefix(l, "@@"):
+			flush()
+		case strings.HasPrefix(l, "-"):
+			search.WriteString(l[1:] + "\n")
+		case strings.HasPrefix(l, "+"):
+			repl.WriteString(l[1:] + "\n")
+		case strings.HasPrefix(l, " "):
+			search.WriteString(l[1:] + "\n")
+			repl.WriteString(l[1:] + "\n")
+		}
+	}
+	flush()
+	if path == "" || out.Len() == 0 {
+		return "", fmt.Errorf("no hunk in the gold patch:\n%s", diff)
+	}
+	return out.String(), nil
+}
+
+// goldSettings are the training settings of goldChild.
+var goldSettings = trainer.Settings{Steps: 2, TasksPerStep: 1, Group: 2, Mode: "patch", MaxTurnTokens: 256, LR: 1e-5, CheckpointEvery: 1, Seed: 3}
+
+// goldChild trains run runID on the embedded node of data (which holds one
+// task) with goldOrSampler, printing the loop's progress on stdout, until
+// its parent kills it.
+func goldChild(data, runID string) error {
+	fs := pflag.NewFlagSet("child", pflag.ContinueOnError)
+	load := nodeflags.Bind(fs)
+	if err := fs.Parse([]string{"--data-dir", data, "--log-level", "warn"}); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	c, err := connect(ctx, "", load, func(cfg *config.Config) { cfg.Node.HTTPAddr, cfg.Node.RemoteAddr = "127.0.0.1:0", "127.0.0.1:0" })
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	tasks, err := c.embedded.DB().Tasks().List(ctx, persistence.TaskFilter{})
+	if err != nil || len(tasks) != 1 {
+		return fmt.Errorf("want one stored task: %d, %v", len(tasks), err)
+	}
+	tok, err := loadTokenizer("", "smollm2-135m")
+	if err != nil {
+		return err
+	}
+	fix, err := searchReplace(tasks[0].GetGoldPatch())
+	if err != nil {
+		return err
+	}
+	policy := &goldOrSampler{
+		gold:    &harness.ScriptedPolicy{Tokenizer: tok, Turns: []string{fix}},
+		sampler: &sampler.Client{Root: c.system.Root, PID: c.pid(sampler.ActorName)},
+	}
+	run := &messages.Run{Id: runID, Status: "running", ConfigYaml: goldSettings.Encode(), Metrics: map[string]float64{}, StartedUnixNano: time.Now().UnixNano()}
+	_, err = train(ctx, &app{load: load}, c, run, goldSettings, 2, os.Stdout, policy)
+	return err
+}
+
+// TestTrainStepPublishesAndResumes trains with a policy whose groups have
+// mixed rewards (one episode is the task's gold fix, the other the real
+// Sampler's answer) in a real process, so that the real Learner takes a
+// GRPO step on SmolLM2-135M, publishes policy v1 in the checkpoint store
+// and the node's Sampler moves to it; it SIGKILLs that process during step
+// 2, then resumes the run with frognano run --run: the Learner reopens
+// from its checkpoint at step 1 (policy v1), the new node's Sampler loads
+// v1 before any episode, and step 2's episodes are played with v1.
+func TestTrainStepPublishesAndResumes(t *testing.T) {
+	trainPrereqs(t)
+	proj := writeArith(t, "pubarith")
+	data := t.TempDir()
+	const runID = "test-publish"
+	cli := func(args ...string) string {
+		t.Helper()
+		out, errOut, err := runCLI(t, "", append(args, "--data-dir", data, "--log-level", "warn")...)
+		if err != nil {
+			t.Fatalf("frognano %s: %v\n%s\n%s", strings.Join(args, " "), err, out, errOut)
+		}
+		return out
+	}
+	cli("env", "add", proj)
+	defer runCLI(t, "", "env", "rm", "pubarith", "--data-dir", data, "--log-level", "warn")
+	cli("synth", "--env", "pubarith", "--count", "1", "--seed", "1", "--hint-level", "2")
+
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), childEnv+"=gold", childEnv+"_DATA="+data, childEnv+"_RUNID="+runID)
+	stdout, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	child.Stderr = &stderr
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var before strings.Builder
+	killed := false
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		line := sc.Text()
+		before.WriteString(line + "\n")
+		if strings.HasPrefix(line, "step 2/2: rollouts:") {
+			if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			killed = true
+			break
+		}
+	}
+	_ = child.Wait()
+	t.Logf("before the kill:\n%s", before.String())
+	if !killed {
+		t.Fatalf("the child ended before step 2:\n%s", stderr.String())
+	}
+	for _, want := range []string{"step 1/2: rollouts done in", "1/2 solved", "1 of 1 group(s) with mixed rewards", "step 1/2: learner step 1 → policy v1",
+		"sampler: now serves policy v1 of run " + runID} {
+		if !strings.Contains(before.String(), want) {
+			t.Fatalf("output lacks %q", want)
+		}
+	}
+
+	// What the killed process left: the publication, the full checkpoint
+	// of step 1, the frontier's outcomes, the record at step 1.
+	ctx := context.Background()
+	db, err := persistence.Open(filepath.Join(data, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := db.Checkpoints().Latest(ctx, runID)
+	if err != nil || pub.GetPolicyVersion() != 1 || pub.GetStep() != 1 {
+		t.Fatalf("publication: %v, %v", pub, err)
+	}
+	if full, err := db.Checkpoints().Latest(ctx, runID+"/train"); err != nil || full.GetStep() != 1 {
+		t.Fatalf("full checkpoint: %v, %v", full, err)
+	}
+	st, err := db.Frontier().Get(ctx, "default")
+	if err != nil || st.GetReports() != 1 || st.GetTotalEffectiveGroups() != 1 {
+		t.Fatalf("frontier state: reports %d, effective groups %d, %v", st.GetReports(), st.GetTotalEffectiveGroups(), err)
+	}
+	run, err := db.Runs().Get(ctx, runID)
+	if err != nil || run.Step != 1 || run.Metrics[trainer.MetricPolicyVersion] != 1 || run.Metrics[trainer.MetricLearnerStep] != 1 ||
+		run.Metrics[trainer.MetricUpdates] != 1 || run.Metrics[trainer.MetricSolved] != 1 {
+		t.Fatalf("run record: %v, %v", run, err)
+	}
+	trajs, err := db.Trajectories().ListByRun(ctx, runID)
+	db.Close()
+	if err != nil || len(trajs) < 2 {
+		t.Fatalf("trajectories: %d, %v", len(trajs), err)
+	}
+
+	// Resume through the CLI, with the node's own Sampler as the policy.
+	out, errOut, err := runCLI(t, "", "run", "--data-dir", data, "--log-level", "warn", "--jobs", "2", "--rounds", "10", "--env", proj, "--tasks", "0", "--run", runID)
+	t.Logf("resumed:\n%s", out)
+	if err != nil {
+		t.Fatalf("resume: %v\n%s", err, errOut)
+	}
+	for _, want := range []string{"resuming run " + runID + " (running) after step 1 of 2", "at step 1, policy v1 (resumed from a checkpoint: true)",
+		"sampler: now serves policy v1 of run " + runID, "step 2/2: batch of 1 task(s) from the frontier at policy v1", "step 2/2: frontier recorded 2 of 2 outcome(s)",
+		"run " + runID + " done"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("resumed output lacks %q:\n%s", want, errOut)
+		}
+	}
+	if strings.Contains(out, "step 1/2") {
+		t.Fatalf("the resumed run replayed step 1")
+	}
+	db, err = persistence.Open(filepath.Join(data, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	run, err = db.Runs().Get(ctx, runID)
+	if err != nil || run.Status != "done" || run.Step != 2 || run.Metrics[trainer.MetricEpisodes] != 4 || run.Metrics[trainer.MetricLearnerStep] < 1 {
+		t.Fatalf("final record: %v, %v", run, err)
+	}
+	trajs, err = db.Trajectories().ListByRun(ctx, runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	atV1 := 0
+	for _, tr := range trajs {
+		if tr.PolicyVersion == 1 {
+			atV1++
+		}
+	}
+	if atV1 < 2 {
+		t.Fatalf("%d trajectories of policy v1 after the resume (want step 2's two)", atV1)
+	}
+}
