@@ -1,9 +1,18 @@
 package services
 
 import (
+	"context"
+	"fmt"
+	"os"
+
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/frognano/frognano/actors/harness"
 	"github.com/frognano/frognano/actors/rollout"
+	"github.com/frognano/frognano/actors/sampler"
+	"github.com/frognano/frognano/kernels/gguf"
+	"github.com/frognano/frognano/kernels/modelstore"
+	"github.com/frognano/frognano/kernels/tokenizer"
 	"github.com/frognano/frognano/runtime/node"
 )
 
@@ -11,21 +20,51 @@ import (
 // trajectories (traj ls, traj show) and stores the trajectories a CLI
 // evaluation sends it. Its episodes run in SandboxWorker actors spawned by
 // kind on the cluster's members that have containerd (rollout.Workers over
-// rollout.ClusterWorkers, through the node's manager); it runs none until
-// the node holds a policy (ActorConfig.Policy: the Sampler joins the main
-// job later).
+// rollout.ClusterWorkers, through the node's manager), with the node's own
+// Sampler (the named actor `sampler`, through sampler.Client) as the policy
+// and the default model's tokenizer to render prompts.
 func rolloutActor() node.NamedActor {
 	return node.NamedActor{
 		Name: rollout.ActorName,
 		Props: func(n *node.Node) *actor.Props {
 			root := n.System().Root
 			cluster := &rollout.ClusterWorkers{Root: root, Manager: n.Manager(), Members: n.Members}
+			policy := func(context.Context) (harness.Policy, *tokenizer.Tokenizer, error) {
+				tok, err := defaultTokenizer()
+				if err != nil {
+					return nil, nil, err
+				}
+				return &sampler.Client{Root: root, PID: actor.NewPID(n.Address(), sampler.ActorName)}, tok, nil
+			}
 			return rollout.Props(rollout.ActorConfig{
 				Trajectories: n.DB().Trajectories(),
+				Policy:       policy,
 				// The image check is the worker's: this node may not run
 				// containerd itself.
 				Sandboxes: &rollout.Workers{Root: root, Spawn: cluster.Spawn, Environments: n.DB().Environments()},
 			})
 		},
 	}
+}
+
+// defaultTokenizer is the tokenizer of the model the node's Sampler serves
+// by default (the model store's default model).
+func defaultTokenizer() (*tokenizer.Tokenizer, error) {
+	store, err := modelstore.Open("")
+	if err != nil {
+		return nil, err
+	}
+	path, err := store.Resolve(modelstore.Default)
+	if err != nil {
+		return nil, fmt.Errorf("the rollout actor's tokenizer: %w", err)
+	}
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return tokenizer.LoadHF(path)
+	}
+	g, err := gguf.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer g.Close()
+	return tokenizer.FromGGUF(&g.Meta)
 }
