@@ -1,0 +1,77 @@
+package trainer
+
+import (
+	"strings"
+	"testing"
+
+	messages "github.com/frognano/frognano/actors/messages/v1"
+)
+
+func validSettings() Settings {
+	return Settings{Steps: 1, TasksPerStep: 2, Group: 4, Mode: "patch", MaxTurnTokens: 256, LR: 1e-5}
+}
+
+func TestSettingsValidate(t *testing.T) {
+	if err := validSettings().Validate(); err != nil {
+		t.Fatalf("valid settings refused: %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(*Settings)
+		want string
+	}{
+		{"unknown mode", func(s *Settings) { s.Mode = "chat" }, "chat"},
+		{"negative steps", func(s *Settings) { s.Steps = -1 }, "steps"},
+		{"no tasks", func(s *Settings) { s.TasksPerStep = 0 }, "tasks per step"},
+		{"group of one", func(s *Settings) { s.Group = 1 }, "at least 2"},
+		{"negative limit", func(s *Settings) { s.MaxContext = -5 }, "negative"},
+		{"zero learning rate", func(s *Settings) { s.LR = 0 }, "learning rate"},
+		{"huge learning rate", func(s *Settings) { s.LR = 3 }, "learning rate"},
+		{"negative checkpoint interval", func(s *Settings) { s.CheckpointEvery = -1 }, "checkpoint"},
+	} {
+		s := validSettings()
+		c.edit(&s)
+		err := s.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error mentioning %q", c.name, err, c.want)
+		}
+	}
+}
+
+func TestSettingsRoundTripThroughARunRecord(t *testing.T) {
+	s := validSettings()
+	s.Seed, s.CheckpointEvery, s.WallSeconds = 42, 3, 90.5
+	got, err := DecodeSettings(&messages.Run{Id: "r", ConfigYaml: s.Encode()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != s {
+		t.Fatalf("decoded %+v, want %+v", got, s)
+	}
+	if _, err := DecodeSettings(&messages.Run{Id: "plain"}); err == nil || !strings.Contains(err.Error(), "not a training run") {
+		t.Fatalf("a run without settings: %v", err)
+	}
+	if _, err := DecodeSettings(&messages.Run{Id: "bad", ConfigYaml: "{"}); err == nil {
+		t.Fatal("malformed settings decoded")
+	}
+}
+
+func TestSummaryOfARunRecord(t *testing.T) {
+	run := &messages.Run{Id: "r", Step: 3, Metrics: map[string]float64{
+		MetricEpisodes: 10, MetricInfra: 2, MetricSolved: 4, MetricGroups: 5, MetricEffective: 3,
+		MetricPolicyVersion: 2, MetricLoss: -0.25,
+	}}
+	s := SummaryOf(run, 7)
+	if s.Steps != 3 || s.TotalSteps != 7 || s.PolicyVersion != 2 || !s.HaveLoss || s.Loss != -0.25 {
+		t.Fatalf("summary %+v", s)
+	}
+	if got := s.SolveRate(); got != 0.5 { // 4 solved of 8 graded
+		t.Fatalf("solve rate %v, want 0.5", got)
+	}
+	if SummaryOf(&messages.Run{Id: "empty"}, 1).HaveLoss {
+		t.Fatal("a run without updates reports a loss")
+	}
+	if got := (Summary{Episodes: 2, Infra: 2}).SolveRate(); got != 0 {
+		t.Fatalf("all-infrastructure solve rate %v", got)
+	}
+}
