@@ -68,24 +68,54 @@ func (e *CallError) Unwrap() error { return e.Err }
 
 // ParseToolCalls extracts the <tool_call> blocks from an assistant turn and
 // checks each against FrogNano's tools. Text outside the blocks is the
-// model's own and ignored. The JSON is read by a decoder rather than cut at
-// the closing tag, so a string argument may itself contain "</tool_call>".
-// On any error no calls are returned: the turn is rejected as a whole, and
-// the error (a *CallError) becomes the observation.
+// model's own and ignored. On any error no calls are returned: the turn is
+// rejected as a whole, and the error (a *CallError) becomes the
+// observation.
 func ParseToolCalls(text string) ([]ToolCall, error) {
+	blocks, _, err := ParseToolCallBlocks(text)
+	if err != nil {
+		return nil, err
+	}
 	var calls []ToolCall
+	for i, b := range blocks {
+		if err := validate(b.Call); err != nil {
+			err.Index, err.Tool = i, b.Call.Name
+			return nil, err
+		}
+		calls = append(calls, b.Call)
+	}
+	return calls, nil
+}
+
+// ToolCallBlock is one <tool_call> block of an assistant turn: the call,
+// and the text between the previous block (or the turn's start) and it.
+type ToolCallBlock struct {
+	Call   ToolCall
+	Before string
+}
+
+// ParseToolCallBlocks reads the <tool_call> blocks of an assistant turn in
+// the format alone, for any tools: each block holds one JSON object with a
+// "name" and optional "arguments" (missing or null arguments read as {}).
+// It returns the blocks and the text after the last one. The JSON is read
+// by a decoder rather than cut at the closing tag, so a string argument may
+// itself contain "</tool_call>". The error, if any, is a *CallError.
+// ParseToolCalls adds the check against FrogNano's tools; the OpenAI
+// endpoint (actors/sampler/openai) uses this for its clients' tools.
+func ParseToolCallBlocks(text string) (blocks []ToolCallBlock, after string, err error) {
 	for i := 0; ; i++ {
 		start := strings.Index(text, openTag)
 		if start < 0 {
-			return calls, nil
+			return blocks, text, nil
 		}
+		before := text[:start]
 		text = text[start+len(openTag):]
-		call, n, err := parseBlock(text)
-		if err != nil {
-			err.Index = i
-			return nil, err
+		call, n, cerr := parseBlock(text)
+		if cerr != nil {
+			cerr.Index = i
+			return nil, "", cerr
 		}
-		calls = append(calls, call)
+		blocks = append(blocks, ToolCallBlock{Call: call, Before: before})
 		text = text[n:]
 	}
 }
@@ -127,10 +157,6 @@ func parseBlock(text string) (ToolCall, int, *CallError) {
 	call := ToolCall{Name: *body.Name, Arguments: body.Arguments}
 	if len(call.Arguments) == 0 || string(call.Arguments) == "null" {
 		call.Arguments = json.RawMessage("{}")
-	}
-	if err := validate(call); err != nil {
-		err.Tool = call.Name
-		return ToolCall{}, 0, err
 	}
 	return call, consumed, nil
 }

@@ -565,53 +565,27 @@ func (s *Server) chatStream(w http.ResponseWriter, r *http.Request, e *sampler.E
 }
 
 // parseToolCalls reads the <tool_call> blocks of an assistant turn in the
-// format the chat template asks for (Qwen2.5's, as harness.ParseToolCalls
-// reads it), for any client's tools: each block must hold one JSON object
-// with a "name" and optional "arguments". It returns the calls and the text
-// before the first block; ok is false when there is no block or any block
-// is malformed, and then the whole text is the answer.
+// format the chat template asks for (harness.ParseToolCallBlocks: Qwen2.5's
+// format, for any client's tools), each call's arguments a JSON object. It
+// returns the calls and the text before the first block; ok is false when
+// there is no block, a block is malformed, or prose stands between or after
+// the calls, and then the whole text is the answer.
 func parseToolCalls(text string) (calls []ToolCall, before string, ok bool) {
-	const open, close = "<tool_call>", "</tool_call>"
-	first := strings.Index(text, open)
-	if first < 0 {
+	blocks, after, err := harness.ParseToolCallBlocks(text)
+	if err != nil || len(blocks) == 0 || strings.TrimSpace(after) != "" {
 		return nil, "", false
 	}
-	before = strings.TrimSpace(text[:first])
-	rest := text[first:]
-	for {
-		rest = strings.TrimLeft(rest, " \t\r\n")
-		if rest == "" {
-			break
+	for i, b := range blocks {
+		if i > 0 && strings.TrimSpace(b.Before) != "" {
+			return nil, "", false // prose between the calls
 		}
-		if !strings.HasPrefix(rest, open) {
-			return nil, "", false // prose between or after the calls
-		}
-		rest = rest[len(open):]
-		dec := json.NewDecoder(strings.NewReader(rest))
-		dec.UseNumber()
-		var body struct {
-			Name      string          `json:"name"`
-			Arguments json.RawMessage `json:"arguments"`
-		}
-		if err := dec.Decode(&body); err != nil || body.Name == "" {
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(b.Call.Arguments, &obj) != nil || obj == nil {
 			return nil, "", false
 		}
-		rest = strings.TrimLeft(rest[dec.InputOffset():], " \t\r\n")
-		if !strings.HasPrefix(rest, close) {
-			return nil, "", false
-		}
-		rest = rest[len(close):]
-		args := "{}"
-		if len(body.Arguments) > 0 && string(body.Arguments) != "null" {
-			var obj map[string]json.RawMessage
-			if json.Unmarshal(body.Arguments, &obj) != nil {
-				return nil, "", false
-			}
-			args = string(body.Arguments)
-		}
-		calls = append(calls, ToolCall{ID: newID("call_"), Type: "function", Function: FunctionCall{Name: body.Name, Arguments: args}})
+		calls = append(calls, ToolCall{ID: newID("call_"), Type: "function", Function: FunctionCall{Name: b.Call.Name, Arguments: string(b.Call.Arguments)}})
 	}
-	return calls, before, len(calls) > 0
+	return calls, strings.TrimSpace(blocks[0].Before), true
 }
 
 // completionPrompt reads "prompt": a string, an array of token ids, or a
