@@ -26,7 +26,6 @@ import (
 	"github.com/frognano/frognano/actors/sandboxworker"
 	"github.com/frognano/frognano/actors/synth"
 	"github.com/frognano/frognano/cmd/internal/services"
-	"github.com/frognano/frognano/kernels/gguf"
 	"github.com/frognano/frognano/kernels/model"
 	"github.com/frognano/frognano/kernels/modelstore"
 	"github.com/frognano/frognano/kernels/sample"
@@ -165,25 +164,14 @@ func openPolicy(f *evalFlags) (*evalPolicy, error) {
 	return &evalPolicy{Policy: e, tok: m.Tokenizer, ctxLen: e.ContextLength(), engine: e, name: f.model, closeFn: func() { e.Close() }}, nil
 }
 
-// loadTokenizer reads the tokenizer of a model without its weights.
+// loadTokenizer reads the tokenizer of a model in the store at models
+// without its weights.
 func loadTokenizer(models, name string) (*tokenizer.Tokenizer, error) {
 	store, err := modelstore.Open(models)
 	if err != nil {
 		return nil, err
 	}
-	path, err := store.Resolve(name)
-	if err != nil {
-		return nil, err
-	}
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		return tokenizer.LoadHF(path)
-	}
-	g, err := gguf.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer g.Close()
-	return tokenizer.FromGGUF(&g.Meta)
+	return store.Tokenizer(name)
 }
 
 // evalReport is the JSON report.

@@ -3,14 +3,12 @@ package services
 import (
 	"context"
 	"fmt"
-	"os"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/frognano/frognano/actors/harness"
 	"github.com/frognano/frognano/actors/rollout"
 	"github.com/frognano/frognano/actors/sampler"
-	"github.com/frognano/frognano/kernels/gguf"
 	"github.com/frognano/frognano/kernels/modelstore"
 	"github.com/frognano/frognano/kernels/tokenizer"
 	"github.com/frognano/frognano/runtime/node"
@@ -54,17 +52,9 @@ func defaultTokenizer() (*tokenizer.Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	path, err := store.Resolve(modelstore.Default)
+	tok, err := store.Tokenizer(modelstore.Default)
 	if err != nil {
 		return nil, fmt.Errorf("the rollout actor's tokenizer: %w", err)
 	}
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		return tokenizer.LoadHF(path)
-	}
-	g, err := gguf.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer g.Close()
-	return tokenizer.FromGGUF(&g.Meta)
+	return tok, nil
 }
