@@ -1813,150 +1813,6 @@ func (x *WeightsPublished) GetStep() int64 {
 	return 0
 }
 
-type TrainBatch struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Trajectories  []*Trajectory          `protobuf:"bytes,1,rep,name=trajectories,proto3" json:"trajectories,omitempty"`
-	PolicyVersion int64                  `protobuf:"varint,2,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *TrainBatch) Reset() {
-	*x = TrainBatch{}
-	mi := &file_actors_proto_msgTypes[30]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *TrainBatch) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*TrainBatch) ProtoMessage() {}
-
-func (x *TrainBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[30]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use TrainBatch.ProtoReflect.Descriptor instead.
-func (*TrainBatch) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{30}
-}
-
-func (x *TrainBatch) GetTrajectories() []*Trajectory {
-	if x != nil {
-		return x.Trajectories
-	}
-	return nil
-}
-
-func (x *TrainBatch) GetPolicyVersion() int64 {
-	if x != nil {
-		return x.PolicyVersion
-	}
-	return 0
-}
-
-type StepResult struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	Step             int64                  `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
-	PolicyVersion    int64                  `protobuf:"varint,2,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
-	Loss             float64                `protobuf:"fixed64,3,opt,name=loss,proto3" json:"loss,omitempty"`
-	GradNorm         float64                `protobuf:"fixed64,4,opt,name=grad_norm,json=gradNorm,proto3" json:"grad_norm,omitempty"`
-	GroupsUsed       int32                  `protobuf:"varint,5,opt,name=groups_used,json=groupsUsed,proto3" json:"groups_used,omitempty"`
-	GroupsSkipped    int32                  `protobuf:"varint,6,opt,name=groups_skipped,json=groupsSkipped,proto3" json:"groups_skipped,omitempty"`
-	SkippedNonFinite bool                   `protobuf:"varint,7,opt,name=skipped_non_finite,json=skippedNonFinite,proto3" json:"skipped_non_finite,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
-}
-
-func (x *StepResult) Reset() {
-	*x = StepResult{}
-	mi := &file_actors_proto_msgTypes[31]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *StepResult) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*StepResult) ProtoMessage() {}
-
-func (x *StepResult) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[31]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use StepResult.ProtoReflect.Descriptor instead.
-func (*StepResult) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{31}
-}
-
-func (x *StepResult) GetStep() int64 {
-	if x != nil {
-		return x.Step
-	}
-	return 0
-}
-
-func (x *StepResult) GetPolicyVersion() int64 {
-	if x != nil {
-		return x.PolicyVersion
-	}
-	return 0
-}
-
-func (x *StepResult) GetLoss() float64 {
-	if x != nil {
-		return x.Loss
-	}
-	return 0
-}
-
-func (x *StepResult) GetGradNorm() float64 {
-	if x != nil {
-		return x.GradNorm
-	}
-	return 0
-}
-
-func (x *StepResult) GetGroupsUsed() int32 {
-	if x != nil {
-		return x.GroupsUsed
-	}
-	return 0
-}
-
-func (x *StepResult) GetGroupsSkipped() int32 {
-	if x != nil {
-		return x.GroupsSkipped
-	}
-	return 0
-}
-
-func (x *StepResult) GetSkippedNonFinite() bool {
-	if x != nil {
-		return x.SkippedNonFinite
-	}
-	return false
-}
-
 type RolloutRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Task          *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
@@ -1970,7 +1826,7 @@ type RolloutRequest struct {
 
 func (x *RolloutRequest) Reset() {
 	*x = RolloutRequest{}
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1982,7 +1838,7 @@ func (x *RolloutRequest) String() string {
 func (*RolloutRequest) ProtoMessage() {}
 
 func (x *RolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1995,7 +1851,7 @@ func (x *RolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutRequest.ProtoReflect.Descriptor instead.
 func (*RolloutRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{32}
+	return file_actors_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RolloutRequest) GetTask() *Task {
@@ -2044,7 +1900,7 @@ type RolloutResult struct {
 
 func (x *RolloutResult) Reset() {
 	*x = RolloutResult{}
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2056,7 +1912,7 @@ func (x *RolloutResult) String() string {
 func (*RolloutResult) ProtoMessage() {}
 
 func (x *RolloutResult) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2069,7 +1925,7 @@ func (x *RolloutResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutResult.ProtoReflect.Descriptor instead.
 func (*RolloutResult) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{33}
+	return file_actors_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RolloutResult) GetTaskId() string {
@@ -2108,7 +1964,7 @@ type EnvAddRequest struct {
 
 func (x *EnvAddRequest) Reset() {
 	*x = EnvAddRequest{}
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2120,7 +1976,7 @@ func (x *EnvAddRequest) String() string {
 func (*EnvAddRequest) ProtoMessage() {}
 
 func (x *EnvAddRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2133,7 +1989,7 @@ func (x *EnvAddRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvAddRequest.ProtoReflect.Descriptor instead.
 func (*EnvAddRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{34}
+	return file_actors_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *EnvAddRequest) GetSource() string {
@@ -2195,7 +2051,7 @@ type EnvProgress struct {
 
 func (x *EnvProgress) Reset() {
 	*x = EnvProgress{}
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2063,7 @@ func (x *EnvProgress) String() string {
 func (*EnvProgress) ProtoMessage() {}
 
 func (x *EnvProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2220,7 +2076,7 @@ func (x *EnvProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvProgress.ProtoReflect.Descriptor instead.
 func (*EnvProgress) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{35}
+	return file_actors_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *EnvProgress) GetStage() string {
@@ -2239,7 +2095,7 @@ type EnvAddReply struct {
 
 func (x *EnvAddReply) Reset() {
 	*x = EnvAddReply{}
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2251,7 +2107,7 @@ func (x *EnvAddReply) String() string {
 func (*EnvAddReply) ProtoMessage() {}
 
 func (x *EnvAddReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2264,7 +2120,7 @@ func (x *EnvAddReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvAddReply.ProtoReflect.Descriptor instead.
 func (*EnvAddReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{36}
+	return file_actors_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *EnvAddReply) GetEnvironment() *Environment {
@@ -2282,7 +2138,7 @@ type EnvListRequest struct {
 
 func (x *EnvListRequest) Reset() {
 	*x = EnvListRequest{}
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2150,7 @@ func (x *EnvListRequest) String() string {
 func (*EnvListRequest) ProtoMessage() {}
 
 func (x *EnvListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2163,7 @@ func (x *EnvListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvListRequest.ProtoReflect.Descriptor instead.
 func (*EnvListRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{37}
+	return file_actors_proto_rawDescGZIP(), []int{35}
 }
 
 type EnvList struct {
@@ -2319,7 +2175,7 @@ type EnvList struct {
 
 func (x *EnvList) Reset() {
 	*x = EnvList{}
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2331,7 +2187,7 @@ func (x *EnvList) String() string {
 func (*EnvList) ProtoMessage() {}
 
 func (x *EnvList) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2344,7 +2200,7 @@ func (x *EnvList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvList.ProtoReflect.Descriptor instead.
 func (*EnvList) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{38}
+	return file_actors_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *EnvList) GetEnvironments() []*Environment {
@@ -2363,7 +2219,7 @@ type EnvGetRequest struct {
 
 func (x *EnvGetRequest) Reset() {
 	*x = EnvGetRequest{}
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2375,7 +2231,7 @@ func (x *EnvGetRequest) String() string {
 func (*EnvGetRequest) ProtoMessage() {}
 
 func (x *EnvGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2388,7 +2244,7 @@ func (x *EnvGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvGetRequest.ProtoReflect.Descriptor instead.
 func (*EnvGetRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{39}
+	return file_actors_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *EnvGetRequest) GetName() string {
@@ -2407,7 +2263,7 @@ type EnvRemoveRequest struct {
 
 func (x *EnvRemoveRequest) Reset() {
 	*x = EnvRemoveRequest{}
-	mi := &file_actors_proto_msgTypes[40]
+	mi := &file_actors_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2419,7 +2275,7 @@ func (x *EnvRemoveRequest) String() string {
 func (*EnvRemoveRequest) ProtoMessage() {}
 
 func (x *EnvRemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[40]
+	mi := &file_actors_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2432,7 +2288,7 @@ func (x *EnvRemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvRemoveRequest.ProtoReflect.Descriptor instead.
 func (*EnvRemoveRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{40}
+	return file_actors_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *EnvRemoveRequest) GetName() string {
@@ -2451,7 +2307,7 @@ type EnvRemoved struct {
 
 func (x *EnvRemoved) Reset() {
 	*x = EnvRemoved{}
-	mi := &file_actors_proto_msgTypes[41]
+	mi := &file_actors_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2463,7 +2319,7 @@ func (x *EnvRemoved) String() string {
 func (*EnvRemoved) ProtoMessage() {}
 
 func (x *EnvRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[41]
+	mi := &file_actors_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2476,7 +2332,7 @@ func (x *EnvRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvRemoved.ProtoReflect.Descriptor instead.
 func (*EnvRemoved) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{41}
+	return file_actors_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *EnvRemoved) GetName() string {
@@ -2506,7 +2362,7 @@ type CoverageMap struct {
 
 func (x *CoverageMap) Reset() {
 	*x = CoverageMap{}
-	mi := &file_actors_proto_msgTypes[42]
+	mi := &file_actors_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2518,7 +2374,7 @@ func (x *CoverageMap) String() string {
 func (*CoverageMap) ProtoMessage() {}
 
 func (x *CoverageMap) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[42]
+	mi := &file_actors_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2531,7 +2387,7 @@ func (x *CoverageMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoverageMap.ProtoReflect.Descriptor instead.
 func (*CoverageMap) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{42}
+	return file_actors_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CoverageMap) GetEnvironment() string {
@@ -2593,7 +2449,7 @@ type FileCoverage struct {
 
 func (x *FileCoverage) Reset() {
 	*x = FileCoverage{}
-	mi := &file_actors_proto_msgTypes[43]
+	mi := &file_actors_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2605,7 +2461,7 @@ func (x *FileCoverage) String() string {
 func (*FileCoverage) ProtoMessage() {}
 
 func (x *FileCoverage) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[43]
+	mi := &file_actors_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2618,7 +2474,7 @@ func (x *FileCoverage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileCoverage.ProtoReflect.Descriptor instead.
 func (*FileCoverage) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{43}
+	return file_actors_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *FileCoverage) GetPath() string {
@@ -2645,7 +2501,7 @@ type LineCoverage struct {
 
 func (x *LineCoverage) Reset() {
 	*x = LineCoverage{}
-	mi := &file_actors_proto_msgTypes[44]
+	mi := &file_actors_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2657,7 +2513,7 @@ func (x *LineCoverage) String() string {
 func (*LineCoverage) ProtoMessage() {}
 
 func (x *LineCoverage) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[44]
+	mi := &file_actors_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2670,7 +2526,7 @@ func (x *LineCoverage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LineCoverage.ProtoReflect.Descriptor instead.
 func (*LineCoverage) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{44}
+	return file_actors_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *LineCoverage) GetLine() int32 {
@@ -2696,7 +2552,7 @@ type TaskListRequest struct {
 
 func (x *TaskListRequest) Reset() {
 	*x = TaskListRequest{}
-	mi := &file_actors_proto_msgTypes[45]
+	mi := &file_actors_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2708,7 +2564,7 @@ func (x *TaskListRequest) String() string {
 func (*TaskListRequest) ProtoMessage() {}
 
 func (x *TaskListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[45]
+	mi := &file_actors_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2721,7 +2577,7 @@ func (x *TaskListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskListRequest.ProtoReflect.Descriptor instead.
 func (*TaskListRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{45}
+	return file_actors_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TaskListRequest) GetEnvironment() string {
@@ -2740,7 +2596,7 @@ type TaskList struct {
 
 func (x *TaskList) Reset() {
 	*x = TaskList{}
-	mi := &file_actors_proto_msgTypes[46]
+	mi := &file_actors_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2752,7 +2608,7 @@ func (x *TaskList) String() string {
 func (*TaskList) ProtoMessage() {}
 
 func (x *TaskList) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[46]
+	mi := &file_actors_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2765,7 +2621,7 @@ func (x *TaskList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskList.ProtoReflect.Descriptor instead.
 func (*TaskList) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{46}
+	return file_actors_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TaskList) GetTasks() []*Task {
@@ -2784,7 +2640,7 @@ type TaskGetRequest struct {
 
 func (x *TaskGetRequest) Reset() {
 	*x = TaskGetRequest{}
-	mi := &file_actors_proto_msgTypes[47]
+	mi := &file_actors_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2796,7 +2652,7 @@ func (x *TaskGetRequest) String() string {
 func (*TaskGetRequest) ProtoMessage() {}
 
 func (x *TaskGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[47]
+	mi := &file_actors_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2809,7 +2665,7 @@ func (x *TaskGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskGetRequest.ProtoReflect.Descriptor instead.
 func (*TaskGetRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{47}
+	return file_actors_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TaskGetRequest) GetId() string {
@@ -2828,7 +2684,7 @@ type TaskGetReply struct {
 
 func (x *TaskGetReply) Reset() {
 	*x = TaskGetReply{}
-	mi := &file_actors_proto_msgTypes[48]
+	mi := &file_actors_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2840,7 +2696,7 @@ func (x *TaskGetReply) String() string {
 func (*TaskGetReply) ProtoMessage() {}
 
 func (x *TaskGetReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[48]
+	mi := &file_actors_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2853,7 +2709,7 @@ func (x *TaskGetReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskGetReply.ProtoReflect.Descriptor instead.
 func (*TaskGetReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{48}
+	return file_actors_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TaskGetReply) GetTask() *Task {
@@ -2997,21 +2853,7 @@ const file_actors_proto_rawDesc = "" +
 	"\x10WeightsPublished\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12%\n" +
 	"\x0epolicy_version\x18\x02 \x01(\x03R\rpolicyVersion\x12\x12\n" +
-	"\x04step\x18\x03 \x01(\x03R\x04step\"y\n" +
-	"\n" +
-	"TrainBatch\x12D\n" +
-	"\ftrajectories\x18\x01 \x03(\v2 .frognano.messages.v1.TrajectoryR\ftrajectories\x12%\n" +
-	"\x0epolicy_version\x18\x02 \x01(\x03R\rpolicyVersion\"\xee\x01\n" +
-	"\n" +
-	"StepResult\x12\x12\n" +
-	"\x04step\x18\x01 \x01(\x03R\x04step\x12%\n" +
-	"\x0epolicy_version\x18\x02 \x01(\x03R\rpolicyVersion\x12\x12\n" +
-	"\x04loss\x18\x03 \x01(\x01R\x04loss\x12\x1b\n" +
-	"\tgrad_norm\x18\x04 \x01(\x01R\bgradNorm\x12\x1f\n" +
-	"\vgroups_used\x18\x05 \x01(\x05R\n" +
-	"groupsUsed\x12%\n" +
-	"\x0egroups_skipped\x18\x06 \x01(\x05R\rgroupsSkipped\x12,\n" +
-	"\x12skipped_non_finite\x18\a \x01(\bR\x10skippedNonFinite\"\xb1\x01\n" +
+	"\x04step\x18\x03 \x01(\x03R\x04step\"\xb1\x01\n" +
 	"\x0eRolloutRequest\x12.\n" +
 	"\x04task\x18\x01 \x01(\v2\x1a.frognano.messages.v1.TaskR\x04task\x12\x1d\n" +
 	"\n" +
@@ -3080,7 +2922,7 @@ func file_actors_proto_rawDescGZIP() []byte {
 	return file_actors_proto_rawDescData
 }
 
-var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_actors_proto_goTypes = []any{
 	(*SandboxCreate)(nil),         // 0: frognano.messages.v1.SandboxCreate
 	(*SandboxOK)(nil),             // 1: frognano.messages.v1.SandboxOK
@@ -3112,56 +2954,52 @@ var file_actors_proto_goTypes = []any{
 	(*GenerateRequest)(nil),       // 27: frognano.messages.v1.GenerateRequest
 	(*GenerateResponse)(nil),      // 28: frognano.messages.v1.GenerateResponse
 	(*WeightsPublished)(nil),      // 29: frognano.messages.v1.WeightsPublished
-	(*TrainBatch)(nil),            // 30: frognano.messages.v1.TrainBatch
-	(*StepResult)(nil),            // 31: frognano.messages.v1.StepResult
-	(*RolloutRequest)(nil),        // 32: frognano.messages.v1.RolloutRequest
-	(*RolloutResult)(nil),         // 33: frognano.messages.v1.RolloutResult
-	(*EnvAddRequest)(nil),         // 34: frognano.messages.v1.EnvAddRequest
-	(*EnvProgress)(nil),           // 35: frognano.messages.v1.EnvProgress
-	(*EnvAddReply)(nil),           // 36: frognano.messages.v1.EnvAddReply
-	(*EnvListRequest)(nil),        // 37: frognano.messages.v1.EnvListRequest
-	(*EnvList)(nil),               // 38: frognano.messages.v1.EnvList
-	(*EnvGetRequest)(nil),         // 39: frognano.messages.v1.EnvGetRequest
-	(*EnvRemoveRequest)(nil),      // 40: frognano.messages.v1.EnvRemoveRequest
-	(*EnvRemoved)(nil),            // 41: frognano.messages.v1.EnvRemoved
-	(*CoverageMap)(nil),           // 42: frognano.messages.v1.CoverageMap
-	(*FileCoverage)(nil),          // 43: frognano.messages.v1.FileCoverage
-	(*LineCoverage)(nil),          // 44: frognano.messages.v1.LineCoverage
-	(*TaskListRequest)(nil),       // 45: frognano.messages.v1.TaskListRequest
-	(*TaskList)(nil),              // 46: frognano.messages.v1.TaskList
-	(*TaskGetRequest)(nil),        // 47: frognano.messages.v1.TaskGetRequest
-	(*TaskGetReply)(nil),          // 48: frognano.messages.v1.TaskGetReply
-	nil,                           // 49: frognano.messages.v1.SandboxCreate.LabelsEntry
-	nil,                           // 50: frognano.messages.v1.SynthesizeProgress.RejectedEntry
-	(*TestReport)(nil),            // 51: frognano.messages.v1.TestReport
-	(*Task)(nil),                  // 52: frognano.messages.v1.Task
-	(*DifficultyFeatures)(nil),    // 53: frognano.messages.v1.DifficultyFeatures
-	(*Trajectory)(nil),            // 54: frognano.messages.v1.Trajectory
-	(*Environment)(nil),           // 55: frognano.messages.v1.Environment
+	(*RolloutRequest)(nil),        // 30: frognano.messages.v1.RolloutRequest
+	(*RolloutResult)(nil),         // 31: frognano.messages.v1.RolloutResult
+	(*EnvAddRequest)(nil),         // 32: frognano.messages.v1.EnvAddRequest
+	(*EnvProgress)(nil),           // 33: frognano.messages.v1.EnvProgress
+	(*EnvAddReply)(nil),           // 34: frognano.messages.v1.EnvAddReply
+	(*EnvListRequest)(nil),        // 35: frognano.messages.v1.EnvListRequest
+	(*EnvList)(nil),               // 36: frognano.messages.v1.EnvList
+	(*EnvGetRequest)(nil),         // 37: frognano.messages.v1.EnvGetRequest
+	(*EnvRemoveRequest)(nil),      // 38: frognano.messages.v1.EnvRemoveRequest
+	(*EnvRemoved)(nil),            // 39: frognano.messages.v1.EnvRemoved
+	(*CoverageMap)(nil),           // 40: frognano.messages.v1.CoverageMap
+	(*FileCoverage)(nil),          // 41: frognano.messages.v1.FileCoverage
+	(*LineCoverage)(nil),          // 42: frognano.messages.v1.LineCoverage
+	(*TaskListRequest)(nil),       // 43: frognano.messages.v1.TaskListRequest
+	(*TaskList)(nil),              // 44: frognano.messages.v1.TaskList
+	(*TaskGetRequest)(nil),        // 45: frognano.messages.v1.TaskGetRequest
+	(*TaskGetReply)(nil),          // 46: frognano.messages.v1.TaskGetReply
+	nil,                           // 47: frognano.messages.v1.SandboxCreate.LabelsEntry
+	nil,                           // 48: frognano.messages.v1.SynthesizeProgress.RejectedEntry
+	(*TestReport)(nil),            // 49: frognano.messages.v1.TestReport
+	(*Task)(nil),                  // 50: frognano.messages.v1.Task
+	(*DifficultyFeatures)(nil),    // 51: frognano.messages.v1.DifficultyFeatures
+	(*Environment)(nil),           // 52: frognano.messages.v1.Environment
 }
 var file_actors_proto_depIdxs = []int32{
-	49, // 0: frognano.messages.v1.SandboxCreate.labels:type_name -> frognano.messages.v1.SandboxCreate.LabelsEntry
-	51, // 1: frognano.messages.v1.SandboxTestsResult.report:type_name -> frognano.messages.v1.TestReport
-	52, // 2: frognano.messages.v1.SandboxPrepareEpisode.task:type_name -> frognano.messages.v1.Task
-	51, // 3: frognano.messages.v1.SandboxGraded.report:type_name -> frognano.messages.v1.TestReport
-	53, // 4: frognano.messages.v1.SynthesizeRequest.target:type_name -> frognano.messages.v1.DifficultyFeatures
-	50, // 5: frognano.messages.v1.SynthesizeProgress.rejected:type_name -> frognano.messages.v1.SynthesizeProgress.RejectedEntry
+	47, // 0: frognano.messages.v1.SandboxCreate.labels:type_name -> frognano.messages.v1.SandboxCreate.LabelsEntry
+	49, // 1: frognano.messages.v1.SandboxTestsResult.report:type_name -> frognano.messages.v1.TestReport
+	50, // 2: frognano.messages.v1.SandboxPrepareEpisode.task:type_name -> frognano.messages.v1.Task
+	49, // 3: frognano.messages.v1.SandboxGraded.report:type_name -> frognano.messages.v1.TestReport
+	51, // 4: frognano.messages.v1.SynthesizeRequest.target:type_name -> frognano.messages.v1.DifficultyFeatures
+	48, // 5: frognano.messages.v1.SynthesizeProgress.rejected:type_name -> frognano.messages.v1.SynthesizeProgress.RejectedEntry
 	20, // 6: frognano.messages.v1.SynthesizeResult.progress:type_name -> frognano.messages.v1.SynthesizeProgress
-	52, // 7: frognano.messages.v1.TaskBatch.tasks:type_name -> frognano.messages.v1.Task
+	50, // 7: frognano.messages.v1.TaskBatch.tasks:type_name -> frognano.messages.v1.Task
 	24, // 8: frognano.messages.v1.OutcomesReport.outcomes:type_name -> frognano.messages.v1.EpisodeOutcome
-	54, // 9: frognano.messages.v1.TrainBatch.trajectories:type_name -> frognano.messages.v1.Trajectory
-	52, // 10: frognano.messages.v1.RolloutRequest.task:type_name -> frognano.messages.v1.Task
-	55, // 11: frognano.messages.v1.EnvAddReply.environment:type_name -> frognano.messages.v1.Environment
-	55, // 12: frognano.messages.v1.EnvList.environments:type_name -> frognano.messages.v1.Environment
-	43, // 13: frognano.messages.v1.CoverageMap.files:type_name -> frognano.messages.v1.FileCoverage
-	44, // 14: frognano.messages.v1.FileCoverage.lines:type_name -> frognano.messages.v1.LineCoverage
-	52, // 15: frognano.messages.v1.TaskList.tasks:type_name -> frognano.messages.v1.Task
-	52, // 16: frognano.messages.v1.TaskGetReply.task:type_name -> frognano.messages.v1.Task
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	50, // 9: frognano.messages.v1.RolloutRequest.task:type_name -> frognano.messages.v1.Task
+	52, // 10: frognano.messages.v1.EnvAddReply.environment:type_name -> frognano.messages.v1.Environment
+	52, // 11: frognano.messages.v1.EnvList.environments:type_name -> frognano.messages.v1.Environment
+	41, // 12: frognano.messages.v1.CoverageMap.files:type_name -> frognano.messages.v1.FileCoverage
+	42, // 13: frognano.messages.v1.FileCoverage.lines:type_name -> frognano.messages.v1.LineCoverage
+	50, // 14: frognano.messages.v1.TaskList.tasks:type_name -> frognano.messages.v1.Task
+	50, // 15: frognano.messages.v1.TaskGetReply.task:type_name -> frognano.messages.v1.Task
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_actors_proto_init() }
@@ -3176,7 +3014,7 @@ func file_actors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_proto_rawDesc), len(file_actors_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   51,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
