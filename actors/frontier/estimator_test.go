@@ -509,3 +509,42 @@ func TestRestartLosesNothing(t *testing.T) {
 		t.Errorf("snapshot after restart: %d frontier of %d, want %d of %d", snap.GetFrontierTasks(), snap.GetPoolTasks(), wantSnap.GetFrontierTasks(), wantSnap.GetPoolTasks())
 	}
 }
+
+// A batch spreads over operators: with two equally good operators, one
+// slightly ahead on evidence, BatchDiversity takes both; switched off, the
+// batch is all the leading one.
+func TestSelectionSpreadsOverSettings(t *testing.T) {
+	ctx := context.Background()
+	var tasks []*messages.Task
+	for i := range 20 {
+		tasks = append(tasks, task(fmt.Sprintf("a%02d", i), "env", "off_by_one", 1, 1), task(fmt.Sprintf("b%02d", i), "env", "flip_comparison", 1, 1))
+	}
+	ops := func(p Params) map[string]int {
+		f := newFixture(t, tasks...)
+		e := f.open(t, p)
+		for _, tk := range tasks {
+			rw := []float64{1, 1, 1, 1, 1, 0, 0, 0, 0, 0} // 5 of 10
+			if tk.GetId()[0] == 'b' {
+				rw = rw[:8] // 5 of 8: a little further from 0.5, less evidence
+			}
+			if _, err := e.Record(ctx, outcomes(tk.GetId(), 0, rw...)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		batch, err := e.SelectBatch(ctx, 10, 0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := map[string]int{}
+		for _, tk := range batch {
+			n[tk.GetDifficulty().GetOperators()[0]]++
+		}
+		return n
+	}
+	if n := ops(Params{BatchDiversity: -1}); n["off_by_one"] != 10 {
+		t.Errorf("without spreading: %v, want the 10 best-scored (off_by_one)", n)
+	}
+	if n := ops(Params{}); n["off_by_one"] < 4 || n["flip_comparison"] < 4 {
+		t.Errorf("spread batch: %v, want both operators", n)
+	}
+}
