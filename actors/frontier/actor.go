@@ -121,7 +121,7 @@ func (a *frontierActor) Receive(ctx actor.Context) {
 		est, err := a.estimator()
 		if err == nil {
 			var tasks []*messages.Task
-			if tasks, err = est.SelectBatch(bg, int(m.GetTasks()), m.GetPolicyVersion(), m.GetSeed()); err == nil {
+			if tasks, err = est.SelectBatch(bg, int(m.GetTasks()), m.GetPolicyVersion(), m.GetSeed(), m.GetMode()); err == nil {
 				ctx.Respond(&messages.TaskBatch{Tasks: tasks, PolicyVersion: est.PolicyVersion()})
 				a.plan(ctx)
 				return

@@ -406,8 +406,27 @@ func (e *Estimator) Mean(id string) (float64, bool) {
 	if !ok {
 		return 0, false
 	}
-	a, b := e.posterior(e.state.Model, e.stats[id], pt.f, e.state.GetPolicyVersion())
+	a, b := e.posterior(e.state.Model, e.stats[id], playedIn(e.state, pt.f), e.state.GetPolicyVersion())
 	return a / (a + b), true
+}
+
+// Modes are the harness modes episodes can be played in.
+var Modes = []string{"agent", "patch"}
+
+// playedIn is f as the difficulty model sees it: in the mode episodes are
+// played in (st.Mode), when a batch request or report has said which.
+func playedIn(st *messages.FrontierState, f Features) Features {
+	if m := st.GetMode(); m != "" {
+		f.Mode = m
+	}
+	return f
+}
+
+func checkMode(mode string) error {
+	if mode != "" && !slices.Contains(Modes, mode) {
+		return fmt.Errorf("%w: harness mode %q, want one of %v", ErrBadRequest, mode, Modes)
+	}
+	return nil
 }
 
 // Predict is the difficulty model's solve rate for a task's features.
@@ -475,12 +494,15 @@ type candidate struct {
 // hopeless task not graded for RevisitAfterVersions versions. seed 0 derives
 // the draw from the batch sequence number. The batch may be shorter than n
 // only when the pool has fewer than n active tasks.
-func (e *Estimator) SelectBatch(ctx context.Context, n int, version int64, seed uint64) ([]*messages.Task, error) {
+func (e *Estimator) SelectBatch(ctx context.Context, n int, version int64, seed uint64, mode string) ([]*messages.Task, error) {
 	if n < 1 || n > e.p.MaxBatch {
 		return nil, fmt.Errorf("%w: batch of %d tasks, want 1 to %d", ErrBadRequest, n, e.p.MaxBatch)
 	}
 	if version < 0 {
 		return nil, fmt.Errorf("%w: negative policy version %d", ErrBadRequest, version)
+	}
+	if err := checkMode(mode); err != nil {
+		return nil, err
 	}
 	if err := e.syncPool(ctx, false); err != nil {
 		return nil, err
@@ -488,6 +510,9 @@ func (e *Estimator) SelectBatch(ctx context.Context, n int, version int64, seed 
 	st := e.cloneState()
 	if version > st.PolicyVersion {
 		st.PolicyVersion = version
+	}
+	if mode != "" {
+		st.Mode = mode
 	}
 	seq := st.BatchSeq + 1
 	if seed == 0 {
@@ -500,7 +525,7 @@ func (e *Estimator) SelectBatch(ctx context.Context, n int, version int64, seed 
 	for _, id := range e.ids {
 		pt := e.pool[id]
 		ts := e.stats[id]
-		a, b := e.posterior(st.Model, ts, pt.f, v)
+		a, b := e.posterior(st.Model, ts, playedIn(st, pt.f), v)
 		p := sampleBeta(rng, a, b)
 		// A tried task scores its expected learning signal E[p(1−p)] =
 		// m(1−m)·(a+b)/(a+b+1) (m the posterior mean): evidence for p near
@@ -709,7 +734,7 @@ func (e *Estimator) Record(ctx context.Context, outcomes []*messages.EpisodeOutc
 		case o.GetSandboxFailure():
 			reject(CountSandboxFailure, o)
 			continue
-		case o.GetPolicyVersion() < 0 || math.IsNaN(r) || r < 0 || r > 1:
+		case o.GetPolicyVersion() < 0 || math.IsNaN(r) || r < 0 || r > 1 || checkMode(o.GetMode()) != nil:
 			reject(CountBadOutcome, o)
 			continue
 		case o.GetPolicyVersion() < st.PolicyVersion-e.p.MaxStaleVersions:
@@ -727,6 +752,9 @@ func (e *Estimator) Record(ctx context.Context, outcomes []*messages.EpisodeOutc
 			continue
 		}
 		groups[o.GetTaskId()] = append(groups[o.GetTaskId()], o)
+		if m := o.GetMode(); m != "" {
+			st.Mode = m
+		}
 	}
 	for counter, n := range res.Rejected {
 		st.Counters[counter] += int64(n)
@@ -743,9 +771,15 @@ func (e *Estimator) Record(ctx context.Context, outcomes []*messages.EpisodeOutc
 		if old := e.stats[id]; old != nil {
 			ts = proto.Clone(old).(*messages.TaskStats)
 		}
-		a, b := e.posterior(st.Model, ts, pt.f, v)
+		f := pt.f
+		if m := group[0].GetMode(); m != "" {
+			f.Mode = m
+		} else {
+			f = playedIn(st, f)
+		}
+		a, b := e.posterior(st.Model, ts, f, v)
 		mean := a / (a + b)
-		modelP := predict(st.Model, pt.f)
+		modelP := predict(st.Model, f)
 		var sum, wsum, wsucc float64
 		successes := int64(0)
 		allEqual := true
@@ -775,7 +809,7 @@ func (e *Estimator) Record(ctx context.Context, outcomes []*messages.EpisodeOutc
 				}
 			}
 		}
-		learn(st.Model, pt.f, wsucc, wsum, 1, e.p.LearningRate, e.p.L2)
+		learn(st.Model, f, wsucc, wsum, 1, e.p.LearningRate, e.p.L2)
 		d := e.decay(ts, v)
 		ts.Alpha = ts.GetAlpha()*d + wsucc
 		ts.Beta = ts.GetBeta()*d + (wsum - wsucc)
@@ -783,7 +817,7 @@ func (e *Estimator) Record(ctx context.Context, outcomes []*messages.EpisodeOutc
 		ts.Attempts += int64(len(group))
 		ts.Successes += successes
 		ts.UpdatedUnixNano = now.UnixNano()
-		e.classify(st, ts, pt.f)
+		e.classify(st, ts, f)
 		changed = append(changed, ts)
 
 		res.Recorded += len(group)

@@ -92,7 +92,7 @@ func TestPosteriorUpdateAndDiscount(t *testing.T) {
 	}
 	// The posterior mean moves toward the model's prior as evidence fades.
 	before, _ := e.Mean("a")
-	if _, err := e.SelectBatch(ctx, 1, 40, 1); err != nil {
+	if _, err := e.SelectBatch(ctx, 1, 40, 1, ""); err != nil {
 		t.Fatal(err)
 	}
 	after, _ := e.Mean("a")
@@ -139,11 +139,11 @@ func TestBadInputCountedAndLeftOut(t *testing.T) {
 		t.Errorf("an unknown task got stats")
 	}
 	for _, n := range []int{0, -3, 1 << 20} {
-		if _, err := e.SelectBatch(ctx, n, 0, 0); !errors.Is(err, ErrBadRequest) {
+		if _, err := e.SelectBatch(ctx, n, 0, 0, ""); !errors.Is(err, ErrBadRequest) {
 			t.Errorf("SelectBatch(%d) = %v, want ErrBadRequest", n, err)
 		}
 	}
-	if _, err := e.SelectBatch(ctx, 1, -1, 0); !errors.Is(err, ErrBadRequest) {
+	if _, err := e.SelectBatch(ctx, 1, -1, 0, ""); !errors.Is(err, ErrBadRequest) {
 		t.Errorf("SelectBatch(version -1) = %v, want ErrBadRequest", err)
 	}
 	if _, err := Open(ctx, Config{Tasks: f.mem.Tasks()}); !errors.Is(err, ErrBadRequest) {
@@ -230,7 +230,7 @@ func TestSelectionPrefersFrontierCapsAndExplores(t *testing.T) {
 	picks := map[string]int{}
 	last := map[string]int{}
 	for b := 1; b <= 200; b++ {
-		batch, err := e.SelectBatch(ctx, 5, 0, 0)
+		batch, err := e.SelectBatch(ctx, 5, 0, 0, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,9 +269,9 @@ func TestSelectionPrefersFrontierCapsAndExplores(t *testing.T) {
 	}
 	// Same seed, same stores: the same batch.
 	f2 := newFixture(t, tasks...)
-	a, _ := f2.open(t, Params{}).SelectBatch(ctx, 5, 0, 42)
+	a, _ := f2.open(t, Params{}).SelectBatch(ctx, 5, 0, 42, "")
 	f3 := newFixture(t, tasks...)
-	b, _ := f3.open(t, Params{}).SelectBatch(ctx, 5, 0, 42)
+	b, _ := f3.open(t, Params{}).SelectBatch(ctx, 5, 0, 42, "")
 	for i := range a {
 		if a[i].GetId() != b[i].GetId() {
 			t.Fatalf("same seed, different batches")
@@ -301,7 +301,7 @@ func TestRetirementAndRevisit(t *testing.T) {
 	// Retired tasks are not selected; before RevisitAfterVersions the
 	// hopeless one is not revisited.
 	for range 4 {
-		batch, err := e.SelectBatch(ctx, 3, 2, 0)
+		batch, err := e.SelectBatch(ctx, 3, 2, 0, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -312,7 +312,7 @@ func TestRetirementAndRevisit(t *testing.T) {
 	// Later, a revisit slot goes to the hopeless task (never the mastered one).
 	revisited := false
 	for range 4 {
-		batch, err := e.SelectBatch(ctx, 3, 10, 0)
+		batch, err := e.SelectBatch(ctx, 3, 10, 0, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -464,7 +464,7 @@ func TestRestartLosesNothing(t *testing.T) {
 	e := open(db)
 	r := rand.New(rand.NewPCG(3, 3))
 	for v := int64(0); v < 5; v++ {
-		batch, err := e.SelectBatch(ctx, 4, v, 0)
+		batch, err := e.SelectBatch(ctx, 4, v, 0, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -531,7 +531,7 @@ func TestSelectionSpreadsOverSettings(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		batch, err := e.SelectBatch(ctx, 10, 0, 1)
+		batch, err := e.SelectBatch(ctx, 10, 0, 1, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -546,5 +546,76 @@ func TestSelectionSpreadsOverSettings(t *testing.T) {
 	}
 	if n := ops(Params{}); n["off_by_one"] < 4 || n["flip_comparison"] < 4 {
 		t.Errorf("spread batch: %v, want both operators", n)
+	}
+}
+
+// Episodes played in patch mode teach the model about patch mode, not about
+// the agent mode the tasks were tagged with; the mode is kept in the state,
+// so predictions and synthesis requests follow it; a bad mode is refused.
+func TestPlayModeReachesTheDifficultyModel(t *testing.T) {
+	ctx := context.Background()
+	var tasks []*messages.Task
+	for i := range 20 {
+		tasks = append(tasks, task(fmt.Sprintf("t%02d", i), "env", "off_by_one", 1, 1))
+	}
+	fresh := task("fresh", "env", "off_by_one", 1, 1)
+	f := newFixture(t, append(tasks, fresh)...)
+	e := f.open(t, Params{})
+	before, _ := e.Mean("fresh")
+	for round := range 10 {
+		for _, tk := range tasks {
+			out := outcomes(tk.GetId(), int64(round), 0, 0, 0, 0, 0, 0, 0, 0)
+			for _, o := range out {
+				o.Mode = "patch"
+			}
+			if _, err := e.Record(ctx, out); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got := e.State().GetMode(); got != "patch" {
+		t.Fatalf("state mode %q, want patch", got)
+	}
+	after, _ := e.Mean("fresh")
+	if !(after < before-0.2) {
+		t.Errorf("untried task's mean %.3f → %.3f after failures in patch mode: want it to fall", before, after)
+	}
+	agent := FeaturesOf(fresh)
+	patch := agent
+	patch.Mode = "patch"
+	if pa, pp := predict(e.State().GetModel(), agent), predict(e.State().GetModel(), patch); !(pp < pa) {
+		t.Errorf("model: agent %.3f, patch %.3f: the failures should weigh on patch mode", pa, pp)
+	}
+	recs, err := e.PlanSynthesis(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if r.GetSpec().GetMode() != "patch" {
+			t.Errorf("synthesis asked for mode %q, want patch", r.GetSpec().GetMode())
+		}
+	}
+	// The mode survives a restart, and a batch request can change it.
+	e2 := f.open(t, Params{})
+	if e2.State().GetMode() != "patch" {
+		t.Errorf("mode after reopening: %q", e2.State().GetMode())
+	}
+	if _, err := e2.SelectBatch(ctx, 3, 10, 1, "agent"); err != nil {
+		t.Fatal(err)
+	}
+	if e2.State().GetMode() != "agent" {
+		t.Errorf("mode after an agent batch: %q", e2.State().GetMode())
+	}
+	if _, err := e2.SelectBatch(ctx, 3, 10, 1, "chat"); !errors.Is(err, ErrBadRequest) {
+		t.Errorf("SelectBatch(mode chat) = %v, want ErrBadRequest", err)
+	}
+	bad := outcomes("t00", 10, 1)
+	bad[0].Mode = "chat"
+	res, err := e2.Record(ctx, bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Rejected[CountBadOutcome] != 1 {
+		t.Errorf("outcome in mode chat: rejected %v, want bad_outcome", res.Rejected)
 	}
 }

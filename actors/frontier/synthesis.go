@@ -38,7 +38,7 @@ func (e *Estimator) poolBands(st *messages.FrontierState) (bands map[string]int,
 		}
 		active++
 		perSpec[pt.spec]++
-		a, b := e.posterior(st.Model, ts, pt.f, st.PolicyVersion)
+		a, b := e.posterior(st.Model, ts, playedIn(st, pt.f), st.PolicyVersion)
 		switch mean := a / (a + b); {
 		case mean < e.p.BandLow:
 			bands[BandTooHard]++
@@ -87,12 +87,16 @@ func (e *Estimator) rankSpecs(st *messages.FrontierState, envs []string, perSpec
 		key    string
 	}
 	centre := (e.p.BandLow + e.p.BandHigh) / 2
+	modes := e.p.Modes
+	if st.GetMode() != "" {
+		modes = []string{st.GetMode()} // predict for the mode episodes are played in
+	}
 	var all []scored
 	for _, env := range envs {
 		for _, op := range e.p.Operators {
 			for _, bugs := range e.p.Bugs {
 				for _, hint := range e.p.HintLevels {
-					for _, mode := range e.p.Modes {
+					for _, mode := range modes {
 						spec := &messages.SynthesisSpec{Environment: env, Operators: []string{op}, Bugs: int32(bugs), HintLevel: int32(hint), Mode: mode}
 						key := SpecKey(spec)
 						if st.SpecBackoff[key] > st.BatchSeq {

@@ -409,7 +409,7 @@ func (t *Trainer) step(ctx context.Context, run *messages.Run, s Settings, lim h
 	// 1. A batch from the frontier, waiting for the synthesizer when the
 	// pool is empty.
 	start := time.Now()
-	tasks, err := t.batch(ctx, tag, s.TasksPerStep, version, seed)
+	tasks, err := t.batch(ctx, tag, s.TasksPerStep, version, seed, s.Mode)
 	if err != nil {
 		return err
 	}
@@ -439,7 +439,7 @@ func (t *Trainer) step(ctx context.Context, run *messages.Run, s Settings, lim h
 		for _, e := range r.Episodes {
 			episodes++
 			res := e.Result
-			outcomes = append(outcomes, &messages.EpisodeOutcome{TaskId: r.TaskID, PolicyVersion: res.PolicyVersion, Reward: res.Reward, SandboxFailure: e.Infra})
+			outcomes = append(outcomes, &messages.EpisodeOutcome{TaskId: r.TaskID, PolicyVersion: res.PolicyVersion, Reward: res.Reward, SandboxFailure: e.Infra, Mode: s.Mode})
 			if e.Infra {
 				infra++
 				continue
@@ -537,12 +537,13 @@ func (t *Trainer) step(ctx context.Context, run *messages.Run, s Settings, lim h
 }
 
 // batch asks the frontier for n tasks; while the pool is empty it waits for
-// the tasks the frontier asks the synthesizer for.
-func (t *Trainer) batch(ctx context.Context, tag string, n int, version int64, seed uint64) ([]*messages.Task, error) {
+// the tasks the frontier asks the synthesizer for. mode tells the frontier
+// the harness mode the batch is played in.
+func (t *Trainer) batch(ctx context.Context, tag string, n int, version int64, seed uint64, mode string) ([]*messages.Task, error) {
 	const poll, patience = 10 * time.Second, 30 * time.Minute
 	deadline := time.Now().Add(patience)
 	for {
-		res, err := t.ask(t.frontier, &messages.BatchRequest{Tasks: int32(n), PolicyVersion: version, Seed: seed}, 5*time.Minute)
+		res, err := t.ask(t.frontier, &messages.BatchRequest{Tasks: int32(n), PolicyVersion: version, Seed: seed, Mode: mode}, 5*time.Minute)
 		if err != nil {
 			return nil, fmt.Errorf("frontier: %w", err)
 		}

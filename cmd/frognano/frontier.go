@@ -53,6 +53,9 @@ func writeFrontier(w io.Writer, r *messages.FrontierStateReply) error {
 	st := r.GetState()
 	fmt.Fprintf(w, "policy version %d, %d batches, %d reports; pool %d tasks, %d in the band [%.2f, %.2f] (target %d)\n",
 		st.GetPolicyVersion(), st.GetBatchSeq(), st.GetReports(), r.GetPoolTasks(), r.GetFrontierTasks(), r.GetBandLow(), r.GetBandHigh(), r.GetTargetFrontierTasks())
+	if m := st.GetMode(); m != "" {
+		fmt.Fprintf(w, "episodes played in %s mode\n", m)
+	}
 	fmt.Fprintf(w, "effective-batch fraction: %.3f over %d groups", frontier.EffectiveFraction(st), st.GetTotalGroups())
 	var g, e int32
 	for _, b := range st.GetRecent() {

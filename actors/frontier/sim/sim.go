@@ -400,7 +400,7 @@ func runFrontier(ctx context.Context, cfg Config) (Arm, error) {
 			inFlight = append(inFlight, delivery{due: r.arm.Steps + cfg.SynthDelay, rec: rec})
 		}
 
-		batch, err := est.SelectBatch(ctx, cfg.BatchTasks, version, 0)
+		batch, err := est.SelectBatch(ctx, cfg.BatchTasks, version, 0, "")
 		if err != nil {
 			return Arm{}, err
 		}

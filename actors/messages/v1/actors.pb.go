@@ -1320,6 +1320,7 @@ type BatchRequest struct {
 	Tasks         int32                  `protobuf:"varint,1,opt,name=tasks,proto3" json:"tasks,omitempty"`
 	PolicyVersion int64                  `protobuf:"varint,2,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
 	Seed          uint64                 `protobuf:"varint,3,opt,name=seed,proto3" json:"seed,omitempty"`
+	Mode          string                 `protobuf:"bytes,4,opt,name=mode,proto3" json:"mode,omitempty"` // harness mode the batch will be played in ("": unchanged)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1373,6 +1374,13 @@ func (x *BatchRequest) GetSeed() uint64 {
 		return x.Seed
 	}
 	return 0
+}
+
+func (x *BatchRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
 }
 
 type TaskBatch struct {
@@ -1433,6 +1441,7 @@ type EpisodeOutcome struct {
 	PolicyVersion  int64                  `protobuf:"varint,2,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
 	Reward         float64                `protobuf:"fixed64,3,opt,name=reward,proto3" json:"reward,omitempty"`
 	SandboxFailure bool                   `protobuf:"varint,4,opt,name=sandbox_failure,json=sandboxFailure,proto3" json:"sandbox_failure,omitempty"` // left out of the statistics
+	Mode           string                 `protobuf:"bytes,5,opt,name=mode,proto3" json:"mode,omitempty"`                                            // harness mode the episode was played in ("agent", "patch")
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1493,6 +1502,13 @@ func (x *EpisodeOutcome) GetSandboxFailure() bool {
 		return x.SandboxFailure
 	}
 	return false
+}
+
+func (x *EpisodeOutcome) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
 }
 
 type OutcomesReport struct {
@@ -2817,19 +2833,21 @@ const file_actors_proto_rawDesc = "" +
 	"\vcpu_seconds\x18\x05 \x01(\x01R\n" +
 	"cpuSeconds\x12)\n" +
 	"\x10coverage_seconds\x18\x06 \x01(\x01R\x0fcoverageSeconds\x12\x1b\n" +
-	"\ttest_runs\x18\a \x01(\x05R\btestRuns\"_\n" +
+	"\ttest_runs\x18\a \x01(\x05R\btestRuns\"s\n" +
 	"\fBatchRequest\x12\x14\n" +
 	"\x05tasks\x18\x01 \x01(\x05R\x05tasks\x12%\n" +
 	"\x0epolicy_version\x18\x02 \x01(\x03R\rpolicyVersion\x12\x12\n" +
-	"\x04seed\x18\x03 \x01(\x04R\x04seed\"d\n" +
+	"\x04seed\x18\x03 \x01(\x04R\x04seed\x12\x12\n" +
+	"\x04mode\x18\x04 \x01(\tR\x04mode\"d\n" +
 	"\tTaskBatch\x120\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x1a.frognano.messages.v1.TaskR\x05tasks\x12%\n" +
-	"\x0epolicy_version\x18\x02 \x01(\x03R\rpolicyVersion\"\x91\x01\n" +
+	"\x0epolicy_version\x18\x02 \x01(\x03R\rpolicyVersion\"\xa5\x01\n" +
 	"\x0eEpisodeOutcome\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12%\n" +
 	"\x0epolicy_version\x18\x02 \x01(\x03R\rpolicyVersion\x12\x16\n" +
 	"\x06reward\x18\x03 \x01(\x01R\x06reward\x12'\n" +
-	"\x0fsandbox_failure\x18\x04 \x01(\bR\x0esandboxFailure\"R\n" +
+	"\x0fsandbox_failure\x18\x04 \x01(\bR\x0esandboxFailure\x12\x12\n" +
+	"\x04mode\x18\x05 \x01(\tR\x04mode\"R\n" +
 	"\x0eOutcomesReport\x12@\n" +
 	"\boutcomes\x18\x01 \x03(\v2$.frognano.messages.v1.EpisodeOutcomeR\boutcomes\")\n" +
 	"\vOutcomesAck\x12\x1a\n" +

@@ -549,8 +549,12 @@ type FrontierState struct {
 	TotalEffectiveGroups int64            `protobuf:"varint,12,opt,name=total_effective_groups,json=totalEffectiveGroups,proto3" json:"total_effective_groups,omitempty"`
 	NextRequest          int64            `protobuf:"varint,13,opt,name=next_request,json=nextRequest,proto3" json:"next_request,omitempty"`
 	Reports              int64            `protobuf:"varint,14,opt,name=reports,proto3" json:"reports,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// mode is the harness mode ("agent", "patch") episodes are played in, as
+	// the latest batch request or report said; the difficulty model sees every
+	// task in it (a task's own mode feature only when none was said).
+	Mode          string `protobuf:"bytes,15,opt,name=mode,proto3" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FrontierState) Reset() {
@@ -679,6 +683,13 @@ func (x *FrontierState) GetReports() int64 {
 		return x.Reports
 	}
 	return 0
+}
+
+func (x *FrontierState) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
 }
 
 // FrontierStateRequest asks the frontier actor for its current state.
@@ -948,7 +959,7 @@ const file_frontier_proto_rawDesc = "" +
 	"\x0edone_unix_nano\x18\v \x01(\x03R\fdoneUnixNano\x12%\n" +
 	"\x0epolicy_version\x18\f \x01(\x03R\rpolicyVersion\"%\n" +
 	"\tTaskPicks\x12\x18\n" +
-	"\abatches\x18\x01 \x03(\x03R\abatches\"\x88\b\n" +
+	"\abatches\x18\x01 \x03(\x03R\abatches\"\x9c\b\n" +
 	"\rFrontierState\x12%\n" +
 	"\x0epolicy_version\x18\x01 \x01(\x03R\rpolicyVersion\x12\x1b\n" +
 	"\tbatch_seq\x18\x02 \x01(\x03R\bbatchSeq\x12;\n" +
@@ -964,7 +975,8 @@ const file_frontier_proto_rawDesc = "" +
 	"\ftotal_groups\x18\v \x01(\x03R\vtotalGroups\x124\n" +
 	"\x16total_effective_groups\x18\f \x01(\x03R\x14totalEffectiveGroups\x12!\n" +
 	"\fnext_request\x18\r \x01(\x03R\vnextRequest\x12\x18\n" +
-	"\areports\x18\x0e \x01(\x03R\areports\x1a;\n" +
+	"\areports\x18\x0e \x01(\x03R\areports\x12\x12\n" +
+	"\x04mode\x18\x0f \x01(\tR\x04mode\x1a;\n" +
 	"\rCountersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1aY\n" +
