@@ -7,7 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -67,11 +69,34 @@ func connect(ctx context.Context, httpAddr string, load func() (config.Config, e
 	return &client{system: system, manager: actor.NewPID(info.Address, node.ManagerName), remote: r, log: log}, nil
 }
 
+// nodeURL is the base URL of a node's HTTP API given as HOST:PORT or as
+// an http(s) URL (what the node prints), without a trailing slash.
+func nodeURL(addr string) (string, error) {
+	addr = strings.TrimSpace(addr)
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	u, err := url.Parse(addr)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("--node %q: %w", addr, err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", fmt.Errorf("--node %q: want HOST:PORT or an http:// URL", addr)
+	case u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "":
+		return "", fmt.Errorf("--node %q: want HOST:PORT or http://HOST:PORT, without a path", addr)
+	}
+	return u.Scheme + "://" + u.Host, nil
+}
+
 // fetchInfo reads a node's facts from its HTTP API.
 func fetchInfo(ctx context.Context, httpAddr string) (*messages.NodeInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+node.InfoPath, nil)
+	base, err := nodeURL(httpAddr)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+node.InfoPath, nil)
 	if err != nil {
 		return nil, err
 	}

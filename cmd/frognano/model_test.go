@@ -83,3 +83,20 @@ func TestModelCommandErrors(t *testing.T) {
 		t.Errorf("model ls on an empty store: %q, %v", out, err)
 	}
 }
+
+func TestNodeURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"127.0.0.1:7070":         "http://127.0.0.1:7070",
+		" http://h:1/ ":          "http://h:1",
+		"https://node.example:9": "https://node.example:9",
+	} {
+		if got, err := nodeURL(in); err != nil || got != want {
+			t.Errorf("nodeURL(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"ftp://h:1", "http://h:1/v1/node", "http://", "http://h:1/?x=1"} {
+		if got, err := nodeURL(bad); err == nil {
+			t.Errorf("nodeURL(%q) = %q, want an error", bad, got)
+		}
+	}
+}

@@ -104,6 +104,22 @@ func startDaemon(t *testing.T, dataDir string, args ...string) *daemon {
 	return d
 }
 
+// stop sends SIGTERM and waits for a clean exit (status 0).
+func (d *daemon) stop(t *testing.T) {
+	t.Helper()
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("node did not stop within 30s of SIGTERM")
+	}
+	if d.err != nil {
+		t.Fatalf("node exited with %v after SIGTERM", d.err)
+	}
+}
+
 func (d *daemon) waitReady(t *testing.T) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -174,17 +190,7 @@ func TestNodeStartsAndStopsWithoutNvidiaDriver(t *testing.T) {
 	}
 
 	// Graceful shutdown on SIGTERM: exit status 0 and the store closed.
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-d.exited:
-	case <-time.After(30 * time.Second):
-		t.Fatal("node did not stop within 30s of SIGTERM")
-	}
-	if d.err != nil {
-		t.Fatalf("node exited with %v after SIGTERM", d.err)
-	}
+	d.stop(t)
 	if !strings.Contains(d.Log(), "node stopped") {
 		t.Errorf("no 'node stopped' in the log")
 	}
@@ -341,6 +347,34 @@ func TestRunRecordsInTheStore(t *testing.T) {
 	runs, err := db.Runs().List(context.Background())
 	if err != nil || len(runs) != 1 || runs[0].Status != "done" || runs[0].Metrics["jobs"] != 8 {
 		t.Fatalf("recorded runs: %v, %v", runs, err)
+	}
+}
+
+// TestRunOnARunningNode runs the main job against a running daemon, named
+// the way the daemon prints its address (an http:// URL), and finds the run
+// in the daemon's store after it stops.
+func TestRunOnARunningNode(t *testing.T) {
+	data := t.TempDir()
+	d := startDaemon(t, data)
+	d.waitReady(t)
+	out, code := cli(t, "--node", "http://"+d.http+"/", "run", "--jobs", "8", "--rounds", "1000", "--env=")
+	if code != 0 || !strings.Contains(out, "8 jobs verified") || !strings.Contains(out, "node at http://"+d.http) {
+		t.Fatalf("frognano --node http://%s/ run (exit %d):\n%s", d.http, code, out)
+	}
+	for _, bad := range []string{"ftp://" + d.http, "http://" + d.http + "/v1/node"} {
+		if out, code := cli(t, "--node", bad, "node", "info"); code == 0 || !strings.Contains(out, "want HOST:PORT") {
+			t.Errorf("--node %s (exit %d):\n%s", bad, code, out)
+		}
+	}
+	d.stop(t)
+	db, err := persistence.Open(filepath.Join(data, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	runs, err := db.Runs().List(context.Background())
+	if err != nil || len(runs) != 1 || runs[0].Status != "done" || runs[0].Metrics["jobs"] != 8 {
+		t.Fatalf("runs in the daemon's store: %v, %v", runs, err)
 	}
 }
 
