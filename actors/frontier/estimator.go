@@ -627,22 +627,26 @@ func (e *Estimator) spread(chosen []string, cands []candidate, n int) []string {
 		}
 		return chosen
 	}
+	// A setting's weight is 1 (split among a task's operators); norm is the
+	// weight over the setting's fair share of the batch.
 	type setting struct {
-		key    string
-		weight float64
+		key          string
+		weight, norm float64
 	}
-	settings := func(id string) []setting {
+	settingsOf := func(id string) []setting {
 		f := e.pool[id].f
-		out := []setting{{fmt.Sprintf("hint=%d", f.HintLevel), 1}, {fmt.Sprintf("bugs=%d", f.Bugs), 1}}
+		out := []setting{{key: fmt.Sprintf("hint=%d", f.HintLevel), weight: 1}, {key: fmt.Sprintf("bugs=%d", f.Bugs), weight: 1}}
 		for _, op := range f.Operators {
-			out = append(out, setting{"op=" + op, 1 / float64(len(f.Operators))})
+			out = append(out, setting{key: "op=" + op, weight: 1 / float64(len(f.Operators))})
 		}
 		return out
 	}
 	kind := func(key string) string { k, _, _ := strings.Cut(key, "="); return k }
+	sets := make([][]setting, len(cands))
 	values := map[string]map[string]bool{}
-	for _, c := range cands {
-		for _, s := range settings(c.id) {
+	for i, c := range cands {
+		sets[i] = settingsOf(c.id)
+		for _, s := range sets[i] {
 			k := kind(s.key)
 			if values[k] == nil {
 				values[k] = map[string]bool{}
@@ -650,10 +654,14 @@ func (e *Estimator) spread(chosen []string, cands []candidate, n int) []string {
 			values[k][s.key] = true
 		}
 	}
-	fair := func(key string) float64 { return math.Max(1, float64(n)/float64(max(1, len(values[kind(key)])))) }
-	count := map[string]float64{}
+	for _, ss := range sets {
+		for i := range ss {
+			ss[i].norm = ss[i].weight / math.Max(1, float64(n)/float64(len(values[kind(ss[i].key)])))
+		}
+	}
+	count := map[string]float64{} // weight of each setting in the batch so far
 	for _, id := range chosen {
-		for _, s := range settings(id) {
+		for _, s := range settingsOf(id) {
 			count[s.key] += s.weight
 		}
 	}
@@ -661,12 +669,15 @@ func (e *Estimator) spread(chosen []string, cands []candidate, n int) []string {
 	for len(chosen) < n {
 		best, bestScore := -1, math.Inf(-1)
 		for i, c := range cands {
+			if c.score <= bestScore {
+				break // sorted best first, and the penalty only lowers a score
+			}
 			if taken[i] {
 				continue
 			}
 			k := 0.0
-			for _, s := range settings(c.id) {
-				k += s.weight * count[s.key] / fair(s.key)
+			for _, s := range sets[i] {
+				k += s.norm * count[s.key]
 			}
 			if sc := c.score / (1 + e.p.BatchDiversity*k); sc > bestScore {
 				best, bestScore = i, sc
@@ -677,7 +688,7 @@ func (e *Estimator) spread(chosen []string, cands []candidate, n int) []string {
 		}
 		taken[best] = true
 		chosen = append(chosen, cands[best].id)
-		for _, s := range settings(cands[best].id) {
+		for _, s := range sets[best] {
 			count[s.key] += s.weight
 		}
 	}
