@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	messages "github.com/frognano/frognano/actors/messages/v1"
 )
 
 func TestParseToolCalls(t *testing.T) {
@@ -262,5 +265,16 @@ func TestTruncate(t *testing.T) {
 		if got := truncate(c.s, c.limit); got != c.want {
 			t.Errorf("truncate(%q, %d) = %q, want %q", c.s, c.limit, got, c.want)
 		}
+	}
+}
+
+func TestGradingTestsRunASynthesizedTaskInSuiteOrder(t *testing.T) {
+	synth := &messages.Task{BugPatch: "diff", FailToPass: []string{"t.py::b"}, PassToPass: []string{"t.py::a"}}
+	if got := GradingTests(synth); got != nil {
+		t.Errorf("synthesized task: %v, want nil (the whole suite in its order)", got)
+	}
+	swe := &messages.Task{FailToPass: []string{"t.py::b"}, PassToPass: []string{"t.py::a"}}
+	if got := GradingTests(swe); !slices.Equal(got, []string{"t.py::b", "t.py::a"}) {
+		t.Errorf("SWE-bench instance: %v, want its two lists", got)
 	}
 }

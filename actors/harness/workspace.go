@@ -95,9 +95,23 @@ func (w *SandboxWorkspace) ListFiles(ctx context.Context, dir, glob string) ([]s
 // the stale code.
 const dropBytecode = `find . -name __pycache__ -prune -exec rm -rf {} + 2>/dev/null; true`
 
+// GradingTests are the tests a grading run names: nil (the whole suite, in
+// its own order) for a synthesized task, whose FAIL_TO_PASS and
+// PASS_TO_PASS are every test that passed at baseline; the two lists for
+// an instance that brings its own (SWE-bench). Naming a synthesized task's
+// tests would run them FAIL_TO_PASS first, and a test that depends on what
+// earlier tests imported (six's test_lazy) can then fail under a correct
+// fix.
+func GradingTests(task *messages.Task) []string {
+	if task.GetBugPatch() != "" {
+		return nil
+	}
+	return slices.Concat(task.GetFailToPass(), task.GetPassToPass())
+}
+
 // Grade kills whatever the agent left running, restores the protected
 // test files from the image, applies the test patch if any, runs the
-// task's FAIL_TO_PASS and PASS_TO_PASS tests and grades the report: reward
+// task's tests (GradingTests) and grades the report: reward
 // 1 only when every one of them passes.
 func (w *SandboxWorkspace) Grade(ctx context.Context) (Grade, error) {
 	if err := w.sb.PrepareForGrading(ctx, w.task.GetProtectedFiles()); err != nil {
@@ -113,8 +127,7 @@ func (w *SandboxWorkspace) Grade(ctx context.Context) (Grade, error) {
 			return Grade{}, err
 		}
 	}
-	tests := slices.Concat(w.task.GetFailToPass(), w.task.GetPassToPass())
-	rep, err := w.sb.RunTests(ctx, w.spec, tests)
+	rep, err := w.sb.RunTests(ctx, w.spec, GradingTests(w.task))
 	if err != nil {
 		return Grade{}, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/frognano/frognano/actors/environment"
+	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/actors/sandbox/testreport"
@@ -79,7 +80,7 @@ func verifyTask(t *testing.T, env *messages.Environment, task *messages.Task) {
 			t.Errorf("%s: bug + gold does not restore the base commit: %q", task.Id, line)
 		}
 	}
-	rep, err = sb.RunTests(ctx, spec, slices.Concat(task.FailToPass, task.PassToPass))
+	rep, err = sb.RunTests(ctx, spec, harness.GradingTests(task)) // as episodes are graded
 	if err != nil {
 		t.Fatal(err)
 	}
