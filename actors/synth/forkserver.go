@@ -19,7 +19,10 @@ import (
 // pytestServer runs pytest in forks of a Python process that imported
 // pytest once, in the sandbox. Importing pytest and its plugins is most of
 // the cost of a small run (about 0.12 s of 0.2 s), and validation runs
-// pytest four times per candidate; a fork starts in milliseconds.
+// pytest four times per candidate; a fork starts in milliseconds. The forks
+// also keep bytecode (pytest's rewritten test modules above all) and print
+// native tracebacks, which the report does not use: together these cut
+// six's validation CPU by about a quarter.
 //
 // It serves validation only, where the code under test is the
 // environment's own repository with a mutation frognano made. Episodes and
@@ -83,6 +86,12 @@ while True:
                 os.dup2(fd, i)
             os.chdir(req["cwd"])
             os.environ.update(req["env"])
+            # Cache bytecode, above all pytest's rewritten test modules: the
+            # tests never change during validation, and rewriting a large
+            # test module costs more than running a test. The worker drops
+            # the bytecode of every file it patches (dropBytecode).
+            os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+            sys.dont_write_bytecode = False
             sys.path[:0] = [os.getcwd()] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
             sys.argv = ["pytest"] + req["args"]
             code = int(pytest.main(req["args"]))
@@ -181,7 +190,10 @@ func (p *pytestServer) run(ctx context.Context, spec sandbox.TestSpec, tests []s
 	var rnd [12]byte
 	rand.Read(rnd[:])
 	report := forkDir + "/r-" + hex.EncodeToString(rnd[:])
-	args := []string{"-p", "no:cacheprovider", "-o", "junit_family=xunit1", "--junitxml=" + report + "/junit.xml", "--rootdir=" + dir}
+	// Native tracebacks: the report's messages are the same, and a
+	// mutation that recurses without end costs milliseconds per failing
+	// test instead of a tenth of a second or more for pytest's own.
+	args := []string{"-p", "no:cacheprovider", "-o", "junit_family=xunit1", "--junitxml=" + report + "/junit.xml", "--rootdir=" + dir, "--tb=native"}
 	args = append(args, spec.Args...)
 	if len(tests) > 0 {
 		args = append(append(args, "--"), tests...)
