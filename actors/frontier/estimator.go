@@ -410,8 +410,8 @@ func (e *Estimator) Mean(id string) (float64, bool) {
 	return a / (a + b), true
 }
 
-// Modes are the harness modes episodes can be played in.
-var Modes = []string{"agent", "patch"}
+// playModes are the harness modes episodes can be played in.
+var playModes = []string{"agent", "patch"}
 
 // playedIn is f as the difficulty model sees it: in the mode episodes are
 // played in (st.Mode), when a batch request or report has said which.
@@ -423,8 +423,8 @@ func playedIn(st *messages.FrontierState, f Features) Features {
 }
 
 func checkMode(mode string) error {
-	if mode != "" && !slices.Contains(Modes, mode) {
-		return fmt.Errorf("%w: harness mode %q, want one of %v", ErrBadRequest, mode, Modes)
+	if mode != "" && !slices.Contains(playModes, mode) {
+		return fmt.Errorf("%w: harness mode %q, want one of %v", ErrBadRequest, mode, playModes)
 	}
 	return nil
 }
