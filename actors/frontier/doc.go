@@ -22,9 +22,11 @@
 //
 // # Selection and retirement
 //
-// A batch is the n active tasks with the largest p̃(1−p̃), p̃ drawn from
-// each posterior (Thompson sampling): the expected learning signal, with
-// exploration of uncertain tasks. A task is in a batch at most once and in
+// A batch is the n active tasks with the largest expected learning signal
+// E[p(1−p)] under their posteriors, spread over operators, hint levels and
+// bug counts; untried tasks predicted in the band go first, and untried
+// ones predicted outside it are explored through draws from their priors
+// (Thompson sampling). A task is in a batch at most once and in
 // at most MaxPicks of any PickWindow consecutive batches. Tasks whose
 // posterior mean passes MasteredAbove are retired for good; those under
 // HopelessBelow after MinHopelessAttempts episodes are retired too, but
