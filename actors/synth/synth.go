@@ -158,6 +158,7 @@ type run struct {
 	spec     sandbox.TestSpec
 	passing  map[string]bool
 	duration map[string]float64 // baseline seconds per test
+	order    map[string]int     // position in the baseline run
 	module   string             // Go module path
 	onProg   func(Progress)
 
@@ -207,9 +208,10 @@ func (s *Synthesizer) Synthesize(ctx context.Context, env *messages.Environment,
 		return res, fmt.Errorf("%w: no environment", ErrBadRequest)
 	}
 	r := &run{s: s, env: env, req: req, lang: mutate.Language(env.GetLanguage()), spec: environment.Spec(env), passing: baselinePassing(env),
-		duration: map[string]float64{}, onProg: progress, res: res, seen: map[string]bool{}, testSrcs: map[string]string{}}
-	for _, t := range env.GetBaseline().GetResults() {
+		duration: map[string]float64{}, order: map[string]int{}, onProg: progress, res: res, seen: map[string]bool{}, testSrcs: map[string]string{}}
+	for i, t := range env.GetBaseline().GetResults() {
 		r.duration[t.GetName()] = t.GetDurationSeconds()
+		r.order[t.GetName()] = i
 	}
 	if len(r.passing) == 0 {
 		res.Rejected[ReasonNoPassingTests]++

@@ -470,3 +470,16 @@ func TestTaskIDIsAContentHash(t *testing.T) {
 		t.Errorf("TaskID: %s %s", a, b)
 	}
 }
+
+func TestInSuiteOrder(t *testing.T) {
+	r := &run{order: map[string]int{"t.py::z": 0, "t.py::a": 1, "u.py::m": 2}}
+	in := []string{"u.py::m", "x.py::new", "t.py::a", "t.py::z", "b.py::new"}
+	got := r.inSuiteOrder(in)
+	want := []string{"t.py::z", "t.py::a", "u.py::m", "b.py::new", "x.py::new"}
+	if !slices.Equal(got, want) {
+		t.Errorf("inSuiteOrder = %v, want %v", got, want)
+	}
+	if in[0] != "u.py::m" {
+		t.Errorf("inSuiteOrder sorted its argument in place")
+	}
+}
