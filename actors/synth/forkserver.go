@@ -21,8 +21,9 @@ import (
 // the cost of a small run (about 0.12 s of 0.2 s), and validation runs
 // pytest four times per candidate; a fork starts in milliseconds. The forks
 // also keep bytecode (pytest's rewritten test modules above all) and print
-// native tracebacks, which the report does not use: together these cut
-// six's validation CPU by about a quarter.
+// native tracebacks (the report reads pytest's failure messages, which stay
+// the same): together these cut six's validation CPU about threefold
+// (`frognano synth bench --env six-1.16.0`: 55 to 17 CPU-s for 60 candidates).
 //
 // It serves validation only, where the code under test is the
 // environment's own repository with a mutation frognano made. Episodes and
