@@ -36,7 +36,9 @@ with the same rollout budget:
 It prints the effective-batch fraction (groups whose rewards are not all
 equal, over all groups rolled out), skill, rollouts per unit of skill gained,
 the evaluation solve rate, the rollouts each arm needed to reach the uniform
-arm's final skill, and whether the issue's goals are met. No node is started.`,
+arm's final skill, the fewest rollouts in which any sampler could reach it in
+this world (every group solved half the time, signal spread evenly over the
+skill components), and whether the issue's goals are met. No node is started.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Budget < 1 {

@@ -173,6 +173,12 @@ type Report struct {
 	// half the rollouts.
 	GoalEffectiveFraction bool `json:"goal_effective_fraction"`
 	GoalHalfRollouts      bool `json:"goal_half_rollouts"`
+	// RolloutsBound is the fewest rollouts in which any sampler, in this
+	// world, can expect to reach the uniform arm's final skill (see
+	// Config.RolloutsBound): every group at p = 1/2, signal spread evenly.
+	// When it exceeds half the budget, the half-rollouts goal is out of
+	// reach for every sampler, not only for the frontier arm.
+	RolloutsBound int64 `json:"rollouts_bound_to_uniform_final_skill"`
 }
 
 // Run simulates the three arms with the same seed, world and budget.
@@ -193,6 +199,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for i := range rep.Arms {
 		rep.Arms[i].RolloutsToUniformFinal = reach(rep.Arms[i].Curve, target)
 	}
+	rep.RolloutsBound = cfg.RolloutsBound(target)
 	f := rep.Arms[2]
 	rep.GoalEffectiveFraction = f.EffectiveBatchFraction >= 0.8
 	rep.GoalHalfRollouts = f.RolloutsToUniformFinal >= 0 && f.RolloutsToUniformFinal*2 <= rep.Arms[0].Rollouts
@@ -450,6 +457,10 @@ func (rep *Report) WriteTable(w io.Writer) error {
 			return "met"
 		}
 		return "NOT met"
+	}
+	if rep.RolloutsBound >= 0 {
+		fmt.Fprintf(w, "bound: any sampler needs ≥ %d rollouts (%.2f×) to reach uniform's final skill (every group at p = 1/2, signal spread evenly)\n",
+			rep.RolloutsBound, float64(rep.RolloutsBound)/float64(rep.Arms[0].Rollouts))
 	}
 	_, err := fmt.Fprintf(w, "goals: frontier effective-batch fraction ≥ 0.8: %s; frontier reaches uniform's final skill in ≤ half the rollouts: %s\n",
 		mark(rep.GoalEffectiveFraction), mark(rep.GoalHalfRollouts))

@@ -87,3 +87,44 @@ func TestBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestBound checks the bound against every arm: no curve point lies above
+// the skill that half a unit of signal per rollout (the most a group can
+// carry on any draw) could buy, and no arm reaches uniform's final skill
+// in fewer rollouts than the expected bound allows.
+func TestBound(t *testing.T) {
+	cfg := small()
+	rep, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.RolloutsBound <= 0 || rep.RolloutsBound > rep.Budget {
+		t.Fatalf("bound %d rollouts with a budget of %d", rep.RolloutsBound, rep.Budget)
+	}
+	for _, a := range rep.Arms {
+		for _, p := range a.Curve {
+			if best := cfg.BestSkill(0.5 * float64(p.Rollouts)); p.Skill > best+1e-9 {
+				t.Errorf("%s: skill %.4f after %d rollouts, above the bound %.4f", a.Name, p.Skill, p.Rollouts, best)
+			}
+		}
+		// The tight form: the skill bought by the signal the arm got.
+		if signal := a.SignalPerRollout * float64(a.Rollouts); a.SkillFinal > cfg.BestSkill(signal)+1e-9 {
+			t.Errorf("%s: skill %.4f from a signal of %.1f, above the bound %.4f", a.Name, a.SkillFinal, signal, cfg.BestSkill(signal))
+		}
+		if a.SignalPerRollout > cfg.MaxSignalPerRollout() {
+			t.Errorf("%s: %.4f signal per rollout, above the expected most %.4f", a.Name, a.SignalPerRollout, cfg.MaxSignalPerRollout())
+		}
+		if a.RolloutsToUniformFinal >= 0 && a.RolloutsToUniformFinal < rep.RolloutsBound {
+			t.Errorf("%s reached uniform's final skill in %d rollouts, under the bound %d", a.Name, a.RolloutsToUniformFinal, rep.RolloutsBound)
+		}
+	}
+	// The bound inverts BestSkill: just below it the target is out of reach.
+	target := rep.Arms[0].SkillFinal
+	per := cfg.MaxSignalPerRollout()
+	if cfg.BestSkill(float64(rep.RolloutsBound)*per) < target || cfg.BestSkill(float64(rep.RolloutsBound-1)*per) >= target {
+		t.Errorf("bound %d does not invert BestSkill at %.4f", rep.RolloutsBound, target)
+	}
+	if cfg.RolloutsBound(0) != -1 {
+		t.Errorf("a target of 0 needs no rollouts")
+	}
+}
