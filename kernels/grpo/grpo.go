@@ -172,7 +172,10 @@ func (o Options) Validate() error {
 // SamplerLogProbs are indexed like Tokens: PolicyMask[t] says whether the
 // policy sampled Tokens[t], and SamplerLogProbs[t] is the log-probability
 // the sampler gave it (ignored where PolicyMask is false). Tokens[0] has no
-// context and cannot be a policy token.
+// context and cannot be a policy token. A sequence may have no tokens at
+// all (an episode that ended before its prompt fitted, as context_full
+// does): its reward still counts in its group's mean and std, and it adds
+// nothing to the loss.
 type Sequence struct {
 	Tokens          []int32
 	PolicyMask      []bool
@@ -259,13 +262,11 @@ func NewPlan(groups []Group, o Options) (*Plan, error) {
 func checkSequence(s *Sequence) error {
 	n := len(s.Tokens)
 	switch {
-	case n == 0:
-		return fmt.Errorf("%w: no tokens", ErrInvalid)
 	case len(s.PolicyMask) != n:
 		return fmt.Errorf("%w: %d mask entries for %d tokens", ErrInvalid, len(s.PolicyMask), n)
 	case len(s.SamplerLogProbs) != n:
 		return fmt.Errorf("%w: %d sampler log-probs for %d tokens", ErrInvalid, len(s.SamplerLogProbs), n)
-	case s.PolicyMask[0]:
+	case n > 0 && s.PolicyMask[0]:
 		return fmt.Errorf("%w: the first token has no context and cannot be a policy token", ErrInvalid)
 	case math.IsNaN(s.Reward) || math.IsInf(s.Reward, 0):
 		return fmt.Errorf("%w: reward %v", ErrInvalid, s.Reward)

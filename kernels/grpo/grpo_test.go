@@ -276,6 +276,28 @@ func TestFiniteDifferences(t *testing.T) {
 	}
 }
 
+// TestEmptySequence: an episode with no tokens (it ended before its prompt
+// fitted) is a group member like any other: its reward moves the group's
+// baseline, and it has no loss of its own.
+func TestEmptySequence(t *testing.T) {
+	empty := Sequence{Reward: 0}
+	p, err := NewPlan([]Group{{seq(3, 1, 1), empty}, {empty, empty}}, DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.GroupsUsed != 1 || p.GroupsSkipped != 1 || len(p.Items) != 1 || p.PolicyTokens != 1 {
+		t.Fatalf("used %d skipped %d items %d tokens %d", p.GroupsUsed, p.GroupsSkipped, len(p.Items), p.PolicyTokens)
+	}
+	// Rewards 1 and 0: mean 0.5, std 0.5, so the rewarded sequence's
+	// advantage is 0.5/(0.5+eps).
+	if want := 0.5 / (0.5 + p.Options.StdEps); !near(p.Items[0].Advantage, want) {
+		t.Errorf("advantage %v, want %v", p.Items[0].Advantage, want)
+	}
+	if _, err := NewPlan([]Group{{Sequence{Tokens: nil, PolicyMask: make([]bool, 1)}}}, DefaultOptions()); !errors.Is(err, ErrInvalid) {
+		t.Errorf("no tokens but a mask entry: err %v, want ErrInvalid", err)
+	}
+}
+
 func TestBadInput(t *testing.T) {
 	good := seq(3, 1, 1)
 	cases := map[string]struct {
