@@ -482,6 +482,57 @@ func TestExcerpts(t *testing.T) {
 	}
 }
 
+// TestPatchPromptFitsTheContext: a patch prompt whose code would leave no
+// room for an answer shows less code, always around the bug, until the
+// prompt and a whole answer fit the episode's context.
+func TestPatchPromptFitsTheContext(t *testing.T) {
+	var big strings.Builder
+	for i := 1; i <= 1000; i++ {
+		fmt.Fprintf(&big, "line_%d = compute(%d, scale=%d)\n", i, i, i*7)
+	}
+	task := &messages.Task{Id: "big.1", Language: "python", ProblemStatement: "1 test fails.\n",
+		BugPatch:   "--- a/big.py\n+++ b/big.py\n@@ -500,3 +500,3 @@\n line_500 = compute(500, scale=3500)\n-line_501 = compute(501, scale=3507)\n+line_501 = compute(0, scale=3507)\n line_502 = compute(502, scale=3514)\n",
+		Difficulty: &messages.DifficultyFeatures{HintLevel: 0}}
+	prompt := func(lim Limits) (*EpisodeResult, int) {
+		r, _ := runner(t, "I do not know.")
+		r.Limits = lim
+		ws := newMemWorkspace()
+		ws.files["big.py"] = big.String()
+		res, err := r.Run(context.Background(), task, ws, ModePatch, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for n < len(res.PolicyMask) && !res.PolicyMask[n] {
+			n++
+		}
+		return res, n
+	}
+	full, fullTokens := prompt(Limits{MaxContext: 32768, MaxTurnTokens: 64})
+	lim := Limits{MaxContext: fullTokens / 3, MaxTurnTokens: 256}
+	small, smallTokens := prompt(lim)
+	if small.Ending != EndNoEdits || full.Ending != EndNoEdits {
+		t.Fatalf("endings %s (%s) and %s (%s), want no_edits", small.Ending, small.Detail, full.Ending, full.Detail)
+	}
+	if smallTokens+lim.MaxTurnTokens > lim.MaxContext {
+		t.Fatalf("the prompt is %d tokens: with %d for the answer that overflows %d", smallTokens, lim.MaxTurnTokens, lim.MaxContext)
+	}
+	user := small.Turns[1].Content
+	if !strings.Contains(user, "line_501 = compute(501") || !strings.Contains(user, "big.py (lines ") {
+		t.Fatalf("the shrunk prompt lost the bug's line:\n%s", user)
+	}
+	if len(user) >= len(full.Turns[1].Content) {
+		t.Fatalf("the prompt did not shrink: %d bytes, %d at full size", len(user), len(full.Turns[1].Content))
+	}
+	// When even the narrowest window leaves no room, the episode still
+	// starts with what fits, and ends context_full only if the prompt
+	// alone does not fit.
+	tiny, tinyTokens := prompt(Limits{MaxContext: 120, MaxTurnTokens: 64})
+	if tiny.Ending != EndContextFull || tinyTokens != 0 {
+		t.Fatalf("a context of 120 tokens: ending %s (%s) after %d prompt tokens", tiny.Ending, tiny.Detail, tinyTokens)
+	}
+}
+
 func TestParseHunks(t *testing.T) {
 	patch := "diff --git a/a.py b/a.py\n--- a/a.py\n+++ b/a.py\n@@ -1,3 +1,3 @@\n x\n-y\n+z\n \n@@ -9,1 +9,1 @@\n-p\n+q\n"
 	h, err := ParseHunks(patch)

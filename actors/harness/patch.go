@@ -259,18 +259,26 @@ func bugSites(bugPatch string) (map[string][2]int, []string) {
 // 0 the window's offset from the bug comes from a hash of the task id, so
 // the bug is not always in the middle.
 func Excerpts(ctx context.Context, sb Sandbox, task *messages.Task) ([]Excerpt, error) {
+	files, err := readBugFiles(ctx, sb, task)
+	if err != nil {
+		return nil, err
+	}
+	return files.cut(task, 0), nil
+}
+
+// bugFiles are the files a task's bug touched, as the sandbox has them.
+type bugFiles struct {
+	order []string
+	sites map[string][2]int
+	lines map[string][]string
+}
+
+func readBugFiles(ctx context.Context, sb Sandbox, task *messages.Task) (*bugFiles, error) {
 	sites, order := bugSites(task.GetBugPatch())
 	if len(order) == 0 {
 		return nil, fmt.Errorf("%w: task %s: its bug patch names no file", ErrBadTask, task.GetId())
 	}
-	level := int(task.GetDifficulty().GetHintLevel())
-	budget, ok := excerptBudget[level]
-	if !ok {
-		budget = excerptBudget[2]
-	}
-	per := max(budget.lines/len(order), 20)
-	perBytes := budget.bytes / len(order)
-	var out []Excerpt
+	f := &bugFiles{order: order, sites: sites, lines: map[string][]string{}}
 	for _, p := range order {
 		b, err := sb.ReadFile(ctx, p)
 		if err != nil {
@@ -284,7 +292,30 @@ func Excerpts(ctx context.Context, sb Sandbox, task *messages.Task) ([]Excerpt, 
 		if lines[len(lines)-1] == "" {
 			lines = lines[:len(lines)-1]
 		}
-		site := sites[p]
+		f.lines[p] = lines
+	}
+	return f, nil
+}
+
+// minExcerptLines is the fewest lines a window is cut to when the prompt
+// must shrink to fit the context.
+const minExcerptLines = 8
+
+// cut windows the files by the hint level's budget halved shrink times
+// (patch mode shrinks it until the prompt fits the episode's context).
+func (f *bugFiles) cut(task *messages.Task, shrink int) []Excerpt {
+	level := int(task.GetDifficulty().GetHintLevel())
+	budget, ok := excerptBudget[level]
+	if !ok {
+		budget = excerptBudget[2]
+	}
+	per := max(budget.lines/len(f.order), 20) >> shrink
+	per = max(per, minExcerptLines)
+	perBytes := (budget.bytes / len(f.order)) >> shrink
+	var out []Excerpt
+	for _, p := range f.order {
+		lines := f.lines[p]
+		site := f.sites[p]
 		from, to := 1, len(lines)
 		span := func() int { return len(strings.Join(lines[from-1:to], "")) }
 		if to-from+1 > per || span() > perBytes {
@@ -309,7 +340,18 @@ func Excerpts(ctx context.Context, sb Sandbox, task *messages.Task) ([]Excerpt, 
 		}
 		out = append(out, Excerpt{Path: p, From: from, To: to, Lines: len(lines), Text: strings.Join(lines[from-1:to], "")})
 	}
-	return out, nil
+	return out
+}
+
+// narrowest reports whether shrinking further would show no less code.
+func (f *bugFiles) narrowest(task *messages.Task, shrink int) bool {
+	a, b := f.cut(task, shrink), f.cut(task, shrink+1)
+	for i := range a {
+		if a[i].From != b[i].From || a[i].To != b[i].To {
+			return false
+		}
+	}
+	return true
 }
 
 // patchPrompt is the user turn of patch mode.
@@ -342,7 +384,7 @@ func ensureNewline(s string) string {
 // patch is patch mode: one prompt with the code, one answer of edits.
 func (e *episode) patch() error {
 	ts := time.Now()
-	ex, err := Excerpts(e.wctx, e.ws, e.task)
+	code, err := readBugFiles(e.wctx, e.ws, e.task)
 	e.res.SandboxSeconds += time.Since(ts).Seconds()
 	if err != nil {
 		if end, detail, ok, cerr := e.interrupted(err); ok {
@@ -356,11 +398,23 @@ func (e *episode) patch() error {
 		}
 		return e.end(EndSandboxFailure, err.Error())
 	}
-	user := patchPrompt(e.task, ex)
-	msgs := []tokenizer.Message{{Role: "system", Content: PatchSystemPrompt}, {Role: "user", Content: user}}
-	ids, err := e.encodePrompt(msgs, false)
-	if err != nil {
-		return err
+	// The code shown shrinks, window by window, until the prompt leaves
+	// room for a whole answer (or cannot shrink any more).
+	var (
+		ex   []Excerpt
+		user string
+		ids  []int32
+	)
+	for shrink := 0; ; shrink++ {
+		ex = code.cut(e.task, shrink)
+		user = patchPrompt(e.task, ex)
+		msgs := []tokenizer.Message{{Role: "system", Content: PatchSystemPrompt}, {Role: "user", Content: user}}
+		if ids, err = e.encodePrompt(msgs, false); err != nil {
+			return err
+		}
+		if len(ids)+e.lim.MaxTurnTokens <= e.lim.MaxContext || code.narrowest(e.task, shrink) {
+			break
+		}
 	}
 	e.res.Turns = append(e.res.Turns,
 		&messages.Turn{Role: messages.Role_ROLE_SYSTEM, Content: PatchSystemPrompt},
