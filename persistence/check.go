@@ -33,18 +33,38 @@ func (db *DB) CheckConsistency(ctx context.Context) error {
 		if err := checkTrajectoryIndexes(ctx, txn, report); err != nil {
 			return err
 		}
-		return scan(ctx, txn, []byte(prefixStats), false, func(item *badger.Item) error {
+		checkStats := func(key []byte, st *messages.TaskStats, want []byte) {
+			if string(key) != string(want) {
+				report("stats under %q are for task %q", key, st.GetTaskId())
+			}
+			if st.GetAttempts() < 0 || st.GetSuccesses() < 0 || st.GetSuccesses() > st.GetAttempts() {
+				report("stats under %q: %d successes in %d attempts", key, st.GetSuccesses(), st.GetAttempts())
+			}
+		}
+		err := scan(ctx, txn, []byte(prefixStats), false, func(item *badger.Item) error {
 			st := &messages.TaskStats{}
 			if err := item.Value(func(v []byte) error { return unmarshal(item.Key(), v, st) }); err != nil {
 				report("%v", err)
 				return nil
 			}
-			if string(item.Key()) != string(statsKey(st.GetTaskId())) {
-				report("stats under %q are for task %q", item.Key(), st.GetTaskId())
+			checkStats(item.Key(), st, statsKey(st.GetTaskId()))
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		return scan(ctx, txn, []byte(prefixFrontierStats), false, func(item *badger.Item) error {
+			st := &messages.TaskStats{}
+			if err := item.Value(func(v []byte) error { return unmarshal(item.Key(), v, st) }); err != nil {
+				report("%v", err)
+				return nil
 			}
-			if st.GetAttempts() < 0 || st.GetSuccesses() < 0 || st.GetSuccesses() > st.GetAttempts() {
-				report("stats of task %q: %d successes in %d attempts", st.GetTaskId(), st.GetSuccesses(), st.GetAttempts())
+			name, _, ok := strings.Cut(string(item.Key()[len(prefixFrontierStats):]), sep)
+			if !ok {
+				report("frontier stats key %q has no task id", item.Key())
+				return nil
 			}
+			checkStats(item.Key(), st, frontierStatsKey(name, st.GetTaskId()))
 			return nil
 		})
 	})

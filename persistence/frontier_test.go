@@ -83,6 +83,32 @@ func TestFrontierConformance(t *testing.T) {
 			if st, _ := cur.Get(ctx, "a"); st.GetAlpha() != 9 {
 				t.Errorf("stats a after commit: alpha %v, want 9", st.GetAlpha())
 			}
+			// Another estimator (a training run's) keeps its own stats of
+			// the same task; the default one's are untouched.
+			run := "run-20261130-140000.001"
+			if err := s.Commit(ctx, run, &messages.FrontierState{PolicyVersion: 0}, []*messages.TaskStats{{TaskId: "a", Alpha: 3, Attempts: 1, Successes: 1}}); err != nil {
+				t.Fatal(err)
+			}
+			if st, _ := cur.Get(ctx, "a"); st.GetAlpha() != 9 {
+				t.Errorf("the default estimator's stats of a: alpha %v after another's commit, want 9", st.GetAlpha())
+			}
+			runStats, err := s.Stats(ctx, run)
+			if err != nil || len(runStats) != 1 || runStats[0].GetTaskId() != "a" || runStats[0].GetAlpha() != 3 {
+				t.Errorf("Stats(%s) = %v, %v", run, runStats, err)
+			}
+			defStats, err := s.Stats(ctx, "default")
+			if err != nil || len(defStats) != 2 {
+				t.Errorf("Stats(default) = %v, %v, want a and b", defStats, err)
+			}
+			if none, err := s.Stats(ctx, "nobody"); err != nil || len(none) != 0 {
+				t.Errorf("Stats(nobody) = %v, %v", none, err)
+			}
+			if _, err := s.Stats(ctx, ""); !errors.Is(err, ErrInvalid) {
+				t.Errorf("Stats(\"\") = %v, want ErrInvalid", err)
+			}
+			if names, err := s.Names(ctx); err != nil || len(names) != 2 || names[0] != "default" || names[1] != run {
+				t.Errorf("Names = %v, %v", names, err)
+			}
 			// Returned records are copies.
 			got.Counters["unknown_task"] = 100
 			if again, _ := s.Get(ctx, "default"); again.GetCounters()["unknown_task"] != 2 {
@@ -112,7 +138,7 @@ func TestFrontierSurvivesReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() }) // the db open at the end
 	got, err := db.Frontier().Get(ctx, "default")
 	if err != nil {
 		t.Fatal(err)
@@ -122,6 +148,26 @@ func TestFrontierSurvivesReopen(t *testing.T) {
 	}
 	if st, err := db.Curriculum().Get(ctx, "x"); err != nil || st.GetAttempts() != 2 {
 		t.Errorf("stats after reopen: %v, %v", st, err)
+	}
+	if err := db.CheckConsistency(ctx); err != nil {
+		t.Errorf("CheckConsistency: %v", err)
+	}
+	// A run's estimator survives too, apart from the default one.
+	if err := db.Frontier().Commit(ctx, "run-1", &messages.FrontierState{PolicyVersion: 9}, []*messages.TaskStats{{TaskId: "x", Attempts: 5, Successes: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err = Open(dir, WithLogger(testLogger(t)), smallFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := db.Frontier().Stats(ctx, "run-1"); err != nil || len(st) != 1 || st[0].GetAttempts() != 5 {
+		t.Errorf("run-1 stats after reopen: %v, %v", st, err)
+	}
+	if st, err := db.Curriculum().Get(ctx, "x"); err != nil || st.GetAttempts() != 2 {
+		t.Errorf("default stats after run-1's commit: %v, %v", st, err)
 	}
 	if err := db.CheckConsistency(ctx); err != nil {
 		t.Errorf("CheckConsistency: %v", err)

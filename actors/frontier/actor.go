@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -22,11 +23,11 @@ const SynthesizerName = "synthesizer"
 
 // ActorConfig is what the frontier actor needs from its node.
 type ActorConfig struct {
-	// Name keys the estimator's state (default "default").
-	Name       string
-	Tasks      persistence.TaskStore
-	Curriculum persistence.CurriculumStore
-	State      persistence.FrontierStore
+	// Name is the default estimator's name, for requests that name no run
+	// (default persistence.DefaultFrontier).
+	Name  string
+	Tasks persistence.TaskStore
+	State persistence.FrontierStore
 	// Environments, when set, names the environments synthesis may use when
 	// neither Params nor the pool name any.
 	Environments persistence.EnvironmentStore
@@ -46,11 +47,15 @@ type ActorConfig struct {
 // Props builds the frontier actor. It answers BatchRequest with a
 // TaskBatch, OutcomesReport with an OutcomesAck and FrontierStateRequest
 // with a FrontierStateReply (a Failure when the request is bad or the store
-// fails); after every batch and report, and on a timer, it asks the
-// Synthesizer for tasks when the pool is short of frontier tasks (while
-// batches or reports keep arriving; an idle node synthesizes nothing). All its
-// state is in the stores: a restarted actor continues where the last one
-// stopped.
+// fails). Each training run has its own Estimator, named after the run
+// (requests without a run use the default one): posteriors and policy
+// versions belong to one policy's lineage, so a new run at version 0 starts
+// its own frontier rather than being refused as stale by another run's.
+// After every batch and report, and on a timer, the estimator concerned
+// asks the Synthesizer for tasks when its pool is short of frontier tasks
+// (while batches or reports keep arriving; an idle estimator synthesizes
+// nothing). All its state is in the stores: a restarted actor continues
+// where the last one stopped.
 func Props(cfg ActorConfig) *actor.Props {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -58,22 +63,28 @@ func Props(cfg ActorConfig) *actor.Props {
 	if cfg.Tick <= 0 {
 		cfg.Tick = time.Minute
 	}
-	return actor.PropsFromProducer(func() actor.Actor { return &frontierActor{cfg: cfg} })
+	if cfg.Name == "" {
+		cfg.Name = persistence.DefaultFrontier
+	}
+	return actor.PropsFromProducer(func() actor.Actor {
+		return &frontierActor{cfg: cfg, est: map[string]*Estimator{}, active: map[string]time.Time{}}
+	})
 }
 
 type frontierActor struct {
 	cfg ActorConfig
-	est *Estimator
-	// active is when a batch or report last arrived: synthesis control runs
-	// while training runs, not on an idle node.
-	active time.Time
+	est map[string]*Estimator // by name, opened on first need
+	// active is when a batch or report for an estimator last arrived:
+	// synthesis control runs while its run trains, not on an idle node.
+	active map[string]time.Time
 }
 
 // synthAnswer is a request child's report to the frontier actor.
 type synthAnswer struct {
-	id    string
-	tasks []string
-	err   error
+	estimator string
+	id        string
+	tasks     []string
+	err       error
 }
 
 func failure(err error) *messages.Failure {
@@ -87,73 +98,131 @@ func failure(err error) *messages.Failure {
 	return &messages.Failure{Code: code, Message: err.Error()}
 }
 
-// estimator opens the estimator on first need, so a store that fails at
-// start is retried on the next message.
-func (a *frontierActor) estimator() (*Estimator, error) {
-	if a.est != nil {
-		return a.est, nil
+// nameOf is the estimator a request's run names.
+func (a *frontierActor) nameOf(run string) (string, error) {
+	if run == "" {
+		return a.cfg.Name, nil
+	}
+	if strings.ContainsRune(run, 0) {
+		return "", fmt.Errorf("%w: run %q contains a NUL byte", ErrBadRequest, run)
+	}
+	return run, nil
+}
+
+// estimator opens the named estimator on first need, so a store that fails
+// is retried on the next message.
+func (a *frontierActor) estimator(name string) (*Estimator, error) {
+	if est, ok := a.est[name]; ok {
+		return est, nil
 	}
 	est, err := Open(context.Background(), Config{
-		Name: a.cfg.Name, Tasks: a.cfg.Tasks, Curriculum: a.cfg.Curriculum, State: a.cfg.State,
-		Params: a.cfg.Params, Logger: a.cfg.Logger,
+		Name: name, Tasks: a.cfg.Tasks, State: a.cfg.State, Params: a.cfg.Params, Logger: a.cfg.Logger.With("estimator", name),
 	})
 	if err != nil {
 		return nil, err
 	}
-	a.est = est
+	a.est[name] = est
 	return est, nil
+}
+
+// forRun is the estimator of a request's run.
+func (a *frontierActor) forRun(run string) (string, *Estimator, error) {
+	name, err := a.nameOf(run)
+	if err != nil {
+		return "", nil, err
+	}
+	est, err := a.estimator(name)
+	return name, est, err
+}
+
+// latest is the name of the estimator with the newest activity in the store
+// (the default one when none has any).
+func (a *frontierActor) latest() (string, error) {
+	bg := context.Background()
+	names, err := a.cfg.State.Names(bg)
+	if err != nil {
+		return "", err
+	}
+	best, newest := a.cfg.Name, int64(-1)
+	for _, n := range names {
+		st, err := a.cfg.State.Get(bg, n)
+		if err != nil {
+			return "", err
+		}
+		if st.GetActiveUnixNano() > newest {
+			best, newest = n, st.GetActiveUnixNano()
+		}
+	}
+	return best, nil
 }
 
 func (a *frontierActor) Receive(ctx actor.Context) {
 	bg := context.Background()
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		if _, err := a.estimator(); err != nil {
+		if _, err := a.estimator(a.cfg.Name); err != nil {
 			a.cfg.Logger.Error("frontier: cannot open the estimator; will retry", "err", err)
 		}
 		ctx.SetReceiveTimeout(a.cfg.Tick)
 	case *actor.ReceiveTimeout:
-		if time.Since(a.active) < 10*a.cfg.Tick {
-			a.plan(ctx)
+		for name, at := range a.active {
+			if time.Since(at) < 10*a.cfg.Tick {
+				a.plan(ctx, name)
+				continue
+			}
+			// An idle run's estimator leaves memory; the store keeps it.
+			delete(a.active, name)
+			if name != a.cfg.Name {
+				delete(a.est, name)
+			}
 		}
 	case *messages.BatchRequest:
-		a.active = time.Now()
-		est, err := a.estimator()
+		name, est, err := a.forRun(m.GetRun())
 		if err == nil {
+			a.active[name] = time.Now()
 			var tasks []*messages.Task
 			if tasks, err = est.SelectBatch(bg, int(m.GetTasks()), m.GetPolicyVersion(), m.GetSeed(), m.GetMode()); err == nil {
 				ctx.Respond(&messages.TaskBatch{Tasks: tasks, PolicyVersion: est.PolicyVersion()})
-				a.plan(ctx)
+				a.plan(ctx, name)
 				return
 			}
 		}
 		ctx.Respond(failure(err))
 	case *messages.OutcomesReport:
-		a.active = time.Now()
-		est, err := a.estimator()
+		name, est, err := a.forRun(m.GetRun())
 		if err == nil {
+			a.active[name] = time.Now()
 			var res RecordResult
 			if res, err = est.Record(bg, m.GetOutcomes()); err == nil {
 				ctx.Respond(&messages.OutcomesAck{Recorded: int32(res.Recorded)})
-				a.plan(ctx)
+				a.plan(ctx, name)
 				return
 			}
 		}
 		ctx.Respond(failure(err))
 	case *messages.FrontierStateRequest:
-		est, err := a.estimator()
+		run := m.GetRun()
+		if run == "" && m.GetLatest() {
+			name, err := a.latest()
+			if err != nil {
+				ctx.Respond(failure(err))
+				return
+			}
+			run = name
+		}
+		_, est, err := a.forRun(run)
 		if err != nil {
 			ctx.Respond(failure(err))
 			return
 		}
 		ctx.Respond(est.Snapshot(a.environmentNames()))
 	case *synthAnswer:
-		est, err := a.estimator()
+		est, err := a.estimator(m.estimator)
 		if err == nil {
 			err = est.Delivered(bg, m.id, m.tasks, m.err)
 		}
 		if err != nil {
-			a.cfg.Logger.Error("frontier: cannot record a synthesis answer", "request", m.id, "err", err)
+			a.cfg.Logger.Error("frontier: cannot record a synthesis answer", "estimator", m.estimator, "request", m.id, "err", err)
 		}
 	}
 }
@@ -174,15 +243,17 @@ func (a *frontierActor) environmentNames() []string {
 	return names
 }
 
-// plan runs the synthesis control and sends what it asks for, each request
-// from a child actor that waits for the Synthesizer's answer.
-func (a *frontierActor) plan(ctx actor.Context) {
-	if !a.cfg.Synthesis || a.est == nil {
+// plan runs the named estimator's synthesis control and sends what it asks
+// for, each request from a child actor that waits for the Synthesizer's
+// answer.
+func (a *frontierActor) plan(ctx actor.Context, name string) {
+	est := a.est[name]
+	if !a.cfg.Synthesis || est == nil {
 		return
 	}
-	recs, err := a.est.PlanSynthesis(context.Background(), a.environmentNames())
+	recs, err := est.PlanSynthesis(context.Background(), a.environmentNames())
 	if err != nil {
-		a.cfg.Logger.Error("frontier: synthesis planning failed", "err", err)
+		a.cfg.Logger.Error("frontier: synthesis planning failed", "estimator", name, "err", err)
 		return
 	}
 	synth := a.cfg.Synthesizer
@@ -190,22 +261,22 @@ func (a *frontierActor) plan(ctx actor.Context) {
 		synth = actor.NewPID(ctx.Self().GetAddress(), SynthesizerName)
 	}
 	for _, rec := range recs {
-		a.cfg.Logger.Info("frontier: asking for tasks", "request", rec.GetId(), "spec", SpecKey(rec.GetSpec()),
+		a.cfg.Logger.Info("frontier: asking for tasks", "estimator", name, "request", rec.GetId(), "spec", SpecKey(rec.GetSpec()),
 			"count", rec.GetAsked(), "predicted", fmt.Sprintf("%.2f", rec.GetPredicted()))
-		ctx.Spawn(requestProps(synth, rec.GetId(), SynthesizeRequestOf(rec), a.est.Params().RequestTimeout))
+		ctx.Spawn(requestProps(synth, name, rec.GetId(), SynthesizeRequestOf(rec), est.Params().RequestTimeout))
 	}
 }
 
 // requestProps is a child that sends one SynthesizeRequest, ignores its
 // progress reports and tells its parent the outcome: the tasks, a Failure,
 // the synthesizer stopping, or no answer within timeout.
-func requestProps(synth *actor.PID, id string, req *messages.SynthesizeRequest, timeout time.Duration) *actor.Props {
+func requestProps(synth *actor.PID, estimator, id string, req *messages.SynthesizeRequest, timeout time.Duration) *actor.Props {
 	answered := false
 	return actor.PropsFromFunc(func(ctx actor.Context) {
 		answer := func(tasks []string, err error) {
 			if !answered {
 				answered = true
-				ctx.Send(ctx.Parent(), &synthAnswer{id: id, tasks: tasks, err: err})
+				ctx.Send(ctx.Parent(), &synthAnswer{estimator: estimator, id: id, tasks: tasks, err: err})
 				ctx.Stop(ctx.Self())
 			}
 		}

@@ -41,7 +41,7 @@ func TestActorRestartKeepsState(t *testing.T) {
 		t.Fatal(err)
 	}
 	sys := actor.NewActorSystem()
-	props := Props(ActorConfig{Tasks: db.Tasks(), Curriculum: db.Curriculum(), State: db.Frontier(), Logger: quiet})
+	props := Props(ActorConfig{Tasks: db.Tasks(), State: db.Frontier(), Logger: quiet})
 	pid, err := sys.Root.SpawnNamed(props, ActorName)
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +113,7 @@ func TestActorSynthesizerCannotDeliver(t *testing.T) {
 			}
 			sys := actor.NewActorSystem()
 			pid := sys.Root.Spawn(Props(ActorConfig{
-				Tasks: mem.Tasks(), Curriculum: mem.Curriculum(), State: persistence.NewMemoryFrontier(mem.Curriculum()),
+				Tasks: mem.Tasks(), State: persistence.NewMemoryFrontier(mem.Curriculum()),
 				Synthesis: true, Synthesizer: tc.synth(sys), Logger: quiet,
 				Params: Params{TargetFrontier: 4, Operators: []string{"off_by_one"}},
 			}))
@@ -134,5 +134,125 @@ func TestActorSynthesizerCannotDeliver(t *testing.T) {
 				time.Sleep(20 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// TestEachRunHasItsOwnEstimator: two training runs on one node keep their
+// own posteriors and policy versions. A new run at version 0 after another
+// reached version 100 is recorded, not refused as stale; the latest
+// estimator is the one that was active last; all of it survives a restart.
+func TestEachRunHasItsOwnEstimator(t *testing.T) {
+	ctx := context.Background()
+	db, err := persistence.Open(t.TempDir(), persistence.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var tasks []*messages.Task
+	for i := range 6 {
+		tasks = append(tasks, task(fmt.Sprintf("t%02d", i), "six", "off_by_one", 1, i%3))
+	}
+	if err := db.Tasks().PutMany(ctx, tasks); err != nil {
+		t.Fatal(err)
+	}
+	sys := actor.NewActorSystem()
+	props := Props(ActorConfig{Tasks: db.Tasks(), State: db.Frontier(), Logger: quiet})
+	pid, err := sys.Root.SpawnNamed(props, ActorName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	play := func(run string, version int64, reward float64) *messages.OutcomesAck {
+		t.Helper()
+		batch, ok := ask(t, sys, pid, &messages.BatchRequest{Tasks: 2, PolicyVersion: version, Run: run, Mode: "patch"}).(*messages.TaskBatch)
+		if !ok || len(batch.GetTasks()) != 2 {
+			t.Fatalf("run %s: batch %v", run, batch)
+		}
+		var outs []*messages.EpisodeOutcome
+		for _, tk := range batch.GetTasks() {
+			outs = append(outs, outcomes(tk.GetId(), version, reward, reward, reward, reward)...)
+		}
+		ack, ok := ask(t, sys, pid, &messages.OutcomesReport{Outcomes: outs, Run: run}).(*messages.OutcomesAck)
+		if !ok {
+			t.Fatalf("run %s: report answered %v", run, ack)
+		}
+		return ack
+	}
+	state := func(req *messages.FrontierStateRequest) *messages.FrontierStateReply {
+		t.Helper()
+		r, ok := ask(t, sys, pid, req).(*messages.FrontierStateReply)
+		if !ok {
+			t.Fatalf("state %v: %v", req, r)
+		}
+		return r
+	}
+	if ack := play("run-a", 100, 1); ack.GetRecorded() != 8 {
+		t.Fatalf("run-a recorded %d of 8", ack.GetRecorded())
+	}
+	if ack := play("run-b", 0, 0); ack.GetRecorded() != 8 {
+		t.Fatalf("run-b at version 0 after run-a at 100: recorded %d of 8 (refused as stale?)", ack.GetRecorded())
+	}
+	a := state(&messages.FrontierStateRequest{Run: "run-a"})
+	b := state(&messages.FrontierStateRequest{Run: "run-b"})
+	def := state(&messages.FrontierStateRequest{})
+	if a.GetEstimator() != "run-a" || a.GetState().GetPolicyVersion() != 100 || a.GetState().GetCounters()[CountRecorded] != 8 {
+		t.Errorf("run-a: %s at v%d, counters %v", a.GetEstimator(), a.GetState().GetPolicyVersion(), a.GetState().GetCounters())
+	}
+	if b.GetEstimator() != "run-b" || b.GetState().GetPolicyVersion() != 0 || b.GetState().GetCounters()[CountRecorded] != 8 ||
+		b.GetState().GetCounters()[CountStaleVersion] != 0 {
+		t.Errorf("run-b: %s at v%d, counters %v", b.GetEstimator(), b.GetState().GetPolicyVersion(), b.GetState().GetCounters())
+	}
+	if def.GetEstimator() != persistence.DefaultFrontier || def.GetState().GetReports() != 0 {
+		t.Errorf("default estimator: %s with %d reports, want none", def.GetEstimator(), def.GetState().GetReports())
+	}
+	// Each run's posteriors hold only its own outcomes: all solved in a,
+	// none in b.
+	sa, err := db.Frontier().Stats(ctx, "run-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := db.Frontier().Stats(ctx, "run-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sa) != 2 || len(sb) != 2 {
+		t.Fatalf("stats: run-a %d tasks, run-b %d", len(sa), len(sb))
+	}
+	for _, st := range sa {
+		if st.GetAttempts() != 4 || st.GetSuccesses() != 4 {
+			t.Errorf("run-a %s: %d of %d", st.GetTaskId(), st.GetSuccesses(), st.GetAttempts())
+		}
+	}
+	for _, st := range sb {
+		if st.GetAttempts() != 4 || st.GetSuccesses() != 0 {
+			t.Errorf("run-b %s: %d of %d", st.GetTaskId(), st.GetSuccesses(), st.GetAttempts())
+		}
+	}
+	if l := state(&messages.FrontierStateRequest{Latest: true}); l.GetEstimator() != "run-b" {
+		t.Errorf("latest estimator %s, want run-b", l.GetEstimator())
+	}
+	play("run-a", 101, 1)
+	if l := state(&messages.FrontierStateRequest{Latest: true}); l.GetEstimator() != "run-a" {
+		t.Errorf("latest estimator %s after run-a played again, want run-a", l.GetEstimator())
+	}
+	if f, ok := ask(t, sys, pid, &messages.BatchRequest{Tasks: 1, Run: "bad\x00run"}).(*messages.Failure); !ok || f.GetCode() != "bad_request" {
+		t.Errorf("a run with a NUL byte answered %v", f)
+	}
+	before := []*messages.FrontierStateReply{state(&messages.FrontierStateRequest{Run: "run-a"}), state(&messages.FrontierStateRequest{Run: "run-b"})}
+	if err := sys.Root.PoisonFuture(pid).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if pid, err = sys.Root.SpawnNamed(props, ActorName); err != nil {
+		t.Fatal(err)
+	}
+	for i, run := range []string{"run-a", "run-b"} {
+		if after := state(&messages.FrontierStateRequest{Run: run}); !proto.Equal(before[i], after) {
+			t.Errorf("%s after restart differs:\nbefore %v\n after %v", run, before[i], after)
+		}
+	}
+	if l := state(&messages.FrontierStateRequest{Latest: true}); l.GetEstimator() != "run-a" {
+		t.Errorf("latest estimator after restart %s, want run-a", l.GetEstimator())
+	}
+	if err := db.CheckConsistency(ctx); err != nil {
+		t.Errorf("CheckConsistency: %v", err)
 	}
 }

@@ -213,13 +213,14 @@ func (p Params) validate() error {
 
 // Config is what an Estimator needs.
 type Config struct {
-	// Name keys the estimator's state record (default "default").
-	Name       string
-	Tasks      persistence.TaskStore
-	Curriculum persistence.CurriculumStore
-	State      persistence.FrontierStore
-	Params     Params
-	Logger     *slog.Logger
+	// Name keys the estimator's state record and task posteriors (default
+	// persistence.DefaultFrontier). The frontier actor names a training
+	// run's estimator after the run.
+	Name   string
+	Tasks  persistence.TaskStore
+	State  persistence.FrontierStore
+	Params Params
+	Logger *slog.Logger
 	// Now is the clock (default time.Now); simulations pass a fake one.
 	Now func() time.Time
 }
@@ -254,11 +255,11 @@ type poolTask struct {
 
 // Open loads the estimator's state, posteriors and pool from the stores.
 func Open(ctx context.Context, cfg Config) (*Estimator, error) {
-	if cfg.Tasks == nil || cfg.Curriculum == nil || cfg.State == nil {
-		return nil, fmt.Errorf("%w: frontier estimator needs task, curriculum and state stores", ErrBadRequest)
+	if cfg.Tasks == nil || cfg.State == nil {
+		return nil, fmt.Errorf("%w: frontier estimator needs task and state stores", ErrBadRequest)
 	}
 	if cfg.Name == "" {
-		cfg.Name = "default"
+		cfg.Name = persistence.DefaultFrontier
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -279,7 +280,7 @@ func Open(ctx context.Context, cfg Config) (*Estimator, error) {
 		return nil, fmt.Errorf("open frontier estimator: %w", err)
 	}
 	e.state = ensureState(st)
-	stats, err := cfg.Curriculum.List(ctx)
+	stats, err := cfg.State.Stats(ctx, cfg.Name)
 	if err != nil {
 		return nil, fmt.Errorf("open frontier estimator: %w", err)
 	}
@@ -598,6 +599,7 @@ func (e *Estimator) SelectBatch(ctx context.Context, n int, version int64, seed 
 	}
 	st.BatchSeq = seq
 	st.Counters[CountBatches]++
+	st.ActiveUnixNano = e.cfg.Now().UnixNano()
 	if err := e.commit(ctx, st, nil); err != nil {
 		return nil, fmt.Errorf("select batch: %w", err)
 	}
@@ -852,6 +854,7 @@ func (e *Estimator) Record(ctx context.Context, outcomes []*messages.EpisodeOutc
 			st.Recent = st.Recent[len(st.Recent)-recentBatches:]
 		}
 	}
+	st.ActiveUnixNano = e.cfg.Now().UnixNano()
 	if err := e.commit(ctx, st, changed); err != nil {
 		return res, fmt.Errorf("record outcomes: %w", err)
 	}

@@ -48,7 +48,7 @@ func newFixture(t *testing.T, tasks ...*messages.Task) *fixture {
 
 func (f *fixture) open(t *testing.T, p Params) *Estimator {
 	t.Helper()
-	e, err := Open(context.Background(), Config{Tasks: f.mem.Tasks(), Curriculum: f.mem.Curriculum(), State: f.state,
+	e, err := Open(context.Background(), Config{Tasks: f.mem.Tasks(), State: f.state,
 		Params: p, Logger: quiet, Now: func() time.Time { return f.clock }})
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +149,7 @@ func TestBadInputCountedAndLeftOut(t *testing.T) {
 	if _, err := Open(ctx, Config{Tasks: f.mem.Tasks()}); !errors.Is(err, ErrBadRequest) {
 		t.Errorf("Open without stores = %v, want ErrBadRequest", err)
 	}
-	if _, err := Open(ctx, Config{Tasks: f.mem.Tasks(), Curriculum: f.mem.Curriculum(), State: f.state, Params: Params{BandLow: 0.9, BandHigh: 0.1}}); !errors.Is(err, ErrBadRequest) {
+	if _, err := Open(ctx, Config{Tasks: f.mem.Tasks(), State: f.state, Params: Params{BandLow: 0.9, BandHigh: 0.1}}); !errors.Is(err, ErrBadRequest) {
 		t.Errorf("Open with an inverted band = %v, want ErrBadRequest", err)
 	}
 	// An outcome for a task stored after the estimator loaded its pool is
@@ -455,7 +455,7 @@ func TestRestartLosesNothing(t *testing.T) {
 	}
 	clock := time.Unix(1_700_000_000, 0)
 	open := func(db *persistence.DB) *Estimator {
-		e, err := Open(ctx, Config{Tasks: db.Tasks(), Curriculum: db.Curriculum(), State: db.Frontier(), Logger: quiet, Now: func() time.Time { return clock }})
+		e, err := Open(ctx, Config{Tasks: db.Tasks(), State: db.Frontier(), Logger: quiet, Now: func() time.Time { return clock }})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -282,7 +282,7 @@ func (e *Estimator) Snapshot(environments []string) *messages.FrontierStateReply
 	bands, perSpec, active := e.poolBands(st)
 	reply := &messages.FrontierStateReply{
 		State: st, FrontierTasks: int32(bands[BandFrontier]), TargetFrontierTasks: int32(e.p.TargetFrontier),
-		BandLow: e.p.BandLow, BandHigh: e.p.BandHigh, PoolTasks: int32(len(e.ids)),
+		BandLow: e.p.BandLow, BandHigh: e.p.BandHigh, PoolTasks: int32(len(e.ids)), Estimator: e.cfg.Name,
 	}
 	for _, b := range []struct {
 		name      string

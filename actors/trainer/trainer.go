@@ -1,6 +1,7 @@
 // Package trainer is the training loop of frognano run: for each step it
 // asks the FrontierEstimator for a batch of tasks at the current policy
-// version, plays G episodes of every task with the current policy (the
+// version (the run's own estimator: posteriors and versions belong to one
+// policy's lineage), plays G episodes of every task with the current policy (the
 // node's Sampler) in fresh sandboxes (actors/rollout), reports the graded
 // outcomes to the FrontierEstimator, sends the groups to the run's Learner
 // for one GRPO step, and moves the Sampler to the version the Learner
@@ -409,7 +410,7 @@ func (t *Trainer) step(ctx context.Context, run *messages.Run, s Settings, lim h
 	// 1. A batch from the frontier, waiting for the synthesizer when the
 	// pool is empty.
 	start := time.Now()
-	tasks, err := t.batch(ctx, tag, s.TasksPerStep, version, seed, s.Mode)
+	tasks, err := t.batch(ctx, tag, run.GetId(), s.TasksPerStep, version, seed, s.Mode)
 	if err != nil {
 		return err
 	}
@@ -462,7 +463,7 @@ func (t *Trainer) step(ctx context.Context, run *messages.Run, s Settings, lim h
 
 	// 3. Outcomes to the frontier.
 	start = time.Now()
-	res, err := t.ask(t.frontier, &messages.OutcomesReport{Outcomes: outcomes}, 5*time.Minute)
+	res, err := t.ask(t.frontier, &messages.OutcomesReport{Outcomes: outcomes, Run: run.GetId()}, 5*time.Minute)
 	if err != nil {
 		return fmt.Errorf("reporting outcomes: %w", err)
 	}
@@ -536,14 +537,14 @@ func (t *Trainer) step(ctx context.Context, run *messages.Run, s Settings, lim h
 	return nil
 }
 
-// batch asks the frontier for n tasks; while the pool is empty it waits for
-// the tasks the frontier asks the synthesizer for. mode tells the frontier
-// the harness mode the batch is played in.
-func (t *Trainer) batch(ctx context.Context, tag string, n int, version int64, seed uint64, mode string) ([]*messages.Task, error) {
+// batch asks the run's frontier estimator for n tasks; while the pool is
+// empty it waits for the tasks the frontier asks the synthesizer for. mode
+// tells the frontier the harness mode the batch is played in.
+func (t *Trainer) batch(ctx context.Context, tag, runID string, n int, version int64, seed uint64, mode string) ([]*messages.Task, error) {
 	const poll, patience = 10 * time.Second, 30 * time.Minute
 	deadline := time.Now().Add(patience)
 	for {
-		res, err := t.ask(t.frontier, &messages.BatchRequest{Tasks: int32(n), PolicyVersion: version, Seed: seed, Mode: mode}, 5*time.Minute)
+		res, err := t.ask(t.frontier, &messages.BatchRequest{Tasks: int32(n), PolicyVersion: version, Seed: seed, Mode: mode, Run: runID}, 5*time.Minute)
 		if err != nil {
 			return nil, fmt.Errorf("frontier: %w", err)
 		}

@@ -16,7 +16,10 @@ import (
 )
 
 func frontierCmd(a *app) *cobra.Command {
-	var asJSON bool
+	var (
+		asJSON bool
+		run    string
+	)
 	cmd := &cobra.Command{
 		Use:   "frontier",
 		Short: "Print the FrontierEstimator's state: pool by band, calibration, recent batches, synthesis requests",
@@ -25,7 +28,12 @@ of posterior solve rate (too hard, frontier, too easy, retired as hopeless or
 mastered), the effective-batch fraction of recent outcome reports (groups
 whose rewards are not all equal), calibration of predicted against observed
 solve rates, the synthesis requests it sent with their yield, the settings it
-would ask for next, and its counters (rejected outcomes among them).`,
+would ask for next, and its counters (rejected outcomes among them).
+
+Each training run has its own estimator (posteriors and policy versions
+belong to one policy's lineage). Without --run this prints the one that
+handed out a batch or recorded outcomes most recently; --run default is the
+node's default estimator, for requests that name no run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.connect(cmd)
@@ -33,7 +41,7 @@ would ask for next, and its counters (rejected outcomes among them).`,
 				return err
 			}
 			defer c.close()
-			res, err := c.askActor(c.pid(frontier.ActorName), &messages.FrontierStateRequest{}, time.Minute)
+			res, err := c.askActor(c.pid(frontier.ActorName), &messages.FrontierStateRequest{Run: run, Latest: run == ""}, time.Minute)
 			if err != nil {
 				return err
 			}
@@ -46,11 +54,13 @@ would ask for next, and its counters (rejected outcomes among them).`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the state as JSON")
+	cmd.Flags().StringVar(&run, "run", "", "the training run whose estimator to print (default: the most recently active one)")
 	return cmd
 }
 
 func writeFrontier(w io.Writer, r *messages.FrontierStateReply) error {
 	st := r.GetState()
+	fmt.Fprintf(w, "estimator %s\n", r.GetEstimator())
 	fmt.Fprintf(w, "policy version %d, %d batches, %d reports; pool %d tasks, %d in the band [%.2f, %.2f] (target %d)\n",
 		st.GetPolicyVersion(), st.GetBatchSeq(), st.GetReports(), r.GetPoolTasks(), r.GetFrontierTasks(), r.GetBandLow(), r.GetBandHigh(), r.GetTargetFrontierTasks())
 	if m := st.GetMode(); m != "" {

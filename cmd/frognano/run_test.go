@@ -199,7 +199,7 @@ func TestRunTrainsAndResumes(t *testing.T) {
 			t.Fatalf("trajectory %s of policy v%d, newer than the run's", tr.Id, tr.PolicyVersion)
 		}
 	}
-	st, err := db.Frontier().Get(ctx, "default")
+	st, err := db.Frontier().Get(ctx, runID) // the run's own estimator
 	if err != nil || st.GetReports() < 2 || st.GetCounters()[frontier.CountRecorded] < 4 {
 		t.Fatalf("frontier state after two steps: reports %d counters %v, %v", st.GetReports(), st.GetCounters(), err)
 	}
@@ -385,7 +385,7 @@ func TestTrainStepPublishesAndResumes(t *testing.T) {
 	if full, err := db.Checkpoints().Latest(ctx, runID+"/train"); err != nil || full.GetStep() != 1 {
 		t.Fatalf("full checkpoint: %v, %v", full, err)
 	}
-	st, err := db.Frontier().Get(ctx, "default")
+	st, err := db.Frontier().Get(ctx, runID)
 	if err != nil || st.GetReports() != 1 || st.GetTotalEffectiveGroups() != 1 {
 		t.Fatalf("frontier state: reports %d, effective groups %d, %v", st.GetReports(), st.GetTotalEffectiveGroups(), err)
 	}

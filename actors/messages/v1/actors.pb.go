@@ -1321,6 +1321,9 @@ type BatchRequest struct {
 	PolicyVersion int64                  `protobuf:"varint,2,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
 	Seed          uint64                 `protobuf:"varint,3,opt,name=seed,proto3" json:"seed,omitempty"`
 	Mode          string                 `protobuf:"bytes,4,opt,name=mode,proto3" json:"mode,omitempty"` // harness mode the batch will be played in ("": unchanged)
+	// run: the training run whose policy versions these are; each run has its
+	// own estimator ("": the node's default estimator).
+	Run           string `protobuf:"bytes,5,opt,name=run,proto3" json:"run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1379,6 +1382,13 @@ func (x *BatchRequest) GetSeed() uint64 {
 func (x *BatchRequest) GetMode() string {
 	if x != nil {
 		return x.Mode
+	}
+	return ""
+}
+
+func (x *BatchRequest) GetRun() string {
+	if x != nil {
+		return x.Run
 	}
 	return ""
 }
@@ -1514,6 +1524,7 @@ func (x *EpisodeOutcome) GetMode() string {
 type OutcomesReport struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Outcomes      []*EpisodeOutcome      `protobuf:"bytes,1,rep,name=outcomes,proto3" json:"outcomes,omitempty"`
+	Run           string                 `protobuf:"bytes,2,opt,name=run,proto3" json:"run,omitempty"` // as in BatchRequest
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1553,6 +1564,13 @@ func (x *OutcomesReport) GetOutcomes() []*EpisodeOutcome {
 		return x.Outcomes
 	}
 	return nil
+}
+
+func (x *OutcomesReport) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
 }
 
 type OutcomesAck struct {
@@ -2833,12 +2851,13 @@ const file_actors_proto_rawDesc = "" +
 	"\vcpu_seconds\x18\x05 \x01(\x01R\n" +
 	"cpuSeconds\x12)\n" +
 	"\x10coverage_seconds\x18\x06 \x01(\x01R\x0fcoverageSeconds\x12\x1b\n" +
-	"\ttest_runs\x18\a \x01(\x05R\btestRuns\"s\n" +
+	"\ttest_runs\x18\a \x01(\x05R\btestRuns\"\x85\x01\n" +
 	"\fBatchRequest\x12\x14\n" +
 	"\x05tasks\x18\x01 \x01(\x05R\x05tasks\x12%\n" +
 	"\x0epolicy_version\x18\x02 \x01(\x03R\rpolicyVersion\x12\x12\n" +
 	"\x04seed\x18\x03 \x01(\x04R\x04seed\x12\x12\n" +
-	"\x04mode\x18\x04 \x01(\tR\x04mode\"d\n" +
+	"\x04mode\x18\x04 \x01(\tR\x04mode\x12\x10\n" +
+	"\x03run\x18\x05 \x01(\tR\x03run\"d\n" +
 	"\tTaskBatch\x120\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x1a.frognano.messages.v1.TaskR\x05tasks\x12%\n" +
 	"\x0epolicy_version\x18\x02 \x01(\x03R\rpolicyVersion\"\xa5\x01\n" +
@@ -2847,9 +2866,10 @@ const file_actors_proto_rawDesc = "" +
 	"\x0epolicy_version\x18\x02 \x01(\x03R\rpolicyVersion\x12\x16\n" +
 	"\x06reward\x18\x03 \x01(\x01R\x06reward\x12'\n" +
 	"\x0fsandbox_failure\x18\x04 \x01(\bR\x0esandboxFailure\x12\x12\n" +
-	"\x04mode\x18\x05 \x01(\tR\x04mode\"R\n" +
+	"\x04mode\x18\x05 \x01(\tR\x04mode\"d\n" +
 	"\x0eOutcomesReport\x12@\n" +
-	"\boutcomes\x18\x01 \x03(\v2$.frognano.messages.v1.EpisodeOutcomeR\boutcomes\")\n" +
+	"\boutcomes\x18\x01 \x03(\v2$.frognano.messages.v1.EpisodeOutcomeR\boutcomes\x12\x10\n" +
+	"\x03run\x18\x02 \x01(\tR\x03run\")\n" +
 	"\vOutcomesAck\x12\x1a\n" +
 	"\brecorded\x18\x01 \x01(\x05R\brecorded\"\xf8\x01\n" +
 	"\x0fGenerateRequest\x12\x1d\n" +

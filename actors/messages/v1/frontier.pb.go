@@ -552,9 +552,12 @@ type FrontierState struct {
 	// mode is the harness mode ("agent", "patch") episodes are played in, as
 	// the latest batch request or report said; the difficulty model sees every
 	// task in it (a task's own mode feature only when none was said).
-	Mode          string `protobuf:"bytes,15,opt,name=mode,proto3" json:"mode,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Mode string `protobuf:"bytes,15,opt,name=mode,proto3" json:"mode,omitempty"`
+	// active_unix_nano: when the estimator last handed out a batch or
+	// recorded outcomes.
+	ActiveUnixNano int64 `protobuf:"varint,16,opt,name=active_unix_nano,json=activeUnixNano,proto3" json:"active_unix_nano,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *FrontierState) Reset() {
@@ -692,9 +695,20 @@ func (x *FrontierState) GetMode() string {
 	return ""
 }
 
-// FrontierStateRequest asks the frontier actor for its current state.
+func (x *FrontierState) GetActiveUnixNano() int64 {
+	if x != nil {
+		return x.ActiveUnixNano
+	}
+	return 0
+}
+
+// FrontierStateRequest asks for one estimator's state: the run's ("" and
+// latest: the estimator that handed out a batch or recorded outcomes most
+// recently; "" alone: the node's default estimator).
 type FrontierStateRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Run           string                 `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	Latest        bool                   `protobuf:"varint,2,opt,name=latest,proto3" json:"latest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -727,6 +741,20 @@ func (x *FrontierStateRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use FrontierStateRequest.ProtoReflect.Descriptor instead.
 func (*FrontierStateRequest) Descriptor() ([]byte, []int) {
 	return file_frontier_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *FrontierStateRequest) GetRun() string {
+	if x != nil {
+		return x.Run
+	}
+	return ""
+}
+
+func (x *FrontierStateRequest) GetLatest() bool {
+	if x != nil {
+		return x.Latest
+	}
+	return false
 }
 
 // FrontierBand counts active or retired tasks in one band of solve rate.
@@ -810,6 +838,7 @@ type FrontierStateReply struct {
 	// synthesis_specs: the settings the estimator would ask for next, with
 	// their predicted solve rates, best first.
 	NextSpecs     []*SynthesisRecord `protobuf:"bytes,8,rep,name=next_specs,json=nextSpecs,proto3" json:"next_specs,omitempty"`
+	Estimator     string             `protobuf:"bytes,9,opt,name=estimator,proto3" json:"estimator,omitempty"` // the estimator's name: a run id, or "default"
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -900,6 +929,13 @@ func (x *FrontierStateReply) GetNextSpecs() []*SynthesisRecord {
 	return nil
 }
 
+func (x *FrontierStateReply) GetEstimator() string {
+	if x != nil {
+		return x.Estimator
+	}
+	return ""
+}
+
 var File_frontier_proto protoreflect.FileDescriptor
 
 const file_frontier_proto_rawDesc = "" +
@@ -959,7 +995,7 @@ const file_frontier_proto_rawDesc = "" +
 	"\x0edone_unix_nano\x18\v \x01(\x03R\fdoneUnixNano\x12%\n" +
 	"\x0epolicy_version\x18\f \x01(\x03R\rpolicyVersion\"%\n" +
 	"\tTaskPicks\x12\x18\n" +
-	"\abatches\x18\x01 \x03(\x03R\abatches\"\x9c\b\n" +
+	"\abatches\x18\x01 \x03(\x03R\abatches\"\xc6\b\n" +
 	"\rFrontierState\x12%\n" +
 	"\x0epolicy_version\x18\x01 \x01(\x03R\rpolicyVersion\x12\x1b\n" +
 	"\tbatch_seq\x18\x02 \x01(\x03R\bbatchSeq\x12;\n" +
@@ -976,7 +1012,8 @@ const file_frontier_proto_rawDesc = "" +
 	"\x16total_effective_groups\x18\f \x01(\x03R\x14totalEffectiveGroups\x12!\n" +
 	"\fnext_request\x18\r \x01(\x03R\vnextRequest\x12\x18\n" +
 	"\areports\x18\x0e \x01(\x03R\areports\x12\x12\n" +
-	"\x04mode\x18\x0f \x01(\tR\x04mode\x1a;\n" +
+	"\x04mode\x18\x0f \x01(\tR\x04mode\x12(\n" +
+	"\x10active_unix_nano\x18\x10 \x01(\x03R\x0eactiveUnixNano\x1a;\n" +
 	"\rCountersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1aY\n" +
@@ -986,13 +1023,15 @@ const file_frontier_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x1f.frognano.messages.v1.TaskPicksR\x05value:\x028\x01\x1a>\n" +
 	"\x10SpecBackoffEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x16\n" +
-	"\x14FrontierStateRequest\"^\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"@\n" +
+	"\x14FrontierStateRequest\x12\x10\n" +
+	"\x03run\x18\x01 \x01(\tR\x03run\x12\x16\n" +
+	"\x06latest\x18\x02 \x01(\bR\x06latest\"^\n" +
 	"\fFrontierBand\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05tasks\x18\x02 \x01(\x05R\x05tasks\x12\x10\n" +
 	"\x03low\x18\x03 \x01(\x01R\x03low\x12\x12\n" +
-	"\x04high\x18\x04 \x01(\x01R\x04high\"\xff\x02\n" +
+	"\x04high\x18\x04 \x01(\x01R\x04high\"\x9d\x03\n" +
 	"\x12FrontierStateReply\x129\n" +
 	"\x05state\x18\x01 \x01(\v2#.frognano.messages.v1.FrontierStateR\x05state\x126\n" +
 	"\x04pool\x18\x02 \x03(\v2\".frognano.messages.v1.FrontierBandR\x04pool\x12%\n" +
@@ -1003,7 +1042,8 @@ const file_frontier_proto_rawDesc = "" +
 	"\n" +
 	"pool_tasks\x18\a \x01(\x05R\tpoolTasks\x12D\n" +
 	"\n" +
-	"next_specs\x18\b \x03(\v2%.frognano.messages.v1.SynthesisRecordR\tnextSpecsB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
+	"next_specs\x18\b \x03(\v2%.frognano.messages.v1.SynthesisRecordR\tnextSpecs\x12\x1c\n" +
+	"\testimator\x18\t \x01(\tR\testimatorB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
 
 var (
 	file_frontier_proto_rawDescOnce sync.Once

@@ -19,7 +19,7 @@ func frontierActor(log *slog.Logger) node.NamedActor {
 		Props: func(n *node.Node) *actor.Props {
 			db := n.DB()
 			return frontier.Props(frontier.ActorConfig{
-				Tasks: db.Tasks(), Curriculum: db.Curriculum(), State: db.Frontier(), Environments: db.Environments(),
+				Tasks: db.Tasks(), State: db.Frontier(), Environments: db.Environments(),
 				Params: frontier.DefaultParams(), Synthesis: true, Logger: log.With("component", "frontier"),
 			})
 		},
