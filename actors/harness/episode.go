@@ -253,6 +253,13 @@ func (r *Runner) Run(ctx context.Context, task *messages.Task, ws Workspace, mod
 		}
 	}
 	e.res.WallSeconds = time.Since(start).Seconds()
+	for _, t := range e.res.Turns {
+		ValidUTF8(t)
+	}
+	if e.res.Grade != nil {
+		ValidUTF8(e.res.Grade.Report)
+	}
+	e.res.Detail = validString(e.res.Detail)
 	return e.res, nil
 }
 
