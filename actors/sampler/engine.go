@@ -19,8 +19,8 @@
 //
 // Each request samples from its own generator seeded by its Seed, exactly as
 // model.Generate does, so a request gives the same tokens alone or in any
-// batch, and with or without a kept cache (the batch, and the layout in which
-// a kept cache's positions were computed, change only the float32 summation
+// batch, and with or without a kept or copied cache (the batch, and the layout in which
+// a kept or copied cache's positions were computed, change only the float32 summation
 // order of the matrix products, within the model's cache tolerance, and so
 // the logits in their last bits). Log-probabilities are kernels/sample's: the token's under
 // softmax(logits/T) before top-k/top-p truncation.
@@ -41,8 +41,12 @@
 // tokens they hold; a request whose prompt shares a prefix with one takes
 // it over and prefills only the rest of its prompt (prefix.go). An agent
 // episode's next turn, whose prompt extends the previous turn's, so reads
-// only its new tokens. Stats.ReusedTokens counts the prompt tokens read
-// from kept caches, Stats.PromptTokens those computed.
+// only its new tokens. A request sharing a prompt prefix with a running
+// sequence (the G episodes of a group start together with one prompt)
+// copies that sequence's keys and values as they are computed instead
+// (prefix.go). Stats.ReusedTokens counts the prompt tokens read from kept
+// caches, Stats.CopiedTokens those copied from running sequences,
+// Stats.PromptTokens those computed.
 package sampler
 
 import (
@@ -104,6 +108,10 @@ type Config struct {
 	// counted by their capacities (default DefaultPrefixCacheBytes;
 	// negative keeps none). Caches of running sequences are not counted.
 	PrefixCacheBytes int64
+	// ShareRunning is the fewest prompt tokens a request must share with a
+	// running sequence to copy that sequence's keys and values instead of
+	// computing them (default DefaultShareRunning; negative never copies).
+	ShareRunning int
 }
 
 // Engine generates continuations for many concurrent callers with
@@ -129,6 +137,7 @@ type Engine struct {
 	steps     atomic.Int64
 	prefilled atomic.Int64
 	reused    atomic.Int64
+	copied    atomic.Int64
 	kept      atomic.Int32
 	keptBytes atomic.Int64
 
@@ -169,6 +178,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.PrefixCacheBytes == 0 {
 		cfg.PrefixCacheBytes = DefaultPrefixCacheBytes
 	}
+	if cfg.ShareRunning == 0 {
+		cfg.ShareRunning = DefaultShareRunning
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -208,6 +220,7 @@ type Stats struct {
 	GeneratedTokens int64 // sampled tokens, all requests
 	PromptTokens    int64 // prompt tokens computed (prefilled)
 	ReusedTokens    int64 // prompt tokens found in kept caches, not computed
+	CopiedTokens    int64 // prompt tokens copied from running sequences, not computed
 	Steps           int64 // forward passes
 	PrefixCaches    int   // caches kept for reuse now
 	PrefixBytes     int64 // their memory, by capacity
@@ -217,7 +230,7 @@ type Stats struct {
 func (e *Engine) Stats() Stats {
 	return Stats{
 		Version: e.version.Load(), Running: int(e.running.Load()), Waiting: int(e.waiting.Load()),
-		GeneratedTokens: e.generated.Load(), PromptTokens: e.prefilled.Load(), ReusedTokens: e.reused.Load(),
+		GeneratedTokens: e.generated.Load(), PromptTokens: e.prefilled.Load(), ReusedTokens: e.reused.Load(), CopiedTokens: e.copied.Load(),
 		Steps: e.steps.Load(), PrefixCaches: int(e.kept.Load()), PrefixBytes: e.keptBytes.Load(),
 	}
 }
@@ -379,10 +392,12 @@ type sequence struct {
 
 	// Scheduler-owned.
 	cache     *model.Cache
-	held      []int32 // a buffer for the tokens the cache holds, when it is kept
-	limit     int     // most positions: the context, or prompt + MaxTokens
-	fed       int     // prompt tokens in the cache
-	next      int32   // sampled, not yet fed
+	held      []int32   // a buffer for the tokens the cache holds, when it is kept
+	limit     int       // most positions: the context, or prompt + MaxTokens
+	fed       int       // prompt tokens in the cache
+	lead      *sequence // a running sequence whose prompt positions this one copies
+	share     int       // prompt positions to copy from lead
+	next      int32     // sampled, not yet fed
 	one       [1]int32
 	version   int64
 	ended     bool
@@ -583,15 +598,66 @@ func (e *Engine) assignCache(s *sequence) {
 	c, held, shared := e.pool.take(prompt, s.limit, alloc)
 	if c == nil {
 		s.cache, s.held, s.fed = e.m.NewCache(alloc), nil, 0
+	} else {
+		s.cache, s.held, s.fed = c, held, shared
+		e.reused.Add(int64(shared))
+		e.poolChanged()
+	}
+	e.follow(s)
+}
+
+// follow makes s copy, rather than compute, the prompt positions it shares
+// with a running sequence (the episodes of one group start together with
+// one prompt): the running sequence sharing the longest prefix beyond what
+// s holds already, by at least ShareRunning tokens, becomes its lead. At
+// least one prompt token is left to compute, for the first sampled token's
+// logits.
+func (e *Engine) follow(s *sequence) {
+	if e.cfg.ShareRunning < 0 {
 		return
 	}
-	s.cache, s.held, s.fed = c, held, shared
-	e.reused.Add(int64(shared))
-	e.poolChanged()
+	prompt := s.req.PromptIDs
+	best, bestN := (*sequence)(nil), s.fed+e.cfg.ShareRunning-1
+	for _, a := range e.active {
+		if a.ended || a.cache == nil {
+			continue
+		}
+		if n := min(commonPrefix(a.req.PromptIDs, prompt), len(prompt)-1); n > bestN {
+			best, bestN = a, n
+		}
+	}
+	if best != nil {
+		s.lead, s.share = best, bestN
+	}
+}
+
+// copyFromLeads brings every following sequence's cache up to what its lead
+// has computed of their shared prompt. A sequence whose lead has ended, or
+// that has copied all it shares, stops following and computes the rest.
+func (e *Engine) copyFromLeads() {
+	for _, s := range e.active {
+		a := s.lead
+		if a == nil {
+			continue
+		}
+		if a.ended || a.cache == nil {
+			s.lead = nil
+			continue
+		}
+		if n := min(s.share, a.fed); n > s.fed {
+			s.cache.CopyPrefix(a.cache, n)
+			e.copied.Add(int64(n - s.fed))
+			s.fed = n
+		}
+		if s.fed >= s.share {
+			s.lead = nil
+		}
+	}
 }
 
 // step runs one forward pass over the batch and samples.
 func (e *Engine) step() {
+	e.copyFromLeads()
 	budget := e.cfg.MaxStepTokens
 	e.caches, e.tokens, e.members, e.chunks = e.caches[:0], e.tokens[:0], e.members[:0], e.chunks[:0]
 	for _, s := range e.active {
@@ -605,8 +671,8 @@ func (e *Engine) step() {
 		}
 	}
 	for _, s := range e.active {
-		if s.decoding() || budget <= 0 {
-			continue
+		if s.decoding() || s.lead != nil || budget <= 0 {
+			continue // a follower waits for its lead to compute the shared prompt
 		}
 		n := min(len(s.req.PromptIDs)-s.fed, budget)
 		e.caches = append(e.caches, s.cache)

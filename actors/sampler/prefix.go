@@ -31,6 +31,21 @@ import (
 // kept cache too small for a request is not taken: the request gets a new,
 // larger cache and prefills its whole prompt).
 
+// Sharing with running sequences: the G episodes of a group start at once
+// with one prompt, before any of them has ended and left a cache in the
+// pool. A request whose prompt shares at least ShareRunning tokens with a
+// running sequence's follows it: its cache copies that sequence's keys and
+// values for the shared prompt positions as they are computed (it waits,
+// out of the prefill, while its lead reads them), and computes only the
+// rest. Copying a position costs a few kilobytes of memory traffic per
+// layer; computing it, a pass through the whole model. Stats.CopiedTokens
+// counts the positions copied. If the lead ends first, the follower
+// computes what it had not copied.
+
+// DefaultShareRunning is the default fewest shared prompt tokens worth
+// following a running sequence for.
+const DefaultShareRunning = 32
+
 // Default limits of the prefix cache pool.
 const (
 	// DefaultPrefixCaches is the default most caches kept: enough for the

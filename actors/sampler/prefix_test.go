@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/frognano/frognano/actors/harness"
 	"github.com/frognano/frognano/kernels/model"
@@ -217,8 +218,10 @@ func TestPrefixReuse(t *testing.T) {
 }
 
 // TestPrefixNotShared sends the same next turn twice at once: one request
-// takes the kept cache, the other computes its whole prompt in a cache of
-// its own, and both give the tokens of an engine keeping no caches.
+// takes the kept cache (no two running sequences share one) and computes
+// the rest of its prompt; the other gets a cache of its own and copies the
+// first one's positions into it as they are computed, all but its last
+// prompt token; both give the tokens of an engine keeping no caches.
 func TestPrefixNotShared(t *testing.T) {
 	m := smollm2(t)
 	stop := imEnd(t, m)
@@ -264,8 +267,12 @@ func TestPrefixNotShared(t *testing.T) {
 	if d := after.ReusedTokens - before.ReusedTokens; d != shared {
 		t.Fatalf("two requests for one kept cache reused %d tokens, want %d (one of them)", d, shared)
 	}
-	if d := after.PromptTokens - before.PromptTokens; d != int64(2*len(conv.prompt))-shared {
-		t.Fatalf("computed %d prompt tokens, want %d", d, int64(2*len(conv.prompt))-shared)
+	n := int64(len(conv.prompt))
+	if d := after.CopiedTokens - before.CopiedTokens; d != n-1 {
+		t.Fatalf("the second request copied %d prompt tokens, want %d", d, n-1)
+	}
+	if d := after.PromptTokens - before.PromptTokens; d != n-shared+1 {
+		t.Fatalf("computed %d prompt tokens, want %d", d, n-shared+1)
 	}
 	if after.PrefixCaches != 2 {
 		t.Fatalf("both caches should be kept afterwards: %+v", after)
@@ -404,6 +411,170 @@ func BenchmarkPrefixReuse(b *testing.B) {
 			b.ReportMetric(float64(generated)/b.Elapsed().Seconds(), "tokens/s")
 			b.ReportMetric(float64(st.PromptTokens)/float64(iter), "prefilled/op")
 			b.ReportMetric(float64(st.ReusedTokens)/float64(iter), "reused/op")
+		})
+	}
+}
+
+// groupTask is a user message of about n tokens whose first line names
+// task i, so that tasks share no more than the system prompt.
+func groupTask(t testing.TB, m *model.Model, i, n int) []int32 {
+	t.Helper()
+	for lines := 10; ; lines += 10 {
+		var s strings.Builder
+		fmt.Fprintf(&s, "Task %d: fix the bug in this Go file so that the tests pass.\n\n", i)
+		for j := range lines {
+			fmt.Fprintf(&s, "func f%d(x int) int { return x*%d + %d }\n", j, j+i+1, 2*j)
+		}
+		if p := chatPrompt(t, m, s.String()); len(p) >= n {
+			return p
+		}
+	}
+}
+
+// runGroup starts g requests for one prompt at once, as the episodes of a
+// GRPO group start, and returns their results.
+func runGroup(t testing.TB, e *Engine, prompt []int32, g, maxTokens int, seed uint64) []harness.GenerateResult {
+	t.Helper()
+	var streams []*Stream
+	for i := range g {
+		s, err := e.Start(context.Background(), harness.GenerateRequest{
+			PromptIDs: prompt, MaxTokens: maxTokens, Sampling: sample.Params{Temperature: 1}, Seed: seed + uint64(i),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, s)
+	}
+	out := make([]harness.GenerateResult, g)
+	for i, s := range streams {
+		res, err := s.Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = res
+	}
+	return out
+}
+
+// TestShareRunning plays a group of four episodes of one prompt at once:
+// three of them copy the first one's keys and values, so the prompt is
+// computed once (plus one token each), and every episode samples what an
+// engine computing every prompt itself samples. A request sharing fewer
+// than ShareRunning tokens computes its own.
+func TestShareRunning(t *testing.T) {
+	m := smollm2(t)
+	prompt := groupTask(t, m, 1, 600)
+	share := newEngine(t, Config{MaxStepTokens: 128})
+	compute := newEngine(t, Config{MaxStepTokens: 128, ShareRunning: -1})
+	got := runGroup(t, share, prompt, 4, 12, 7)
+	want := runGroup(t, compute, prompt, 4, 12, 7)
+	for i := range got {
+		if !slices.Equal(got[i].TokenIDs, want[i].TokenIDs) {
+			t.Fatalf("episode %d: sharing %v, computing %v", i, got[i].TokenIDs, want[i].TokenIDs)
+		}
+		if j, ok := closeLogProbs(got[i].LogProbs, want[i].LogProbs); !ok {
+			t.Fatalf("episode %d: log-prob %d sharing %v, computing %v", i, j, got[i].LogProbs, want[i].LogProbs)
+		}
+	}
+	n := int64(len(prompt))
+	s, c := share.Stats(), compute.Stats()
+	if s.CopiedTokens != 3*(n-1) || s.PromptTokens != n+3 {
+		t.Errorf("sharing: %d prompt tokens computed, %d copied; want %d and %d", s.PromptTokens, s.CopiedTokens, n+3, 3*(n-1))
+	}
+	if c.CopiedTokens != 0 || c.PromptTokens != 4*n {
+		t.Errorf("computing: %d prompt tokens computed, %d copied; want %d and 0", c.PromptTokens, c.CopiedTokens, 4*n)
+	}
+	// Two prompts that share only the chat template's opening (under 32
+	// tokens) are computed each on their own.
+	before := share.Stats()
+	a, b := chatPrompt(t, m, questions[0]), chatPrompt(t, m, questions[1])
+	if common := commonPrefix(a, b); common >= DefaultShareRunning {
+		t.Fatalf("the two questions share %d tokens", common)
+	}
+	var streams []*Stream
+	for _, p := range [][]int32{a, b} {
+		st, err := share.Start(context.Background(), harness.GenerateRequest{PromptIDs: p, MaxTokens: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, st)
+	}
+	for _, st := range streams {
+		if _, err := st.Result(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := share.Stats().CopiedTokens - before.CopiedTokens; d != 0 {
+		t.Errorf("prompts sharing less than %d tokens copied %d", DefaultShareRunning, d)
+	}
+}
+
+// TestShareRunningLeadCancelled: when the episode being copied is
+// cancelled before it has read the shared prompt, its follower computes
+// the rest itself and still samples what it would have alone.
+func TestShareRunningLeadCancelled(t *testing.T) {
+	m := smollm2(t)
+	prompt := groupTask(t, m, 2, 1000)
+	e := newEngine(t, Config{MaxStepTokens: 32}) // the lead reads its prompt in 30-odd steps
+	alone := newEngine(t, Config{ShareRunning: -1})
+	ctx, cancel := context.WithCancel(context.Background())
+	lead, err := e.Start(ctx, harness.GenerateRequest{PromptIDs: prompt, MaxTokens: 8, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := harness.GenerateRequest{PromptIDs: prompt, MaxTokens: 8, Sampling: sample.Params{Temperature: 1}, Seed: 2}
+	follower, err := e.Start(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cancel the lead once the follower has copied part of the prompt.
+	for e.Stats().CopiedTokens == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if _, err := lead.Result(); err == nil {
+		t.Fatal("the cancelled lead finished")
+	}
+	got, err := follower.Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := alone.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.TokenIDs, want.TokenIDs) {
+		t.Fatalf("follower of a cancelled lead: %v, alone %v", got.TokenIDs, want.TokenIDs)
+	}
+	// The follower copied part of its prompt and computed the rest.
+	st := e.Stats()
+	if n := int64(len(prompt)); st.CopiedTokens <= 0 || st.CopiedTokens >= n-1 || st.PromptTokens < n-st.CopiedTokens {
+		t.Errorf("%d prompt tokens: %d copied, %d computed (lead and follower)", n, st.CopiedTokens, st.PromptTokens)
+	}
+}
+
+// BenchmarkGroupPrompt plays groups of four episodes of one 1500-token
+// prompt (32 sampled tokens each), as a GRPO step starts them, on an
+// engine that copies running sequences' shared prompts and on one that
+// computes every prompt. Each iteration's task differs, so the kept caches
+// of earlier groups share only the system prompt.
+func BenchmarkGroupPrompt(b *testing.B) {
+	m := smollm2(b)
+	for _, mode := range []struct {
+		name  string
+		share int
+	}{{"share", 0}, {"compute", -1}} {
+		b.Run(mode.name, func(b *testing.B) {
+			e := newEngine(b, Config{ShareRunning: mode.share})
+			iter := 0
+			for b.Loop() {
+				runGroup(b, e, groupTask(b, m, iter, 1500), 4, 32, uint64(iter))
+				iter++
+			}
+			st := e.Stats()
+			b.ReportMetric(float64(iter)/b.Elapsed().Seconds(), "groups/s")
+			b.ReportMetric(float64(st.PromptTokens)/float64(iter), "computed-prompt-tokens/group")
+			b.ReportMetric(float64(st.CopiedTokens)/float64(iter), "copied-prompt-tokens/group")
 		})
 	}
 }

@@ -49,3 +49,24 @@ func (c *Cache) Truncate(n int) {
 
 // Reset empties the cache for a new sequence.
 func (c *Cache) Reset() { c.n = 0 }
+
+// CopyPrefix fills positions Len() to n with src's keys and values at the
+// same positions, so a sequence whose tokens up to n are src's need not
+// compute them again (a group of episodes sharing one prompt). src must be
+// a cache of the same model holding at least n positions; n must fit c.
+func (c *Cache) CopyPrefix(src *Cache, n int) {
+	switch {
+	case src.m != c.m:
+		panic("model: CopyPrefix from another model's cache")
+	case n < c.n || n > src.n || n > c.Cap():
+		panic(fmt.Sprintf("model: CopyPrefix to %d positions: this cache holds %d of %d, the source %d", n, c.n, c.Cap(), src.n))
+	case n == c.n:
+		return
+	}
+	b := c.m.b
+	for l := range c.k {
+		b.Copy(b.Slice(c.k[l], c.n, n), b.Slice(src.k[l], c.n, n))
+		b.Copy(b.Slice(c.v[l], c.n, n), b.Slice(src.v[l], c.n, n))
+	}
+	c.n = n
+}

@@ -341,3 +341,47 @@ func TestForwardErrors(t *testing.T) {
 		t.Errorf("after Truncate: %s", msg)
 	}
 }
+
+// TestCopyPrefix: a cache that copies another's first positions continues
+// like a cache that computed them, in two steps of copying, and refuses a
+// copy from another model or beyond what the source holds.
+func TestCopyPrefix(t *testing.T) {
+	s := tinySpecs["qwen3"]
+	path, _ := s.WriteGGUF(t, s.RandomWeights(11), modeltest.GGUFOptions{})
+	m, other := mustLoad(t, path), mustLoad(t, path)
+	r := m.NewRunner()
+	src := m.NewCache(len(tinyIDs))
+	if _, err := r.Forward([]*Cache{src}, [][]int32{tinyIDs[:20]}, false); err != nil {
+		t.Fatal(err)
+	}
+	c := m.NewCache(len(tinyIDs))
+	c.CopyPrefix(src, 7)
+	c.CopyPrefix(src, 19)
+	if c.Len() != 19 {
+		t.Fatalf("after copying 19 positions the cache holds %d", c.Len())
+	}
+	l, err := r.Forward([]*Cache{c}, [][]int32{tinyIDs[19:]}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := forwardAll(t, m, tinyIDs)
+	v := m.Config.VocabSize
+	if msg := kernelstest.Mismatch(l.Data, full[19*v:], tinyTol); msg != "" {
+		t.Errorf("after CopyPrefix: %s", msg)
+	}
+	for name, f := range map[string]func(){
+		"other model":   func() { other.NewCache(8).CopyPrefix(src, 4) },
+		"beyond source": func() { m.NewCache(32).CopyPrefix(src, 21) },
+		"backwards":     func() { c.CopyPrefix(src, 3) },
+		"beyond room":   func() { m.NewCache(4).CopyPrefix(src, 5) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: CopyPrefix did not panic", name)
+				}
+			}()
+			f()
+		}()
+	}
+}
