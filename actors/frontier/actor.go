@@ -201,23 +201,14 @@ func (a *frontierActor) Receive(ctx actor.Context) {
 		}
 		ctx.Respond(failure(err))
 	case *messages.FrontierStateRequest:
-		run := m.GetRun()
-		if run == "" && m.GetLatest() {
-			name, err := a.latest()
-			if err != nil {
-				ctx.Respond(failure(err))
-				return
-			}
-			run = name
-		}
-		_, est, err := a.forRun(run)
+		est, err := a.forState(m)
 		if err != nil {
 			ctx.Respond(failure(err))
 			return
 		}
 		ctx.Respond(est.Snapshot(a.environmentNames()))
 	case *synthAnswer:
-		est, err := a.estimator(m.estimator)
+		est, err := a.transient(m.estimator)
 		if err == nil {
 			err = est.Delivered(bg, m.id, m.tasks, m.err)
 		}
@@ -225,6 +216,41 @@ func (a *frontierActor) Receive(ctx actor.Context) {
 			a.cfg.Logger.Error("frontier: cannot record a synthesis answer", "estimator", m.estimator, "request", m.id, "err", err)
 		}
 	}
+}
+
+// transient is the named estimator: the one in memory, or one opened from
+// the store for this message only (an idle run's estimator, evicted, gets
+// the answer to a request it sent while training and stays out of memory).
+func (a *frontierActor) transient(name string) (*Estimator, error) {
+	if est, ok := a.est[name]; ok {
+		return est, nil
+	}
+	return Open(context.Background(), Config{
+		Name: name, Tasks: a.cfg.Tasks, State: a.cfg.State, Params: a.cfg.Params, Logger: a.cfg.Logger.With("estimator", name),
+	})
+}
+
+// forState is the estimator a state request asks for: the latest active
+// one, a run's (which must exist), or the default one.
+func (a *frontierActor) forState(m *messages.FrontierStateRequest) (*Estimator, error) {
+	name, err := a.nameOf(m.GetRun())
+	if err != nil {
+		return nil, err
+	}
+	if m.GetRun() == "" && m.GetLatest() {
+		if name, err = a.latest(); err != nil {
+			return nil, err
+		}
+	}
+	if _, ok := a.est[name]; !ok && name != a.cfg.Name {
+		if _, err := a.cfg.State.Get(context.Background(), name); err != nil {
+			if errors.Is(err, persistence.ErrNotFound) {
+				return nil, fmt.Errorf("no frontier estimator for run %q: %w", name, err)
+			}
+			return nil, err
+		}
+	}
+	return a.transient(name)
 }
 
 func (a *frontierActor) environmentNames() []string {

@@ -234,6 +234,9 @@ func TestEachRunHasItsOwnEstimator(t *testing.T) {
 	if l := state(&messages.FrontierStateRequest{Latest: true}); l.GetEstimator() != "run-a" {
 		t.Errorf("latest estimator %s after run-a played again, want run-a", l.GetEstimator())
 	}
+	if f, ok := ask(t, sys, pid, &messages.FrontierStateRequest{Run: "run-typo"}).(*messages.Failure); !ok || f.GetCode() != "not_found" {
+		t.Errorf("the state of a run that never asked for a batch: %v", f)
+	}
 	if f, ok := ask(t, sys, pid, &messages.BatchRequest{Tasks: 1, Run: "bad\x00run"}).(*messages.Failure); !ok || f.GetCode() != "bad_request" {
 		t.Errorf("a run with a NUL byte answered %v", f)
 	}

@@ -259,7 +259,7 @@ func (r *Runner) Run(ctx context.Context, task *messages.Task, ws Workspace, mod
 	if e.res.Grade != nil {
 		ValidUTF8(e.res.Grade.Report)
 	}
-	e.res.Detail = validString(e.res.Detail)
+	e.res.Detail = ValidString(e.res.Detail)
 	return e.res, nil
 }
 

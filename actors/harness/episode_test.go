@@ -524,6 +524,40 @@ func TestPatchPromptFitsTheContext(t *testing.T) {
 	if len(user) >= len(full.Turns[1].Content) {
 		t.Fatalf("the prompt did not shrink: %d bytes, %d at full size", len(user), len(full.Turns[1].Content))
 	}
+	// A file short enough to be shown whole at the first two budgets is
+	// still cut when the prompt needs it.
+	var thirty strings.Builder
+	for i := 1; i <= 30; i++ {
+		fmt.Fprintf(&thirty, "value_%d = compute(%d, scale=%d)\n", i, i, i*7)
+	}
+	short := &messages.Task{Id: "small.1", Language: "python", ProblemStatement: strings.Repeat("The values are wrong. ", 40) + "\n",
+		BugPatch:   "--- a/small.py\n+++ b/small.py\n@@ -15,1 +15,1 @@\n-value_15 = compute(15, scale=105)\n+value_15 = compute(0, scale=105)\n",
+		Difficulty: &messages.DifficultyFeatures{HintLevel: 1}}
+	play := func(lim Limits) (*EpisodeResult, int) {
+		r, _ := runner(t, "I do not know.")
+		r.Limits = lim
+		ws := newMemWorkspace()
+		ws.files["small.py"] = thirty.String()
+		res, err := r.Run(context.Background(), short, ws, ModePatch, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for n < len(res.PolicyMask) && !res.PolicyMask[n] {
+			n++
+		}
+		return res, n
+	}
+	whole, wholeTokens := play(Limits{MaxContext: 32768, MaxTurnTokens: 64})
+	if strings.Contains(whole.Turns[1].Content, "(lines ") {
+		t.Fatalf("a 30-line file at hint 1 was cut without need:\n%s", whole.Turns[1].Content)
+	}
+	lim = Limits{MaxContext: wholeTokens - 200 + 64, MaxTurnTokens: 64}
+	cut, cutTokens := play(lim)
+	if cut.Ending != EndNoEdits || cutTokens+lim.MaxTurnTokens > lim.MaxContext || !strings.Contains(cut.Turns[1].Content, "value_15 = compute(15") ||
+		!strings.Contains(cut.Turns[1].Content, "small.py (lines ") {
+		t.Fatalf("the 30-line file's prompt (%d tokens, limit %d): ending %s (%s)\n%s", cutTokens, lim.MaxContext, cut.Ending, cut.Detail, cut.Turns[1].Content)
+	}
 	// When even the narrowest window leaves no room, the episode still
 	// starts with what fits, and ends context_full only if the prompt
 	// alone does not fit.

@@ -297,21 +297,31 @@ func readBugFiles(ctx context.Context, sb Sandbox, task *messages.Task) (*bugFil
 	return f, nil
 }
 
-// minExcerptLines is the fewest lines a window is cut to when the prompt
+// The fewest lines and bytes a window is cut to, per file, when the prompt
 // must shrink to fit the context.
-const minExcerptLines = 8
+const (
+	minExcerptLines = 8
+	minExcerptBytes = 512
+)
 
-// cut windows the files by the hint level's budget halved shrink times
-// (patch mode shrinks it until the prompt fits the episode's context).
-func (f *bugFiles) cut(task *messages.Task, shrink int) []Excerpt {
-	level := int(task.GetDifficulty().GetHintLevel())
-	budget, ok := excerptBudget[level]
+// budgetAt is a file's window, in lines and bytes, at the hint level's
+// budget halved shrink times, never below the floors above.
+func (f *bugFiles) budgetAt(task *messages.Task, shrink int) (lines, bytes int) {
+	budget, ok := excerptBudget[int(task.GetDifficulty().GetHintLevel())]
 	if !ok {
 		budget = excerptBudget[2]
 	}
-	per := max(budget.lines/len(f.order), 20) >> shrink
-	per = max(per, minExcerptLines)
-	perBytes := (budget.bytes / len(f.order)) >> shrink
+	shrink = min(shrink, 30)
+	lines = max(max(budget.lines/len(f.order), 20)>>shrink, minExcerptLines)
+	bytes = max((budget.bytes/len(f.order))>>shrink, minExcerptBytes)
+	return lines, bytes
+}
+
+// cut windows the files by budgetAt(shrink) (patch mode shrinks it until
+// the prompt fits the episode's context).
+func (f *bugFiles) cut(task *messages.Task, shrink int) []Excerpt {
+	level := int(task.GetDifficulty().GetHintLevel())
+	per, perBytes := f.budgetAt(task, shrink)
 	var out []Excerpt
 	for _, p := range f.order {
 		lines := f.lines[p]
@@ -343,15 +353,11 @@ func (f *bugFiles) cut(task *messages.Task, shrink int) []Excerpt {
 	return out
 }
 
-// narrowest reports whether shrinking further would show no less code.
+// narrowest reports whether shrink has reached the floors, so that
+// shrinking further would show no less code.
 func (f *bugFiles) narrowest(task *messages.Task, shrink int) bool {
-	a, b := f.cut(task, shrink), f.cut(task, shrink+1)
-	for i := range a {
-		if a[i].From != b[i].From || a[i].To != b[i].To {
-			return false
-		}
-	}
-	return true
+	lines, bytes := f.budgetAt(task, shrink)
+	return lines == minExcerptLines && bytes == minExcerptBytes
 }
 
 // patchPrompt is the user turn of patch mode.

@@ -15,8 +15,8 @@ import (
 // token ids keep what was really seen; the text keeps the bytes it can
 // and shows U+FFFD for the others.
 
-// validString replaces each run of invalid UTF-8 in s with U+FFFD.
-func validString(s string) string {
+// ValidString replaces each run of invalid UTF-8 in s with U+FFFD.
+func ValidString(s string) string {
 	if utf8.ValidString(s) {
 		return s
 	}
@@ -44,7 +44,7 @@ func validMessage(m protoreflect.Message) {
 				switch fd.Kind() {
 				case protoreflect.StringKind:
 					if s := l.Get(i).String(); !utf8.ValidString(s) {
-						l.Set(i, protoreflect.ValueOfString(validString(s)))
+						l.Set(i, protoreflect.ValueOfString(ValidString(s)))
 					}
 				case protoreflect.MessageKind, protoreflect.GroupKind:
 					validMessage(l.Get(i).Message())
@@ -61,7 +61,7 @@ func validMessage(m protoreflect.Message) {
 				switch fd.MapValue().Kind() {
 				case protoreflect.StringKind:
 					if s := mv.String(); !utf8.ValidString(s) {
-						mv = protoreflect.ValueOfString(validString(s))
+						mv = protoreflect.ValueOfString(ValidString(s))
 						set = append(set, entry{k, mv})
 					}
 				case protoreflect.MessageKind, protoreflect.GroupKind:
@@ -77,11 +77,14 @@ func validMessage(m protoreflect.Message) {
 			}
 			for _, e := range rekey {
 				mp.Clear(e.k)
-				mp.Set(protoreflect.ValueOfString(validString(e.k.String())).MapKey(), e.v)
+				// A cleaned key that is already there keeps its value.
+				if k := protoreflect.ValueOfString(ValidString(e.k.String())).MapKey(); !mp.Has(k) {
+					mp.Set(k, e.v)
+				}
 			}
 		case fd.Kind() == protoreflect.StringKind:
 			if s := v.String(); !utf8.ValidString(s) {
-				m.Set(fd, protoreflect.ValueOfString(validString(s)))
+				m.Set(fd, protoreflect.ValueOfString(ValidString(s)))
 			}
 		case fd.Kind() == protoreflect.MessageKind || fd.Kind() == protoreflect.GroupKind:
 			validMessage(v.Message())

@@ -238,7 +238,7 @@ func (r *Runner) episode(ctx context.Context, req Request, i int) (*Episode, err
 				return nil, err
 			}
 			r.cfg.Logger.Warn("episode sandbox failed", "task", req.Task.GetId(), "episode", i, "attempt", ep.Attempts, "err", err)
-			ep.Result = &harness.EpisodeResult{Mode: req.Mode, Seed: seed, Ending: harness.EndSandboxFailure, Detail: "sandbox setup: " + err.Error()}
+			ep.Result = &harness.EpisodeResult{Mode: req.Mode, Seed: seed, Ending: harness.EndSandboxFailure, Detail: harness.ValidString("sandbox setup: " + err.Error())}
 			continue
 		}
 		res, err := hr.Run(ctx, req.Task, ws, req.Mode, seed)

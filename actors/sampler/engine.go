@@ -619,8 +619,8 @@ func (e *Engine) follow(s *sequence) {
 	prompt := s.req.PromptIDs
 	best, bestN := (*sequence)(nil), s.fed+e.cfg.ShareRunning-1
 	for _, a := range e.active {
-		if a.ended || a.cache == nil {
-			continue
+		if a.ended || a.cache == nil || a.fed < s.fed {
+			continue // a lead behind s would only make it wait
 		}
 		if n := min(commonPrefix(a.req.PromptIDs, prompt), len(prompt)-1); n > bestN {
 			best, bestN = a, n
