@@ -33,7 +33,7 @@ func (db *DB) CheckConsistency(ctx context.Context) error {
 		if err := checkTrajectoryIndexes(ctx, txn, report); err != nil {
 			return err
 		}
-		checkStats := func(key []byte, st *messages.TaskStats, want []byte) {
+		checkStatsAt := func(key []byte, st *messages.TaskStats, want []byte) {
 			if string(key) != string(want) {
 				report("stats under %q are for task %q", key, st.GetTaskId())
 			}
@@ -47,7 +47,7 @@ func (db *DB) CheckConsistency(ctx context.Context) error {
 				report("%v", err)
 				return nil
 			}
-			checkStats(item.Key(), st, statsKey(st.GetTaskId()))
+			checkStatsAt(item.Key(), st, statsKey(st.GetTaskId()))
 			return nil
 		})
 		if err != nil {
@@ -64,7 +64,7 @@ func (db *DB) CheckConsistency(ctx context.Context) error {
 				report("frontier stats key %q has no task id", item.Key())
 				return nil
 			}
-			checkStats(item.Key(), st, frontierStatsKey(name, st.GetTaskId()))
+			checkStatsAt(item.Key(), st, frontierStatsKey(name, st.GetTaskId()))
 			return nil
 		})
 	})

@@ -89,9 +89,18 @@ func (s *badgerCurriculumStore) Update(ctx context.Context, taskID string, fn fu
 }
 
 func (s *badgerCurriculumStore) List(ctx context.Context) ([]*messages.TaskStats, error) {
+	out, err := s.db.listStats(ctx, []byte(prefixStats))
+	if err != nil {
+		return nil, fmt.Errorf("list task stats: %w", err)
+	}
+	return out, nil
+}
+
+// listStats reads every TaskStats under prefix.
+func (db *DB) listStats(ctx context.Context, prefix []byte) ([]*messages.TaskStats, error) {
 	var out []*messages.TaskStats
-	err := s.db.view(ctx, func(txn *badger.Txn) error {
-		return scan(ctx, txn, []byte(prefixStats), false, func(item *badger.Item) error {
+	err := db.view(ctx, func(txn *badger.Txn) error {
+		return scan(ctx, txn, prefix, false, func(item *badger.Item) error {
 			st := &messages.TaskStats{}
 			if err := item.Value(func(v []byte) error { return unmarshal(item.Key(), v, st) }); err != nil {
 				return err
@@ -100,8 +109,5 @@ func (s *badgerCurriculumStore) List(ctx context.Context) ([]*messages.TaskStats
 			return nil
 		})
 	})
-	if err != nil {
-		return nil, fmt.Errorf("list task stats: %w", err)
-	}
-	return out, nil
+	return out, err
 }

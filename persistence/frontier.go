@@ -133,17 +133,7 @@ func (s *badgerFrontierStore) Stats(ctx context.Context, name string) ([]*messag
 	if err := checkID("estimator name", name); err != nil {
 		return nil, err
 	}
-	var out []*messages.TaskStats
-	err := s.db.view(ctx, func(txn *badger.Txn) error {
-		return scan(ctx, txn, frontierStatsPrefix(name), false, func(item *badger.Item) error {
-			st := &messages.TaskStats{}
-			if err := item.Value(func(v []byte) error { return unmarshal(item.Key(), v, st) }); err != nil {
-				return err
-			}
-			out = append(out, st)
-			return nil
-		})
-	})
+	out, err := s.db.listStats(ctx, frontierStatsPrefix(name))
 	if err != nil {
 		return nil, fmt.Errorf("list task stats of frontier %q: %w", name, err)
 	}

@@ -131,14 +131,17 @@ func TestFrontierSurvivesReopen(t *testing.T) {
 	if err := db.Frontier().Commit(ctx, "default", state, []*messages.TaskStats{{TaskId: "x", Alpha: 1, Beta: 1, Attempts: 2, Successes: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	db, err = Open(dir, WithLogger(testLogger(t)), smallFiles)
-	if err != nil {
-		t.Fatal(err)
+	reopen := func() {
+		t.Helper()
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if db, err = Open(dir, WithLogger(testLogger(t)), smallFiles); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() { db.Close() }) // the db open at the end
+	reopen()
 	got, err := db.Frontier().Get(ctx, "default")
 	if err != nil {
 		t.Fatal(err)
@@ -156,13 +159,7 @@ func TestFrontierSurvivesReopen(t *testing.T) {
 	if err := db.Frontier().Commit(ctx, "run-1", &messages.FrontierState{PolicyVersion: 9}, []*messages.TaskStats{{TaskId: "x", Attempts: 5, Successes: 5}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	db, err = Open(dir, WithLogger(testLogger(t)), smallFiles)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reopen()
 	if st, err := db.Frontier().Stats(ctx, "run-1"); err != nil || len(st) != 1 || st[0].GetAttempts() != 5 {
 		t.Errorf("run-1 stats after reopen: %v, %v", st, err)
 	}

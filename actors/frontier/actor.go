@@ -112,12 +112,7 @@ func (a *frontierActor) nameOf(run string) (string, error) {
 // estimator opens the named estimator on first need, so a store that fails
 // is retried on the next message.
 func (a *frontierActor) estimator(name string) (*Estimator, error) {
-	if est, ok := a.est[name]; ok {
-		return est, nil
-	}
-	est, err := Open(context.Background(), Config{
-		Name: name, Tasks: a.cfg.Tasks, State: a.cfg.State, Params: a.cfg.Params, Logger: a.cfg.Logger.With("estimator", name),
-	})
+	est, err := a.transient(name)
 	if err != nil {
 		return nil, err
 	}

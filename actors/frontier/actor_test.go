@@ -23,23 +23,29 @@ func ask(t *testing.T, sys *actor.ActorSystem, pid *actor.PID, msg any) any {
 	return res
 }
 
-// TestActorRestartKeepsState stops the actor (as a crash or a node restart
-// would) and spawns it again on the same Badger database: the state it
-// reports is identical, and it goes on from there.
-func TestActorRestartKeepsState(t *testing.T) {
-	ctx := context.Background()
+// dbWithTasks is a Badger database, closed when the test ends, holding tasks.
+func dbWithTasks(t *testing.T, tasks []*messages.Task) *persistence.DB {
+	t.Helper()
 	db, err := persistence.Open(t.TempDir(), persistence.WithLogger(quiet))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() })
+	if err := db.Tasks().PutMany(context.Background(), tasks); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// TestActorRestartKeepsState stops the actor (as a crash or a node restart
+// would) and spawns it again on the same Badger database: the state it
+// reports is identical, and it goes on from there.
+func TestActorRestartKeepsState(t *testing.T) {
 	var tasks []*messages.Task
 	for i := range 10 {
 		tasks = append(tasks, task(fmt.Sprintf("t%02d", i), "six", "off_by_one", 1+i%2, i%3))
 	}
-	if err := db.Tasks().PutMany(ctx, tasks); err != nil {
-		t.Fatal(err)
-	}
+	db := dbWithTasks(t, tasks)
 	sys := actor.NewActorSystem()
 	props := Props(ActorConfig{Tasks: db.Tasks(), State: db.Frontier(), Logger: quiet})
 	pid, err := sys.Root.SpawnNamed(props, ActorName)
@@ -143,18 +149,11 @@ func TestActorSynthesizerCannotDeliver(t *testing.T) {
 // estimator is the one that was active last; all of it survives a restart.
 func TestEachRunHasItsOwnEstimator(t *testing.T) {
 	ctx := context.Background()
-	db, err := persistence.Open(t.TempDir(), persistence.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
 	var tasks []*messages.Task
 	for i := range 6 {
 		tasks = append(tasks, task(fmt.Sprintf("t%02d", i), "six", "off_by_one", 1, i%3))
 	}
-	if err := db.Tasks().PutMany(ctx, tasks); err != nil {
-		t.Fatal(err)
-	}
+	db := dbWithTasks(t, tasks)
 	sys := actor.NewActorSystem()
 	props := Props(ActorConfig{Tasks: db.Tasks(), State: db.Frontier(), Logger: quiet})
 	pid, err := sys.Root.SpawnNamed(props, ActorName)

@@ -445,6 +445,15 @@ func TestParseEdits(t *testing.T) {
 	}
 }
 
+// excerpts is the code a patch prompt shows for task before any shrinking.
+func excerpts(ws Sandbox, task *messages.Task) ([]Excerpt, error) {
+	files, err := readBugFiles(context.Background(), ws, task)
+	if err != nil {
+		return nil, err
+	}
+	return files.cut(task, 0), nil
+}
+
 func TestExcerpts(t *testing.T) {
 	var big strings.Builder
 	for i := 1; i <= 1000; i++ {
@@ -459,7 +468,7 @@ func TestExcerpts(t *testing.T) {
 	}{{0, 400, false}, {1, 80, false}, {2, 40, false}} {
 		task := &messages.Task{Id: "t", BugPatch: "--- a/big.py\n+++ b/big.py\n@@ -500,3 +500,3 @@\n line_500 = 500\n-line_501 = 501\n+line_501 = 0\n line_502 = 502\n",
 			Difficulty: &messages.DifficultyFeatures{HintLevel: c.hint}}
-		ex, err := Excerpts(context.Background(), ws, task)
+		ex, err := excerpts(ws, task)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -472,14 +481,34 @@ func TestExcerpts(t *testing.T) {
 		}
 	}
 	// A small file is shown whole at every level.
-	ex, err := Excerpts(context.Background(), ws, memTask(2))
+	ex, err := excerpts(ws, memTask(2))
 	if err != nil || ex[0].Text != buggyCalc || ex[0].From != 1 || ex[0].To != 6 {
 		t.Fatalf("%+v %v", ex, err)
 	}
 	// A bug patch naming a file the repository lacks is a bad task.
-	if _, err := Excerpts(context.Background(), ws, &messages.Task{BugPatch: "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"}); !errors.Is(err, ErrBadTask) {
+	if _, err := excerpts(ws, &messages.Task{BugPatch: "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"}); !errors.Is(err, ErrBadTask) {
 		t.Fatalf("%v", err)
 	}
+}
+
+// playPatch plays task in patch mode on a repository holding file, with
+// an answer that edits nothing, and returns the result and the prompt's
+// length in tokens.
+func playPatch(t *testing.T, task *messages.Task, path, file string, lim Limits) (*EpisodeResult, int) {
+	t.Helper()
+	r, _ := runner(t, "I do not know.")
+	r.Limits = lim
+	ws := newMemWorkspace()
+	ws.files[path] = file
+	res, err := r.Run(context.Background(), task, ws, ModePatch, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for n < len(res.PolicyMask) && !res.PolicyMask[n] {
+		n++
+	}
+	return res, n
 }
 
 // TestPatchPromptFitsTheContext: a patch prompt whose code would leave no
@@ -493,21 +522,7 @@ func TestPatchPromptFitsTheContext(t *testing.T) {
 	task := &messages.Task{Id: "big.1", Language: "python", ProblemStatement: "1 test fails.\n",
 		BugPatch:   "--- a/big.py\n+++ b/big.py\n@@ -500,3 +500,3 @@\n line_500 = compute(500, scale=3500)\n-line_501 = compute(501, scale=3507)\n+line_501 = compute(0, scale=3507)\n line_502 = compute(502, scale=3514)\n",
 		Difficulty: &messages.DifficultyFeatures{HintLevel: 0}}
-	prompt := func(lim Limits) (*EpisodeResult, int) {
-		r, _ := runner(t, "I do not know.")
-		r.Limits = lim
-		ws := newMemWorkspace()
-		ws.files["big.py"] = big.String()
-		res, err := r.Run(context.Background(), task, ws, ModePatch, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for n < len(res.PolicyMask) && !res.PolicyMask[n] {
-			n++
-		}
-		return res, n
-	}
+	prompt := func(lim Limits) (*EpisodeResult, int) { return playPatch(t, task, "big.py", big.String(), lim) }
 	full, fullTokens := prompt(Limits{MaxContext: 32768, MaxTurnTokens: 64})
 	lim := Limits{MaxContext: fullTokens / 3, MaxTurnTokens: 256}
 	small, smallTokens := prompt(lim)
@@ -533,21 +548,7 @@ func TestPatchPromptFitsTheContext(t *testing.T) {
 	short := &messages.Task{Id: "small.1", Language: "python", ProblemStatement: strings.Repeat("The values are wrong. ", 40) + "\n",
 		BugPatch:   "--- a/small.py\n+++ b/small.py\n@@ -15,1 +15,1 @@\n-value_15 = compute(15, scale=105)\n+value_15 = compute(0, scale=105)\n",
 		Difficulty: &messages.DifficultyFeatures{HintLevel: 1}}
-	play := func(lim Limits) (*EpisodeResult, int) {
-		r, _ := runner(t, "I do not know.")
-		r.Limits = lim
-		ws := newMemWorkspace()
-		ws.files["small.py"] = thirty.String()
-		res, err := r.Run(context.Background(), short, ws, ModePatch, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for n < len(res.PolicyMask) && !res.PolicyMask[n] {
-			n++
-		}
-		return res, n
-	}
+	play := func(lim Limits) (*EpisodeResult, int) { return playPatch(t, short, "small.py", thirty.String(), lim) }
 	whole, wholeTokens := play(Limits{MaxContext: 32768, MaxTurnTokens: 64})
 	if strings.Contains(whole.Turns[1].Content, "(lines ") {
 		t.Fatalf("a 30-line file at hint 1 was cut without need:\n%s", whole.Turns[1].Content)

@@ -253,19 +253,6 @@ func bugSites(bugPatch string) (map[string][2]int, []string) {
 	return sites, order
 }
 
-// Excerpts reads the code a patch-mode prompt shows for task at its hint
-// level: for each file the bug touched, the whole file when it fits the
-// level's budget, otherwise a window of it around the bug. At hint level
-// 0 the window's offset from the bug comes from a hash of the task id, so
-// the bug is not always in the middle.
-func Excerpts(ctx context.Context, sb Sandbox, task *messages.Task) ([]Excerpt, error) {
-	files, err := readBugFiles(ctx, sb, task)
-	if err != nil {
-		return nil, err
-	}
-	return files.cut(task, 0), nil
-}
-
 // bugFiles are the files a task's bug touched, as the sandbox has them.
 type bugFiles struct {
 	order []string
@@ -317,8 +304,12 @@ func (f *bugFiles) budgetAt(task *messages.Task, shrink int) (lines, bytes int) 
 	return lines, bytes
 }
 
-// cut windows the files by budgetAt(shrink) (patch mode shrinks it until
-// the prompt fits the episode's context).
+// cut is the code a patch-mode prompt shows for task: for each file the
+// bug touched, the whole file when it fits budgetAt(shrink), otherwise a
+// window of it around the bug (patch mode raises shrink until the prompt
+// fits the episode's context). At hint level 0 the window's offset from the
+// bug comes from a hash of the task id, so the bug is not always in the
+// middle.
 func (f *bugFiles) cut(task *messages.Task, shrink int) []Excerpt {
 	level := int(task.GetDifficulty().GetHintLevel())
 	per, perBytes := f.budgetAt(task, shrink)

@@ -361,18 +361,7 @@ func TestPrefixSwap(t *testing.T) {
 func BenchmarkPrefixReuse(b *testing.B) {
 	m := smollm2(b)
 	stop := imEnd(b, m)
-	text := func(i, lines int) string {
-		var s strings.Builder
-		fmt.Fprintf(&s, "Task %d: fix the bug in this Go file so that the tests pass.\n\n", i)
-		for j := range lines {
-			fmt.Fprintf(&s, "func f%d(x int) int { return x*%d + %d }\n", j, j+i+1, 2*j)
-		}
-		return s.String()
-	}
-	lines := 10
-	for len(chatPrompt(b, m, text(0, lines))) < 1500 {
-		lines += 10
-	}
+	lines := taskLines(b, m, 1500)
 	var observations []string
 	for turn := range 4 {
 		var s strings.Builder
@@ -384,7 +373,7 @@ func BenchmarkPrefixReuse(b *testing.B) {
 		observations = append(observations, s.String())
 	}
 	const turns = 4
-	b.Logf("first prompt %d tokens, observations about %d", len(chatPrompt(b, m, text(0, lines))), len(m.Tokenizer.Encode(observations[0])))
+	b.Logf("first prompt %d tokens, observations about %d", len(chatPrompt(b, m, taskText(0, lines))), len(m.Tokenizer.Encode(observations[0])))
 	for _, mode := range []struct {
 		name string
 		keep int
@@ -393,7 +382,7 @@ func BenchmarkPrefixReuse(b *testing.B) {
 			e := newEngine(b, Config{PrefixCaches: mode.keep})
 			var generated, iter int
 			for b.Loop() {
-				conv := &conversation{t: b, m: m, stop: stop, prompt: chatPrompt(b, m, text(iter, lines))}
+				conv := &conversation{t: b, m: m, stop: stop, prompt: chatPrompt(b, m, taskText(iter, lines))}
 				for turn := range turns {
 					res, err := e.Generate(context.Background(), harness.GenerateRequest{
 						PromptIDs: conv.prompt, MaxTokens: 32, Sampling: sample.Params{Temperature: 0.7}, Seed: uint64(iter*turns + turn),
@@ -415,20 +404,33 @@ func BenchmarkPrefixReuse(b *testing.B) {
 	}
 }
 
-// groupTask is a user message of about n tokens whose first line names
-// task i, so that tasks share no more than the system prompt.
+// taskText is a user message asking to fix a Go file of the given number
+// of lines; its first line names task i, so that tasks share no more than
+// the system prompt.
+func taskText(i, lines int) string {
+	var s strings.Builder
+	fmt.Fprintf(&s, "Task %d: fix the bug in this Go file so that the tests pass.\n\n", i)
+	for j := range lines {
+		fmt.Fprintf(&s, "func f%d(x int) int { return x*%d + %d }\n", j, j+i+1, 2*j)
+	}
+	return s.String()
+}
+
+// taskLines is the fewest lines (in tens) that make taskText's chat prompt
+// at least n tokens long.
+func taskLines(t testing.TB, m *model.Model, n int) int {
+	t.Helper()
+	lines := 10
+	for len(chatPrompt(t, m, taskText(0, lines))) < n {
+		lines += 10
+	}
+	return lines
+}
+
+// groupTask is task i's chat prompt, at least n tokens long.
 func groupTask(t testing.TB, m *model.Model, i, n int) []int32 {
 	t.Helper()
-	for lines := 10; ; lines += 10 {
-		var s strings.Builder
-		fmt.Fprintf(&s, "Task %d: fix the bug in this Go file so that the tests pass.\n\n", i)
-		for j := range lines {
-			fmt.Fprintf(&s, "func f%d(x int) int { return x*%d + %d }\n", j, j+i+1, 2*j)
-		}
-		if p := chatPrompt(t, m, s.String()); len(p) >= n {
-			return p
-		}
-	}
+	return chatPrompt(t, m, taskText(i, taskLines(t, m, n)))
 }
 
 // runGroup starts g requests for one prompt at once, as the episodes of a
@@ -566,9 +568,10 @@ func BenchmarkGroupPrompt(b *testing.B) {
 	}{{"share", 0}, {"compute", -1}} {
 		b.Run(mode.name, func(b *testing.B) {
 			e := newEngine(b, Config{ShareRunning: mode.share})
+			lines := taskLines(b, m, 1500)
 			iter := 0
 			for b.Loop() {
-				runGroup(b, e, groupTask(b, m, iter, 1500), 4, 32, uint64(iter))
+				runGroup(b, e, chatPrompt(b, m, taskText(iter, lines)), 4, 32, uint64(iter))
 				iter++
 			}
 			st := e.Stats()

@@ -339,14 +339,21 @@ func TestRunRecordsInTheStore(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "8 jobs verified") {
 		t.Fatalf("frognano run (exit %d):\n%s", code, out)
 	}
+	oneRunDone(t, data, 8)
+}
+
+// oneRunDone checks that the store in data holds one run, done, that
+// verified jobs jobs.
+func oneRunDone(t *testing.T, data string, jobs float64) {
+	t.Helper()
 	db, err := persistence.Open(filepath.Join(data, "db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
 	runs, err := db.Runs().List(context.Background())
-	if err != nil || len(runs) != 1 || runs[0].Status != "done" || runs[0].Metrics["jobs"] != 8 {
-		t.Fatalf("recorded runs: %v, %v", runs, err)
+	if err != nil || len(runs) != 1 || runs[0].Status != "done" || runs[0].Metrics["jobs"] != jobs {
+		t.Fatalf("runs in the store: %v, %v", runs, err)
 	}
 }
 
@@ -367,15 +374,7 @@ func TestRunOnARunningNode(t *testing.T) {
 		}
 	}
 	d.stop(t)
-	db, err := persistence.Open(filepath.Join(data, "db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	runs, err := db.Runs().List(context.Background())
-	if err != nil || len(runs) != 1 || runs[0].Status != "done" || runs[0].Metrics["jobs"] != 8 {
-		t.Fatalf("runs in the daemon's store: %v, %v", runs, err)
-	}
+	oneRunDone(t, data, 8)
 }
 
 // TestEnvCommands registers a small local Python project through the CLI,
