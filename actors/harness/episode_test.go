@@ -198,7 +198,7 @@ func TestAgentSolvesWithScript(t *testing.T) {
 }
 
 func TestPatchSolvesWithScript(t *testing.T) {
-	for hint := int32(0); hint <= 2; hint++ {
+	for hint := int32(0); hint <= HintSearch; hint++ {
 		task := memTask(hint)
 		script, err := SolveScript(task, ModePatch)
 		if err != nil {

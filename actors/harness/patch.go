@@ -212,6 +212,8 @@ var excerptBudget = map[int]struct{ lines, bytes int }{
 	0: {400, 14 << 10}, // the whole file when it fits
 	1: {80, 6 << 10},   // the neighbourhood of the bug
 	2: {40, 3 << 10},   // the statement already shows the function
+	3: {24, 2 << 10},   // the statement names the lines too
+	4: {24, 2 << 10},   // and the answer's first SEARCH side is given
 }
 
 var hunkHeader = regexp.MustCompile(`^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@`)
@@ -296,7 +298,7 @@ const (
 func (f *bugFiles) budgetAt(task *messages.Task, shrink int) (lines, bytes int) {
 	budget, ok := excerptBudget[int(task.GetDifficulty().GetHintLevel())]
 	if !ok {
-		budget = excerptBudget[2]
+		budget = excerptBudget[HintSearch]
 	}
 	shrink = min(shrink, 30)
 	lines = max(max(budget.lines/len(f.order), 20)>>shrink, minExcerptLines)
@@ -397,10 +399,15 @@ func (e *episode) patch() error {
 	}
 	// The code shown shrinks, window by window, until the prompt leaves
 	// room for a whole answer (or cannot shrink any more).
+	prefill, err := answerPrefill(e.task)
+	if err != nil {
+		return fmt.Errorf("harness: patch mode: %w", err)
+	}
 	var (
-		ex   []Excerpt
-		user string
-		ids  []int32
+		ex      []Excerpt
+		user    string
+		ids     []int32
+		prefIDs = e.tok.EncodeOrdinary(prefill)
 	)
 	for shrink := 0; ; shrink++ {
 		ex = code.cut(e.task, shrink)
@@ -409,23 +416,30 @@ func (e *episode) patch() error {
 		if ids, err = e.encodePrompt(msgs, false); err != nil {
 			return err
 		}
-		if len(ids)+e.lim.MaxTurnTokens <= e.lim.MaxContext || code.narrowest(e.task, shrink) {
+		if len(ids)+len(prefIDs)+e.lim.MaxTurnTokens <= e.lim.MaxContext || code.narrowest(e.task, shrink) {
 			break
 		}
 	}
 	e.res.Turns = append(e.res.Turns,
 		&messages.Turn{Role: messages.Role_ROLE_SYSTEM, Content: PatchSystemPrompt},
 		&messages.Turn{Role: messages.Role_ROLE_USER, Content: user})
-	if len(ids) >= e.lim.MaxContext {
-		return e.end(EndContextFull, fmt.Sprintf("the prompt is %d tokens, the limit is %d", len(ids), e.lim.MaxContext))
+	if len(ids)+len(prefIDs) >= e.lim.MaxContext {
+		return e.end(EndContextFull, fmt.Sprintf("the prompt is %d tokens, the limit is %d", len(ids)+len(prefIDs), e.lim.MaxContext))
 	}
 	e.appendEnv(ids)
+	// At HintSearch the answer's first block is given up to its divider:
+	// environment tokens the policy continues from.
+	e.appendEnv(prefIDs)
 	t, end, detail, err := e.generate()
 	if err != nil {
 		return err
 	}
 	if end != "" {
 		return e.end(end, detail)
+	}
+	if prefill != "" {
+		t.text = prefill + t.text
+		e.res.Turns[len(e.res.Turns)-1].Content = t.text
 	}
 	if strings.TrimSpace(t.text) == "" {
 		if t.finish == FinishContext {

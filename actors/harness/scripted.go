@@ -160,6 +160,20 @@ func SolveScript(task *messages.Task, mode Mode) ([]string, error) {
 	}
 	if mode == ModePatch {
 		var b strings.Builder
+		if task.GetDifficulty().GetHintLevel() >= HintSearch {
+			// The answer starts inside the first block, after its SEARCH
+			// side (see answerPrefill): write its replacement, then the
+			// other hunks' blocks.
+			first, err := SearchHint(task.GetGoldPatch())
+			if err != nil {
+				return nil, fmt.Errorf("task %s: %w", task.GetId(), err)
+			}
+			b.WriteString(ensureNewline(first.Replace) + replaceMark + "\n")
+			for _, h := range hunks[1:] {
+				b.WriteString("```\n" + EditBlock(Edit{Path: h.Path, Search: h.Before, Replace: h.After}) + "```\n")
+			}
+			return []string{b.String()}, nil
+		}
 		b.WriteString("The fix:\n\n")
 		for _, h := range hunks {
 			b.WriteString("```\n" + EditBlock(Edit{Path: h.Path, Search: h.Before, Replace: h.After}) + "```\n")

@@ -1,0 +1,109 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	messages "github.com/frognano/frognano/actors/messages/v1"
+)
+
+func TestSearchHint(t *testing.T) {
+	cases := []struct {
+		name, patch  string
+		search, repl string
+		err          bool
+	}{
+		{"short line takes a line of context each side",
+			"--- a/m.py\n+++ b/m.py\n@@ -1,3 +1,3 @@\n def f(x):\n-    return x-1\n+    return x+1\n \n",
+			"def f(x):\n    return x-1\n\n", "def f(x):\n    return x+1\n\n", false},
+		{"long enough lines stand alone",
+			"--- a/m.py\n+++ b/m.py\n@@ -4,3 +4,3 @@\n def f(items, threshold):\n-    return [i for i in items if i <= threshold]\n+    return [i for i in items if i < threshold]\n     # end\n",
+			"    return [i for i in items if i <= threshold]\n", "    return [i for i in items if i < threshold]\n", false},
+		{"a fix that only inserts searches its context",
+			"--- a/m.py\n+++ b/m.py\n@@ -1,2 +1,3 @@\n def f(x):\n+    x = abs(x)\n     return x\n",
+			"def f(x):\n    return x\n", "def f(x):\n    x = abs(x)\n    return x\n", false},
+		{"only the first hunk of the first file",
+			"diff --git a/a.go b/a.go\n--- a/a.go\n+++ b/a.go\n@@ -10,1 +10,1 @@\n-\tif n > len(buf) + headerSize {\n+\tif n >= len(buf) + headerSize {\n@@ -20 +20 @@\n-x\n+y\n--- a/b.go\n+++ b/b.go\n@@ -1 +1 @@\n-p\n+q\n",
+			"\tif n > len(buf) + headerSize {\n", "\tif n >= len(buf) + headerSize {\n", false},
+		{"a removed line that looks like a header is a line",
+			"--- a/m.sql\n+++ b/m.sql\n@@ -1,2 +1,2 @@\n--- the comment of the long statement here\n+-- the comment of the long statement here!\n select 1\n",
+			"-- the comment of the long statement here\n", "-- the comment of the long statement here!\n", false},
+		{"insertion with no context", "--- a/m.py\n+++ b/m.py\n@@ -0,0 +1 @@\n+x = 1\n", "", "", true},
+		{"header longer than the hunk", "--- a/m.py\n+++ b/m.py\n@@ -1,5 +1,5 @@\n-a\n+b\n", "", "", true},
+		{"no hunk", "--- a/m.py\n+++ b/m.py\n", "", "", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e, err := SearchHint(c.patch)
+			if c.err {
+				if !errors.Is(err, ErrNoSearchHint) {
+					t.Fatalf("got %+v, %v; want ErrNoSearchHint", e, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.Search != c.search || e.Replace != c.repl {
+				t.Fatalf("search %q replace %q\nwant   %q         %q", e.Search, e.Replace, c.search, c.repl)
+			}
+		})
+	}
+}
+
+// At HintSearch the answer starts with the first block's SEARCH side as
+// environment tokens; the policy writes only the replacement, and a wrong
+// one is graded like any wrong fix.
+func TestPatchSearchHint(t *testing.T) {
+	task := memTask(HintSearch)
+	for _, c := range []struct {
+		turn   string
+		reward float64
+		ending Ending
+	}{
+		{"def add(a, b):\n    return a + b\n>>>>>>> REPLACE\n", 1, EndPatchApplied},
+		{"def add(a, b):\n    return a * b\n>>>>>>> REPLACE\n", 0, EndPatchApplied},
+		{"def add(a, b):\n    return a + b\n", 0, EndEditFailed},
+	} {
+		r, _ := runner(t, c.turn)
+		ws := newMemWorkspace()
+		res, err := r.Run(context.Background(), task, ws, ModePatch, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Ending != c.ending || res.Reward != c.reward {
+			t.Fatalf("%q: ending %s (%s), reward %v", c.turn, res.Ending, res.Detail, res.Reward)
+		}
+		checkAligned(t, res)
+		answer := res.Turns[2].Content
+		want := "calc.py\n<<<<<<< SEARCH\ndef add(a, b):\n    return a - b\n=======\n" + c.turn
+		if res.Turns[2].Role != messages.Role_ROLE_ASSISTANT || answer != want {
+			t.Fatalf("assistant turn %q, want %q", answer, want)
+		}
+		// The given part is the environment's, the rest the policy's.
+		first := 0
+		for first < len(res.PolicyMask) && !res.PolicyMask[first] {
+			first++
+		}
+		given, err := r.Tokenizer.Decode(res.TokenIDs[:first])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(given, "<|im_start|>assistant\ncalc.py\n<<<<<<< SEARCH\ndef add(a, b):\n    return a - b\n=======\n") {
+			t.Fatalf("the environment's tokens end %q", given[max(0, len(given)-120):])
+		}
+	}
+}
+
+// A task stored at HintSearch whose gold patch gives no SEARCH side is a
+// bad record, not an episode.
+func TestPatchSearchHintBadTask(t *testing.T) {
+	task := memTask(HintSearch)
+	task.GoldPatch = "--- a/calc.py\n+++ b/calc.py\n"
+	r, _ := runner(t, "x")
+	if _, err := r.Run(context.Background(), task, newMemWorkspace(), ModePatch, 1); !errors.Is(err, ErrBadTask) {
+		t.Fatalf("got %v, want ErrBadTask", err)
+	}
+}
