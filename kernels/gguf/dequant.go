@@ -16,7 +16,7 @@ import (
 // scalar code and to the gguf Python package.
 func Dequantize(t TensorType, src []byte, dst []float32) error {
 	if !t.CanDequantize() {
-		return fmt.Errorf("%w: cannot dequantise %s; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K", ErrUnsupportedType, t)
+		return fmt.Errorf("%w: cannot dequantise %s; supported: %s", ErrUnsupportedType, t, DequantizableTypes())
 	}
 	bs := t.BlockSize()
 	if len(dst)%bs != 0 {
@@ -44,6 +44,10 @@ func Dequantize(t TensorType, src []byte, dst []float32) error {
 		dequantQ4_0(src, dst)
 	case Q4_1:
 		dequantQ4_1(src, dst)
+	case Q5_0:
+		dequantQ5_0(src, dst)
+	case Q5_1:
+		dequantQ5_1(src, dst)
 	case Q4_K:
 		dequantQ4_K(src, dst)
 	case Q6_K:
@@ -90,6 +94,42 @@ func dequantQ4_1(src []byte, dst []float32) {
 		for j := range 16 {
 			y[j] = float32(float32(qs[j]&0x0f)*d) + m
 			y[j+16] = float32(float32(qs[j]>>4)*d) + m
+		}
+	}
+}
+
+// Q5_0: {f16 d; u8 qh[4]; u8 qs[16]}; element j's fifth bit is bit j of the
+// little-endian uint32 qh; low nibbles are elements 0..15, high 16..31;
+// x = (q-16)*d.
+func dequantQ5_0(src []byte, dst []float32) {
+	for ; len(dst) >= 32; dst, src = dst[32:], src[22:] {
+		d := f16At(src)
+		qh := binary.LittleEndian.Uint32(src[2:6])
+		qs := src[6:22]
+		y := dst[:32]
+		for j := range 16 {
+			x0 := int(qs[j]&0x0f|byte(qh>>j&1)<<4) - 16
+			x1 := int(qs[j]>>4|byte(qh>>(j+16)&1)<<4) - 16
+			y[j] = float32(x0) * d
+			y[j+16] = float32(x1) * d
+		}
+	}
+}
+
+// Q5_1: {f16 d; f16 m; u8 qh[4]; u8 qs[16]}; as Q5_0 without the offset,
+// x = q*d + m.
+func dequantQ5_1(src []byte, dst []float32) {
+	for ; len(dst) >= 32; dst, src = dst[32:], src[24:] {
+		d := f16At(src)
+		m := f16At(src[2:])
+		qh := binary.LittleEndian.Uint32(src[4:8])
+		qs := src[8:24]
+		y := dst[:32]
+		for j := range 16 {
+			x0 := qs[j]&0x0f | byte(qh>>j&1)<<4
+			x1 := qs[j]>>4 | byte(qh>>(j+16)&1)<<4
+			y[j] = float32(float32(x0)*d) + m
+			y[j+16] = float32(float32(x1)*d) + m
 		}
 	}
 }

@@ -26,7 +26,7 @@ func openGolden(t testing.TB) *File {
 	return f
 }
 
-var goldenTypes = []TensorType{F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K}
+var goldenTypes = []TensorType{F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K}
 
 func sameBits(a, b []float32) (int, bool) {
 	if len(a) != len(b) {

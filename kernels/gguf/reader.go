@@ -553,7 +553,7 @@ func (f *File) Rows(name string, start, count int) ([]float32, error) {
 
 func (f *File) rows(t TensorInfo, start, count int) ([]float32, error) {
 	if !t.Type.CanDequantize() {
-		return nil, fmt.Errorf("%w: tensor %q has type %s; dequantisation supports F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K", ErrUnsupportedType, t.Name, t.Type)
+		return nil, fmt.Errorf("%w: tensor %q has type %s; dequantisation supports %s", ErrUnsupportedType, t.Name, t.Type, DequantizableTypes())
 	}
 	rowBytes := uint64(t.Type.RowBytes(t.RowLen()))
 	src, err := f.span(t, uint64(start)*rowBytes, uint64(count)*rowBytes)

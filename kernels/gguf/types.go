@@ -12,6 +12,7 @@ package gguf
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Errors returned (wrapped, with details) by the reader.
@@ -181,13 +182,28 @@ func (t TensorType) BlockSize() int { return tensorTypes[t].blockSize }
 // TypeSize is the number of bytes one block occupies.
 func (t TensorType) TypeSize() int { return tensorTypes[t].typeSize }
 
+// dequantizable lists the types Dequantize supports, in the order error
+// messages name them.
+var dequantizable = []TensorType{F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K}
+
 // CanDequantize reports whether Dequantize supports the type.
 func (t TensorType) CanDequantize() bool {
-	switch t {
-	case F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K:
-		return true
+	for _, d := range dequantizable {
+		if t == d {
+			return true
+		}
 	}
 	return false
+}
+
+// DequantizableTypes names the types Dequantize supports, for error messages:
+// "F32, F16, …, Q6_K".
+func DequantizableTypes() string {
+	names := make([]string, len(dequantizable))
+	for i, t := range dequantizable {
+		names[i] = t.String()
+	}
+	return strings.Join(names, ", ")
 }
 
 // RowBytes is the byte size of n elements of type t; n must be a multiple of

@@ -82,8 +82,8 @@ func LoadGGUF(path string, opts Options) (*Model, error) {
 			parts = append(parts, fmt.Sprintf("%s (%d tensors, e.g. %s)", typ, len(names), names[0]))
 		}
 		sort.Strings(parts)
-		return nil, fmt.Errorf("%s: %w quantisation %s; frognano dequantises F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K and Q6_K",
-			path, ErrUnsupported, strings.Join(parts, ", "))
+		return nil, fmt.Errorf("%s: %w quantisation %s; frognano dequantises %s",
+			path, ErrUnsupported, strings.Join(parts, ", "), gguf.DequantizableTypes())
 	}
 	var fix func(string, *tensor.Tensor) error
 	if arch.FixGGUF != nil {

@@ -264,7 +264,7 @@ func TestLoadErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	gpt2, _ := s.WriteGGUF(t, w, modeltest.GGUFOptions{Arch: "gpt2"})
-	q5, _ := s.WriteGGUF(t, w, modeltest.GGUFOptions{Override: map[string]gguf.TensorType{"blk.1.ffn_up.weight": gguf.Q5_0}})
+	iq4, _ := s.WriteGGUF(t, w, modeltest.GGUFOptions{Override: map[string]gguf.TensorType{"blk.1.ffn_up.weight": gguf.IQ4_NL}})
 	missing, _ := s.WriteGGUF(t, w, modeltest.GGUFOptions{Drop: "blk.1.ffn_up.weight"})
 	big := s
 	big.ExtraVocab = 5000
@@ -281,7 +281,7 @@ func TestLoadErrors(t *testing.T) {
 	}{
 		{"truncated", truncated, gguf.ErrTruncated, "past the end of the file"},
 		{"architecture", gpt2, ErrUnsupported, `architecture "gpt2"`},
-		{"quantisation", q5, ErrUnsupported, "Q5_0 (1 tensors, e.g. blk.1.ffn_up.weight)"},
+		{"quantisation", iq4, ErrUnsupported, "IQ4_NL (1 tensors, e.g. blk.1.ffn_up.weight)"},
 		{"missing tensor", missing, ErrMalformed, `"blk.1.ffn_up.weight" is missing`},
 		{"tokenizer mismatch", mismatch, tokenizer.ErrMismatch, "embedding has 5263 rows"},
 		{"qwen2 without biases", qwen2NoBias, ErrMalformed, "lacks the q/k/v biases"},

@@ -172,7 +172,7 @@ func permuteRows(w []float32, heads, hd, cols int) []float32 {
 type GGUFOptions struct {
 	Quant    gguf.TensorType            // type of the 2-D weights (F32 when zero)
 	Arch     string                     // general.architecture, overriding Spec.Arch
-	Override map[string]gguf.TensorType // type of single tensors, by GGUF name (Q5_0: garbage bytes)
+	Override map[string]gguf.TensorType // type of single tensors, by GGUF name (zero bytes for a type frognano cannot dequantise)
 	Drop     string                     // a tensor, by GGUF name, to leave out
 }
 
@@ -243,8 +243,8 @@ func (s Spec) WriteGGUF(t testing.TB, w Weights, o GGUFOptions) (string, Weights
 		}
 		var raw []byte
 		var err error
-		switch typ {
-		case gguf.Q5_0: // not dequantisable here: any bytes of the right size
+		switch {
+		case !typ.CanDequantize(): // any bytes of the right size
 			raw = make([]byte, typ.RowBytes(len(data)))
 		default:
 			raw, err = gguf.Quantize(typ, data)

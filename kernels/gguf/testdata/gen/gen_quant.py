@@ -14,6 +14,10 @@ For each type T the file holds tensors
     T.dequant  F32, gguf.quants.dequantize(T.quant, T)
 Q4_K and Q6_K have no quantiser in gguf-py, so their T.quant blocks are random
 bytes with sane f16 scales, and only dequantisation is checked.
+Q5_0 and Q5_1 (added later, written last so the tensors above are unchanged):
+rows 0 and 1 of T.quant are gguf.quants.quantize of a random input, row 2 is
+random bytes with sane f16 scales (every fifth-bit pattern); frognano only
+dequantises them, so no T.input is written.
 """
 import os
 
@@ -96,6 +100,22 @@ def k_blocks(qtype, nblocks):
 for qtype in (Q.Q4_K, Q.Q6_K):
     blocks = k_blocks(qtype, ROWS * ROW // 256)
     q = blocks.reshape(ROWS, -1)
+    y = dequantize(q, qtype).astype(np.float32)
+    w.add_tensor(f"{qtype.name}.quant", q, raw_dtype=qtype)
+    w.add_tensor(f"{qtype.name}.dequant", y)
+
+for qtype in (Q.Q5_0, Q.Q5_1):
+    x = (rng.standard_normal(ROW * 2).astype(np.float32) * 2.0).reshape(2, ROW)
+    x[0, 32:64] = 0.0  # an all-zero block (d == 0)
+    x[0, 64:96] = 1.5  # a constant block
+    q = quantize(x, qtype)
+    nb = ROW // 32
+    bs = q.shape[1] // nb
+    rand = rng.integers(0, 256, size=(nb, bs), dtype=np.uint8)
+    rand[:, 0:2] = random_f16(nb, 1e-3, 0.05).view(np.uint8).reshape(nb, 2)
+    if qtype == Q.Q5_1:
+        rand[:, 2:4] = random_f16(nb, 1e-3, 0.5).view(np.uint8).reshape(nb, 2)
+    q = np.concatenate([q, rand.reshape(1, -1)], axis=0)
     y = dequantize(q, qtype).astype(np.float32)
     w.add_tensor(f"{qtype.name}.quant", q, raw_dtype=qtype)
     w.add_tensor(f"{qtype.name}.dequant", y)
