@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/frognano/frognano/actors/harness"
 )
 
 // StatementWriter writes a task's problem statement from what validation
@@ -25,8 +27,16 @@ const (
 	// misbehaving functions and modules, without saying what changed.
 	HintLocation = 1
 	// HintSource also shows the buggy functions' current source.
-	HintSource   = 2
-	MaxHintLevel = HintSource
+	HintSource = 2
+	// HintLines also names the lines of each bug (the harness shows a
+	// narrow window of code around them: harness.HintLines).
+	HintLines = harness.HintLines
+	// HintSearch states what HintLines does; the harness also gives the
+	// fix's first SEARCH side in patch mode (harness.HintSearch). A task is
+	// stored at this level only when that SEARCH side is unique in its
+	// file.
+	HintSearch   = harness.HintSearch
+	MaxHintLevel = HintSearch
 )
 
 // StatementInput is what a writer may use. It holds the bug patch for
@@ -56,6 +66,9 @@ type Location struct {
 	Function  string // "" at module level; "Class.method", "(*T).M"
 	StartLine int    // of Source in the buggy file
 	Source    string
+	// Lines are the first and last line of the bug in the buggy file
+	// (zero when unknown).
+	Lines [2]int
 }
 
 // TemplateWriter writes statements from fixed templates: deterministic,
@@ -89,8 +102,11 @@ func (w TemplateWriter) WriteStatement(_ context.Context, in StatementInput) (st
 	if in.HintLevel >= HintLocation && len(in.Locations) > 0 {
 		writeIssue(&b, in)
 	} else {
-		fmt.Fprintf(&b, "%s of %s %s. Fix the code so that %s pass again, without changing the tests; every other test must keep passing.\n",
-			plural(n, "test", "tests"), in.Repo, pick(n, "fails", "fail"), pick(n, "it", "they"))
+		fmt.Fprintf(&b, "%s of %s %s. Fix the code so that %s again, without changing the tests; every other test must keep passing.\n",
+			plural(n, "test", "tests"), in.Repo, pick(n, "fails", "fail"), pick(n, "it passes", "they pass"))
+	}
+	if in.HintLevel >= HintLines {
+		writeLines(&b, in.Locations)
 	}
 	b.WriteString("\nFailing tests:\n")
 	for i, t := range in.Failing {
@@ -123,20 +139,33 @@ func (w TemplateWriter) WriteStatement(_ context.Context, in StatementInput) (st
 // misbehaves and where, never how.
 func writeIssue(b *strings.Builder, in StatementInput) {
 	locs := in.Locations
+	n := len(in.Failing)
 	if len(locs) == 1 {
 		fmt.Fprintf(b, "Wrong behaviour in %s\n\n", describe(locs[0]))
-		fmt.Fprintf(b, "Since the last change, %s (in `%s`) no longer behaves as the test suite expects: %s that %s it %s, while the other %d %s.\n",
-			describe(locs[0]), locs[0].Path, plural(len(in.Failing), "test", "tests"), pick(len(in.Failing), "exercises", "exercise"),
-			pick(len(in.Failing), "fails", "fail"), in.PassToPass, pick(in.PassToPass, "test passes", "tests pass"))
-	} else {
-		fmt.Fprintf(b, "Several functions of %s misbehave\n\nSince the last change, these no longer behave as the test suite expects:\n", in.Repo)
-		for _, l := range locs {
-			fmt.Fprintf(b, "- %s (in `%s`)\n", describe(l), l.Path)
-		}
-		fmt.Fprintf(b, "\n%s %s, while the other %d %s. More than one place needs fixing.\n",
-			plural(len(in.Failing), "test", "tests"), pick(len(in.Failing), "fails", "fail"), in.PassToPass, pick(in.PassToPass, "test passes", "tests pass"))
+		fmt.Fprintf(b, "Since the last change, %s (in `%s`) no longer behaves as the test suite expects: %s that %s it %s%s.\n",
+			describe(locs[0]), locs[0].Path, plural(n, "test", "tests"), pick(n, "exercises", "exercise"),
+			pick(n, "fails", "fail"), othersPass(in.PassToPass))
+		b.WriteString("Please find the defect and fix it without changing the tests.\n")
+		return
 	}
-	b.WriteString("Please find the defect and fix it without changing the tests.\n")
+	fmt.Fprintf(b, "Several functions of %s misbehave\n\nSince the last change, these no longer behave as the test suite expects:\n", in.Repo)
+	for _, l := range locs {
+		fmt.Fprintf(b, "- %s (in `%s`)\n", describe(l), l.Path)
+	}
+	fmt.Fprintf(b, "\n%s %s%s. More than one place needs fixing.\n", plural(n, "test", "tests"), pick(n, "fails", "fail"), othersPass(in.PassToPass))
+	b.WriteString("Please find the defects and fix them without changing the tests.\n")
+}
+
+// othersPass is the clause about the tests that still pass; with none it
+// says nothing rather than "while the other 0 tests pass".
+func othersPass(n int) string {
+	switch n {
+	case 0:
+		return ""
+	case 1:
+		return ", while the one other test passes"
+	}
+	return fmt.Sprintf(", while the other %d tests pass", n)
 }
 
 func describe(l Location) string {

@@ -167,6 +167,56 @@ func TestTemplateWriterHintLevels(t *testing.T) {
 	}
 }
 
+// Statements say only what is true, in agreement with their counts: no
+// "while the other 0 tests pass", no "so that it pass".
+func TestTemplateWriterCounts(t *testing.T) {
+	one := statementIn.Failing[:1]
+	two := statementIn.Locations[0]
+	two.Function, two.StartLine = "wrap", 9
+	twoLocs := []Location{statementIn.Locations[0], two}
+	tests := []struct {
+		name      string
+		level     int
+		failing   []FailingTest
+		p2p       int
+		locations []Location
+		want      string
+	}{
+		{"tests, one failing", HintTests, one, 0, nil,
+			"1 test of calc fails. Fix the code so that it passes again, without changing the tests; every other test must keep passing.\n"},
+		{"tests, two failing", HintTests, statementIn.Failing, 3, nil,
+			"2 tests of calc fail. Fix the code so that they pass again, without changing the tests; every other test must keep passing.\n"},
+		{"location, one failing, none other", HintLocation, one, 0, statementIn.Locations,
+			"no longer behaves as the test suite expects: 1 test that exercises it fails.\nPlease find the defect and fix it without changing the tests.\n"},
+		{"location, one failing, one other", HintLocation, one, 1, statementIn.Locations,
+			": 1 test that exercises it fails, while the one other test passes.\n"},
+		{"location, two failing, seven others", HintLocation, statementIn.Failing, 7, statementIn.Locations,
+			": 2 tests that exercise it fail, while the other 7 tests pass.\n"},
+		{"two locations, one failing, none other", HintLocation, one, 0, twoLocs,
+			"\n1 test fails. More than one place needs fixing.\nPlease find the defects and fix them without changing the tests.\n"},
+		{"two locations, two failing, one other", HintLocation, statementIn.Failing, 1, twoLocs,
+			"\n2 tests fail, while the one other test passes. More than one place needs fixing.\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := statementIn
+			in.HintLevel, in.Failing, in.PassToPass, in.Locations = tt.level, tt.failing, tt.p2p, tt.locations
+			got, err := TemplateWriter{}.WriteStatement(context.Background(), in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(got, tt.want) {
+				t.Errorf("statement lacks %q:\n%s", tt.want, got)
+			}
+			for _, bad := range []string{" 0 test", "other 1 test", "1 tests", "it pass ", "1 test fail ", "1 test fail,", "1 test fail."} {
+				if strings.Contains(got, bad) {
+					t.Errorf("statement has %q:\n%s", bad, got)
+				}
+			}
+		})
+	}
+}
+
 func TestLeaks(t *testing.T) {
 	gold := "diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -1,3 +1,4 @@\n def f(x):\n+    x = normalize(x)\n-    return x >= 0\n+    return x > 0\n"
 	buggy := map[string][]byte{"m.py": []byte("def f(x):\n    return x >= 0\n\ndef g(y):\n    return y > 0\n")}
