@@ -267,7 +267,7 @@ func (l *Learner) TrainStep(ctx context.Context, groups []grpo.Group) (StepResul
 	if err != nil {
 		return StepResult{}, fmt.Errorf("%w: %w", ErrBadBatch, err)
 	}
-	if err := l.checkTokens(plan); err != nil {
+	if err := l.checkPlan(plan); err != nil {
 		return StepResult{}, err
 	}
 	res := StepResult{Step: l.step, PolicyVersion: l.version, SkippedSteps: l.skipped}
@@ -278,6 +278,9 @@ func (l *Learner) TrainStep(ctx context.Context, groups []grpo.Group) (StepResul
 		return res, nil
 	}
 
+	if err := l.useOptim(l.cfg.Optim); err != nil {
+		return StepResult{}, err
+	}
 	l.tr.ZeroGrad()
 	loss, stats, mbs, err := l.run(plan, true)
 	if err != nil {
@@ -287,9 +290,25 @@ func (l *Learner) TrainStep(ctx context.Context, groups []grpo.Group) (StepResul
 	res.Loss, res.MicroBatches = loss, mbs
 	stats.GroupsUsed, stats.GroupsSkipped = plan.GroupsUsed, plan.GroupsSkipped
 	res.Stats = stats
-	if math.IsNaN(loss) || math.IsInf(loss, 0) {
+	res, err = l.apply(ctx, res, start)
+	if err != nil || res.Skipped != "" {
+		return res, err
+	}
+	l.log.Info("learner: step", "step", l.step, "policy_version", l.version, "loss", res.Loss, "grad_norm", res.GradNorm,
+		"lr", res.LR, "clip_fraction", stats.ClipFraction(), "groups_used", stats.GroupsUsed, "groups_skipped", stats.GroupsSkipped,
+		"tokens", stats.PolicyTokens, "micro_batches", mbs, "seconds", res.Duration.Seconds())
+	return res, nil
+}
+
+// apply is what every kind of update shares once the gradients of a batch
+// have accumulated (res.Loss holding its loss): a non-finite loss or
+// gradient skips the update (gradients zeroed, counted); otherwise AdamW
+// steps, the step count and the policy version go up by one, and the
+// weights are published and checkpointed when due.
+func (l *Learner) apply(ctx context.Context, res StepResult, start time.Time) (StepResult, error) {
+	if math.IsNaN(res.Loss) || math.IsInf(res.Loss, 0) {
 		l.tr.ZeroGrad()
-		return l.skip(res, start, "loss", loss), nil
+		return l.skip(res, start, "loss", res.Loss), nil
 	}
 	rep := l.opt.Update()
 	res.GradNorm, res.LR, res.Clipped = rep.GradNorm, rep.LR, rep.Clipped
@@ -313,9 +332,6 @@ func (l *Learner) TrainStep(ctx context.Context, groups []grpo.Group) (StepResul
 		res.Checkpointed = true
 	}
 	res.Duration = time.Since(start)
-	l.log.Info("learner: step", "step", l.step, "policy_version", l.version, "loss", res.Loss, "grad_norm", res.GradNorm,
-		"lr", res.LR, "clip_fraction", stats.ClipFraction(), "groups_used", stats.GroupsUsed, "groups_skipped", stats.GroupsSkipped,
-		"tokens", stats.PolicyTokens, "micro_batches", mbs, "seconds", res.Duration.Seconds())
 	return res, nil
 }
 
@@ -334,7 +350,7 @@ func (l *Learner) Evaluate(groups []grpo.Group) (float64, grpo.Stats, error) {
 	if err != nil {
 		return 0, grpo.Stats{}, fmt.Errorf("%w: %w", ErrBadBatch, err)
 	}
-	if err := l.checkTokens(plan); err != nil {
+	if err := l.checkPlan(plan); err != nil {
 		return 0, grpo.Stats{}, err
 	}
 	loss, st, _, err := l.run(plan, false)
@@ -342,72 +358,111 @@ func (l *Learner) Evaluate(groups []grpo.Group) (float64, grpo.Stats, error) {
 	return loss, st, err
 }
 
-// checkTokens refuses sequences the model cannot run before any work.
-func (l *Learner) checkTokens(plan *grpo.Plan) error {
+// checkTokens refuses sequences the model cannot run before any work;
+// name(i) says which sequence i is in an error.
+func (l *Learner) checkTokens(seqs [][]int32, name func(i int) string) error {
 	vocab := int32(l.m.Config.VocabSize)
-	for _, it := range plan.Items {
-		if n := l.m.Config.ContextLength; n > 0 && len(it.Seq.Tokens) > n {
-			return fmt.Errorf("%w: group %d sequence %d has %d tokens, the model's context is %d", ErrBadBatch, it.Group, it.Index, len(it.Seq.Tokens), n)
+	for i, seq := range seqs {
+		if n := l.m.Config.ContextLength; n > 0 && len(seq) > n {
+			return fmt.Errorf("%w: %s has %d tokens, the model's context is %d", ErrBadBatch, name(i), len(seq), n)
 		}
-		for t, id := range it.Seq.Tokens {
+		for t, id := range seq {
 			if id < 0 || id >= vocab {
-				return fmt.Errorf("%w: group %d sequence %d token %d: id %d outside the vocabulary of %d", ErrBadBatch, it.Group, it.Index, t, id, vocab)
+				return fmt.Errorf("%w: %s token %d: id %d outside the vocabulary of %d", ErrBadBatch, name(i), t, id, vocab)
 			}
 		}
 	}
 	return nil
 }
 
-// run computes the plan's loss micro-batch by micro-batch, accumulating
-// gradients when backward is set. The order of the sequences comes from
-// the Learner's RNG (only when training, so that evaluation does not move
-// it).
+// checkPlan checks a plan's sequences.
+func (l *Learner) checkPlan(plan *grpo.Plan) error {
+	return l.checkTokens(planSeqs(plan), func(k int) string {
+		return fmt.Sprintf("group %d sequence %d", plan.Items[k].Group, plan.Items[k].Index)
+	})
+}
+
+// planSeqs lists the token ids of a plan's items, in item order.
+func planSeqs(plan *grpo.Plan) [][]int32 {
+	seqs := make([][]int32, len(plan.Items))
+	for k, it := range plan.Items {
+		seqs[k] = it.Seq.Tokens
+	}
+	return seqs
+}
+
+// run computes the plan's GRPO loss micro-batch by micro-batch,
+// accumulating gradients when backward is set.
 func (l *Learner) run(plan *grpo.Plan, backward bool) (float64, grpo.Stats, int, error) {
-	order := make([]int, len(plan.Items))
+	var (
+		loss  float64
+		stats grpo.Stats
+	)
+	mbs, err := l.pass(planSeqs(plan), backward, func(k int, logp, dlogp []float32) error {
+		sl, st, err := plan.SequenceLoss(k, logp, dlogp)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrBadBatch, err)
+		}
+		loss += sl
+		stats.Add(st)
+		return nil
+	})
+	if err != nil {
+		return 0, grpo.Stats{}, mbs, err
+	}
+	return loss, stats, mbs, nil
+}
+
+// seqLoss fills dlogp, dLoss/dlogp of sequence k given its log-probs
+// logp (as model.Trainer.LogProbs returns them), adding the sequence's
+// share of the loss to the caller's total.
+type seqLoss func(k int, logp, dlogp []float32) error
+
+// pass runs seqs through the model micro-batch by micro-batch (at most
+// Config.MicroBatchTokens tokens each; a longer sequence runs alone),
+// asking loss for each sequence's gradient, and accumulates the gradients
+// when backward is set. It is the part of a step every loss shares. The
+// order of the sequences comes from the Learner's RNG (only when training,
+// so that evaluation does not move it). It returns the micro-batches run.
+func (l *Learner) pass(seqs [][]int32, backward bool, loss seqLoss) (int, error) {
+	order := make([]int, len(seqs))
 	for i := range order {
 		order[i] = i
 	}
 	if backward {
 		l.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	}
-	var (
-		loss  float64
-		stats grpo.Stats
-		mbs   int
-	)
+	mbs := 0
 	for lo := 0; lo < len(order); {
 		hi, tokens := lo, 0
-		for hi < len(order) && (hi == lo || tokens+len(plan.Items[order[hi]].Seq.Tokens) <= l.cfg.MicroBatchTokens) {
-			tokens += len(plan.Items[order[hi]].Seq.Tokens)
+		for hi < len(order) && (hi == lo || tokens+len(seqs[order[hi]]) <= l.cfg.MicroBatchTokens) {
+			tokens += len(seqs[order[hi]])
 			hi++
 		}
-		seqs := make([][]int32, 0, hi-lo)
+		mb := make([][]int32, 0, hi-lo)
 		for _, k := range order[lo:hi] {
-			seqs = append(seqs, plan.Items[k].Seq.Tokens)
+			mb = append(mb, seqs[k])
 		}
-		logps, err := l.tr.LogProbs(seqs)
+		logps, err := l.tr.LogProbs(mb)
 		if err != nil {
-			return 0, grpo.Stats{}, mbs, fmt.Errorf("%w: %w", ErrBadBatch, err)
+			return mbs, fmt.Errorf("%w: %w", ErrBadBatch, err)
 		}
-		dlogps := make([][]float32, len(seqs))
+		dlogps := make([][]float32, len(mb))
 		for i, k := range order[lo:hi] {
 			dlogps[i] = make([]float32, len(logps[i]))
-			sl, st, err := plan.SequenceLoss(k, logps[i], dlogps[i])
-			if err != nil {
-				return 0, grpo.Stats{}, mbs, fmt.Errorf("%w: %w", ErrBadBatch, err)
+			if err := loss(k, logps[i], dlogps[i]); err != nil {
+				return mbs, err
 			}
-			loss += sl
-			stats.Add(st)
 		}
 		if backward {
 			if err := l.tr.Backward(dlogps); err != nil {
-				return 0, grpo.Stats{}, mbs, err
+				return mbs, err
 			}
 		}
 		mbs++
 		lo = hi
 	}
-	return loss, stats, mbs, nil
+	return mbs, nil
 }
 
 // GroupsFromProto turns trajectory groups into GRPO groups. A
