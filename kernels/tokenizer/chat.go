@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -48,6 +49,61 @@ type ChatOptions struct {
 	// AddGenerationPrompt appends "<|im_start|>assistant\n" so the model
 	// writes the next assistant turn.
 	AddGenerationPrompt bool
+	// ToolCallExample is the example call the tools section shows; empty
+	// means Qwen2.5's {"name": <function-name>, "arguments": <args-json-object>}.
+	// Some Qwen2.5 GGUF templates print it with doubled braces; ChatFormat
+	// reads the model's own.
+	ToolCallExample string
+}
+
+// DefaultToolCallExample is the example call in Qwen2.5's tools section.
+const DefaultToolCallExample = `{"name": <function-name>, "arguments": <args-json-object>}`
+
+// ErrNoChatTemplate is a model whose metadata carries no chat template, or
+// one that frognano cannot render.
+var ErrNoChatTemplate = errors.New("tokenizer: no usable chat template")
+
+// ChatFormat is what RenderChat needs to know of a model's Jinja chat
+// template: the ChatML templates frognano renders differ only in these.
+type ChatFormat struct {
+	DefaultSystem   string // rendered when a conversation has no system turn
+	ToolCallExample string // the tools section's example call
+}
+
+// Options returns ChatOptions carrying the format, for RenderChat.
+func (f ChatFormat) Options(tools []json.RawMessage, addGenerationPrompt bool) ChatOptions {
+	return ChatOptions{DefaultSystem: f.DefaultSystem, ToolCallExample: f.ToolCallExample, Tools: tools, AddGenerationPrompt: addGenerationPrompt}
+}
+
+// toolCallMarker precedes the example call in a Qwen2.5 template's source:
+// the example is the Jinja string literal's text up to toolCallEnd.
+const (
+	toolCallMarker = `within <tool_call></tool_call> XML tags:\n<tool_call>\n`
+	toolCallEnd    = `\n</tool_call>`
+)
+
+// ParseChatTemplate reads the format of a ChatML chat template (the Jinja
+// source in tokenizer.chat_template or tokenizer_config.json): its default
+// system prompt and, when it lists tools, its example tool call. An empty
+// template, or one that is not ChatML, is ErrNoChatTemplate: RenderChat
+// would render something the model was not trained on.
+func ParseChatTemplate(tmpl string) (ChatFormat, error) {
+	if strings.TrimSpace(tmpl) == "" {
+		return ChatFormat{}, fmt.Errorf("%w: the model has none (tokenizer.chat_template is missing or empty)", ErrNoChatTemplate)
+	}
+	if !strings.Contains(tmpl, "<|im_start|>") || !strings.Contains(tmpl, "<|im_end|>") {
+		return ChatFormat{}, fmt.Errorf("%w: the template is not ChatML (no <|im_start|>/<|im_end|>); frognano renders ChatML templates only", ErrNoChatTemplate)
+	}
+	f := ChatFormat{DefaultSystem: DefaultSystemFor(tmpl), ToolCallExample: DefaultToolCallExample}
+	if strings.Contains(tmpl, "<tools>") {
+		_, rest, ok := strings.Cut(tmpl, toolCallMarker)
+		example, _, ok2 := strings.Cut(rest, toolCallEnd)
+		if !ok || !ok2 || example == "" {
+			return ChatFormat{}, fmt.Errorf("%w: the template lists tools but not in Qwen2.5's form (no example call between <tool_call> tags)", ErrNoChatTemplate)
+		}
+		f.ToolCallExample = strings.NewReplacer(`\"`, `"`, `\\`, `\`).Replace(example)
+	}
+	return f, nil
 }
 
 // DefaultSystemFor picks the default system prompt a model's chat template
@@ -77,9 +133,10 @@ func DefaultSystemFor(chatTemplate string) string {
 //	You are provided with function signatures within <tools></tools> XML tags:\n<tools>
 //	\n{tool json}   (one line per tool)
 //	\n</tools>\n\nFor each function call, return a json object with function name and arguments
-//	within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>
+//	within <tool_call></tool_call> XML tags:\n<tool_call>\n{example}\n</tool_call>
 //
-// (the two wrapped lines above are single lines). An assistant turn with tool
+// (the two wrapped lines above are single lines; {example} is
+// opts.ToolCallExample). An assistant turn with tool
 // calls is rendered as
 //
 //	<|im_start|>assistant[\n{content}]\n<tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>...<|im_end|>\n
@@ -113,7 +170,11 @@ func RenderChat(msgs []Message, opts ChatOptions) (string, error) {
 			b.WriteString("\n")
 			b.WriteString(s)
 		}
-		b.WriteString("\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n")
+		example := opts.ToolCallExample
+		if example == "" {
+			example = DefaultToolCallExample
+		}
+		b.WriteString("\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n" + example + "\n</tool_call><|im_end|>\n")
 	} else if hasSystem || system != "" {
 		b.WriteString("<|im_start|>system\n" + system + "<|im_end|>\n")
 	}

@@ -31,6 +31,9 @@ func FromGGUF(m *gguf.Metadata) (*Tokenizer, error) {
 	}
 	// llama.cpp looks whole pieces up before merging for Llama 3.
 	c.IgnoreMerges = c.Pre == PreLlama3
+	// Qwen2's tokenizer.json normalises to NFC before splitting (llama.cpp
+	// does not; frognano follows the reference, HF tokenizers).
+	c.NFC = c.Pre == PreQwen2
 	if c.Tokens, err = m.Strings("tokenizer.ggml.tokens"); err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
