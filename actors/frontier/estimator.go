@@ -129,7 +129,7 @@ func DefaultParams() Params {
 		Operators: []string{"flip_comparison", "swap_arithmetic", "swap_boolean", "off_by_one", "negate_condition",
 			"remove_statement", "remove_branch", "remove_return", "swap_arguments", "change_constant",
 			"swap_variable", "remove_guard", "unwrap_try", "break_loop_exit", "change_default"},
-		HintLevels: []int{0, 1, 2}, Bugs: []int{1, 2, 3}, Modes: []string{"agent"},
+		HintLevels: []int{0, 1, 2, 3, 4}, Bugs: []int{1, 2, 3}, Modes: []string{"agent"},
 		LearningRate: 0.05, L2: 1e-4, MaxBatch: 4096,
 	}
 }

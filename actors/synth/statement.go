@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/frognano/frognano/actors/harness"
 )
 
 // StatementWriter writes a task's problem statement from what validation
@@ -25,8 +27,16 @@ const (
 	// misbehaving functions and modules, without saying what changed.
 	HintLocation = 1
 	// HintSource also shows the buggy functions' current source.
-	HintSource   = 2
-	MaxHintLevel = HintSource
+	HintSource = 2
+	// HintLines also names the lines of each bug (the harness shows a
+	// narrow window of code around them: harness.HintLines).
+	HintLines = harness.HintLines
+	// HintSearch states what HintLines does; the harness also gives the
+	// fix's first SEARCH side in patch mode (harness.HintSearch). A task is
+	// stored at this level only when that SEARCH side is unique in its
+	// file.
+	HintSearch   = harness.HintSearch
+	MaxHintLevel = HintSearch
 )
 
 // StatementInput is what a writer may use. It holds the bug patch for
@@ -56,6 +66,9 @@ type Location struct {
 	Function  string // "" at module level; "Class.method", "(*T).M"
 	StartLine int    // of Source in the buggy file
 	Source    string
+	// Lines are the first and last line of the bug in the buggy file
+	// (zero when unknown).
+	Lines [2]int
 }
 
 // TemplateWriter writes statements from fixed templates: deterministic,
@@ -91,6 +104,9 @@ func (w TemplateWriter) WriteStatement(_ context.Context, in StatementInput) (st
 	} else {
 		fmt.Fprintf(&b, "%s of %s %s. Fix the code so that %s again, without changing the tests; every other test must keep passing.\n",
 			plural(n, "test", "tests"), in.Repo, pick(n, "fails", "fail"), pick(n, "it passes", "they pass"))
+	}
+	if in.HintLevel >= HintLines {
+		writeLines(&b, in.Locations)
 	}
 	b.WriteString("\nFailing tests:\n")
 	for i, t := range in.Failing {

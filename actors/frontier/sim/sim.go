@@ -104,6 +104,9 @@ func (c Config) withDefaults() Config {
 	if c.Params.TargetFrontier == 0 {
 		c.Params.TargetFrontier = 4 * c.BatchTasks
 	}
+	if len(c.Params.HintLevels) == 0 {
+		c.Params.HintLevels = []int{0, 1, 2} // the world's hint levels (world.go)
+	}
 	if len(c.Params.Bugs) == 0 {
 		for b := 1; b <= c.MaxBugs; b++ {
 			c.Params.Bugs = append(c.Params.Bugs, b)
