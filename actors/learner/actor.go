@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
@@ -26,9 +27,10 @@ type ActorConfig struct {
 	Logger *slog.Logger
 }
 
-// Props builds the learner actor. It answers LearnerTrainBatch with
-// LearnerStep (steps run one at a time, off the actor's goroutine, in the
-// order they arrived), LearnerSubscribe with the newest WeightsPublished,
+// Props builds the learner actor. It answers LearnerTrainBatch and
+// LearnerSFTBatch with LearnerStep (steps run one at a time, off the
+// actor's goroutine, in the order they arrived), LearnerSFTEvaluate with
+// LearnerSFTLoss (in the same queue), LearnerSubscribe with the newest WeightsPublished,
 // LearnerCheckpointRequest with LearnerCheckpointed and
 // LearnerStatusRequest with LearnerStatus; errors are Failures. After each
 // step that published, it sends WeightsPublished to every subscriber. On
@@ -57,10 +59,13 @@ type learnerActor struct {
 }
 
 // job is one request for the worker goroutine, which owns the Learner
-// while the actor runs.
+// while the actor runs: a GRPO batch, an SFT batch, an SFT evaluation, or
+// (none of them) a checkpoint request.
 type job struct {
 	to    *actor.PID
-	batch *messages.LearnerTrainBatch // or nil: a checkpoint request
+	batch *messages.LearnerTrainBatch
+	sft   *messages.LearnerSFTBatch
+	eval  *messages.LearnerSFTEvaluate
 }
 
 // jobDone carries a job's outcome back to the actor goroutine.
@@ -99,6 +104,10 @@ func (a *learnerActor) Receive(ctx actor.Context) {
 		a.stop(false)
 	case *messages.LearnerTrainBatch:
 		a.enqueue(ctx, job{to: ctx.Sender(), batch: m})
+	case *messages.LearnerSFTBatch:
+		a.enqueue(ctx, job{to: ctx.Sender(), sft: m})
+	case *messages.LearnerSFTEvaluate:
+		a.enqueue(ctx, job{to: ctx.Sender(), eval: m})
 	case *messages.LearnerCheckpointRequest:
 		a.enqueue(ctx, job{to: ctx.Sender()})
 	case *jobDone:
@@ -185,7 +194,28 @@ func (a *learnerActor) run(j job) *jobDone {
 	bctx := context.Background()
 	l := a.l
 	done := &jobDone{to: j.to}
-	if j.batch == nil {
+	switch {
+	case j.sft != nil:
+		return a.runSFT(j, done)
+	case j.eval != nil:
+		start := time.Now()
+		seqs, err := SFTFromProto(j.eval.GetTrajectories())
+		var (
+			nll float64
+			n   int
+		)
+		if err == nil {
+			nll, n, err = l.SFTEvaluate(seqs)
+		}
+		if err != nil {
+			done.reply = failure(code(err), err)
+		} else {
+			done.reply = &messages.LearnerSFTLoss{BatchId: j.eval.GetBatchId(), Nll: nll, PolicyTokens: int64(n),
+				PolicyVersion: l.PolicyVersion(), Seconds: time.Since(start).Seconds()}
+		}
+		done.status = statusOf(l)
+		return done
+	case j.batch == nil:
 		if err := l.Checkpoint(bctx); err != nil {
 			done.reply = failure(code(err), err)
 		} else {
@@ -207,6 +237,25 @@ func (a *learnerActor) run(j job) *jobDone {
 	}
 	// A step whose publication was stored is announced even if a later
 	// part (the checkpoint) failed: the weights are durable.
+	done.pub = res.Published
+	done.status = statusOf(l)
+	return done
+}
+
+// runSFT takes an SFT step on the worker goroutine.
+func (a *learnerActor) runSFT(j job, done *jobDone) *jobDone {
+	l := a.l
+	seqs, err := SFTFromProto(j.sft.GetTrajectories())
+	var res StepResult
+	if err == nil {
+		res, err = l.SFTStep(context.Background(), seqs, SFTOptions{LR: j.sft.GetLr(), WarmupSteps: int(j.sft.GetWarmupSteps()), TotalSteps: int(j.sft.GetTotalSteps())})
+	}
+	if err != nil {
+		a.log.Warn("learner: SFT step failed", "batch", j.sft.GetBatchId(), "err", err)
+		done.reply = failure(code(err), err)
+	} else {
+		done.reply = res.Proto(j.sft.GetBatchId())
+	}
 	done.pub = res.Published
 	done.status = statusOf(l)
 	return done

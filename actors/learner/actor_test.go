@@ -2,6 +2,7 @@ package learner
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -26,7 +27,8 @@ func toProto(groups []grpo.Group) []*messages.TrajectoryGroup {
 	return out
 }
 
-// TestActor drives the actor: a subscriber registers, a batch trains,
+// TestActor drives the actor: a subscriber registers, a batch trains, an
+// SFT batch is evaluated and trains,
 // the subscriber hears WeightsPublished only after the weights are in the
 // store (it loads them on receipt and compares with the step's), a bad
 // batch is a Failure, and stopping the actor writes a final checkpoint
@@ -105,6 +107,41 @@ func TestActor(t *testing.T) {
 		t.Fatal("no WeightsPublished")
 	}
 
+	// An SFT step: evaluated, trained, announced like a GRPO step.
+	var demoTrajs []*messages.Trajectory
+	for _, d := range demos(t, base, 4, 4) {
+		demoTrajs = append(demoTrajs, &messages.Trajectory{TokenIds: d.Tokens, PolicyMask: d.PolicyMask})
+	}
+	res, err = sys.Root.RequestFuture(pid, &messages.LearnerSFTEvaluate{BatchId: "e1", Trajectories: demoTrajs}, 30*time.Second).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, ok := res.(*messages.LearnerSFTLoss)
+	if !ok || ev.BatchId != "e1" || !(ev.Nll > 0) || ev.PolicyTokens == 0 || ev.PolicyVersion != 1 {
+		t.Fatalf("evaluation reply %T %v", res, res)
+	}
+	res, err = sys.Root.RequestFuture(pid, &messages.LearnerSFTBatch{BatchId: "s1", Trajectories: demoTrajs, Lr: 1e-2}, 30*time.Second).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, ok = res.(*messages.LearnerStep)
+	if !ok || st.Step != 2 || st.PolicyVersion != 2 || st.PublishedStep != 2 || st.BatchId != "s1" || st.Lr != 1e-2 ||
+		st.PolicyTokens != ev.PolicyTokens || math.Abs(st.Loss-ev.Nll) > 1e-4 {
+		t.Fatalf("SFT step reply %T %v (evaluation %v)", res, res, ev)
+	}
+	select {
+	case h := <-got:
+		if h.err != nil || h.msg.PolicyVersion != 2 {
+			t.Fatalf("announcement %v, %v", h.msg, h.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no WeightsPublished after the SFT step")
+	}
+	res, _ = sys.Root.RequestFuture(pid, &messages.LearnerSFTBatch{BatchId: "s2", Trajectories: demoTrajs}, 10*time.Second).Result()
+	if f, ok := res.(*messages.Failure); !ok || f.Code != "bad_request" {
+		t.Fatalf("SFT batch without a learning rate: reply %v", res)
+	}
+
 	bad := toProto(batch(t, base, 2))
 	bad[0].Trajectories[0].PolicyMask = bad[0].Trajectories[0].PolicyMask[:1]
 	res, _ = sys.Root.RequestFuture(pid, &messages.LearnerTrainBatch{BatchId: "bad", Groups: bad}, 10*time.Second).Result()
@@ -112,7 +149,7 @@ func TestActor(t *testing.T) {
 		t.Fatalf("bad batch: reply %v", res)
 	}
 	res, _ = sys.Root.RequestFuture(pid, &messages.LearnerStatusRequest{}, 5*time.Second).Result()
-	if s := res.(*messages.LearnerStatus); s.Step != 1 || s.Subscribers != 1 || s.LastCheckpointStep != -1 || s.PublishedStep != 1 {
+	if s := res.(*messages.LearnerStatus); s.Step != 2 || s.Subscribers != 1 || s.LastCheckpointStep != -1 || s.PublishedStep != 2 {
 		t.Fatalf("status %v", s)
 	}
 
@@ -120,12 +157,12 @@ func TestActor(t *testing.T) {
 		t.Fatal(err)
 	}
 	steps, _ := store.Steps(context.Background(), TrainRunID("run1"))
-	if len(steps) != 1 || steps[0] != 1 {
-		t.Fatalf("training checkpoints after stop: %v, want [1]", steps)
+	if len(steps) != 1 || steps[0] != 2 {
+		t.Fatalf("training checkpoints after stop: %v, want [2]", steps)
 	}
 	pid = sys.Root.Spawn(Props(ActorConfig{Open: open}))
 	res, _ = sys.Root.RequestFuture(pid, &messages.LearnerStatusRequest{}, 5*time.Second).Result()
-	if s := res.(*messages.LearnerStatus); s.Step != 1 || s.PolicyVersion != 1 || s.LastCheckpointStep != 1 {
+	if s := res.(*messages.LearnerStatus); s.Step != 2 || s.PolicyVersion != 2 || s.LastCheckpointStep != 2 {
 		t.Fatalf("restarted actor status %v", s)
 	}
 }

@@ -223,7 +223,8 @@ const (
 // StepResult reports one call of TrainStep.
 type StepResult struct {
 	Step, PolicyVersion int64
-	// Loss is the batch's GRPO loss at the weights before the update.
+	// Loss is the batch's loss at the weights before the update: GRPO's,
+	// or for an SFT step the mean NLL per policy token.
 	Loss     float64
 	GradNorm float64
 	LR       float64

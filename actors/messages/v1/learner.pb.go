@@ -614,6 +614,221 @@ func (x *LearnerStatus) GetPublishedStep() int64 {
 	return 0
 }
 
+// LearnerSFTBatch asks for one supervised step (the warm start) on
+// demonstrations: the loss is the mean negative log-likelihood of the
+// policy tokens (policy_mask) of every trajectory; rewards and log-probs
+// are ignored. AdamW runs at lr with a linear warm-up over warmup_steps
+// and, when total_steps is past the warm-up, a cosine decay to lr/10 at
+// the Learner's update total_steps. The reply is LearnerStep (loss: the
+// NLL before the update; policy_tokens),
+// and a published version is announced as for a GRPO step.
+type LearnerSFTBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BatchId       string                 `protobuf:"bytes,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	Trajectories  []*Trajectory          `protobuf:"bytes,2,rep,name=trajectories,proto3" json:"trajectories,omitempty"`
+	Lr            float64                `protobuf:"fixed64,3,opt,name=lr,proto3" json:"lr,omitempty"`
+	WarmupSteps   int32                  `protobuf:"varint,4,opt,name=warmup_steps,json=warmupSteps,proto3" json:"warmup_steps,omitempty"`
+	TotalSteps    int32                  `protobuf:"varint,5,opt,name=total_steps,json=totalSteps,proto3" json:"total_steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LearnerSFTBatch) Reset() {
+	*x = LearnerSFTBatch{}
+	mi := &file_learner_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LearnerSFTBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LearnerSFTBatch) ProtoMessage() {}
+
+func (x *LearnerSFTBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_learner_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LearnerSFTBatch.ProtoReflect.Descriptor instead.
+func (*LearnerSFTBatch) Descriptor() ([]byte, []int) {
+	return file_learner_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *LearnerSFTBatch) GetBatchId() string {
+	if x != nil {
+		return x.BatchId
+	}
+	return ""
+}
+
+func (x *LearnerSFTBatch) GetTrajectories() []*Trajectory {
+	if x != nil {
+		return x.Trajectories
+	}
+	return nil
+}
+
+func (x *LearnerSFTBatch) GetLr() float64 {
+	if x != nil {
+		return x.Lr
+	}
+	return 0
+}
+
+func (x *LearnerSFTBatch) GetWarmupSteps() int32 {
+	if x != nil {
+		return x.WarmupSteps
+	}
+	return 0
+}
+
+func (x *LearnerSFTBatch) GetTotalSteps() int32 {
+	if x != nil {
+		return x.TotalSteps
+	}
+	return 0
+}
+
+// LearnerSFTEvaluate asks for the demonstrations' mean negative
+// log-likelihood per policy token at the current weights; nothing changes.
+// The reply is LearnerSFTLoss.
+type LearnerSFTEvaluate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BatchId       string                 `protobuf:"bytes,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	Trajectories  []*Trajectory          `protobuf:"bytes,2,rep,name=trajectories,proto3" json:"trajectories,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LearnerSFTEvaluate) Reset() {
+	*x = LearnerSFTEvaluate{}
+	mi := &file_learner_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LearnerSFTEvaluate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LearnerSFTEvaluate) ProtoMessage() {}
+
+func (x *LearnerSFTEvaluate) ProtoReflect() protoreflect.Message {
+	mi := &file_learner_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LearnerSFTEvaluate.ProtoReflect.Descriptor instead.
+func (*LearnerSFTEvaluate) Descriptor() ([]byte, []int) {
+	return file_learner_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *LearnerSFTEvaluate) GetBatchId() string {
+	if x != nil {
+		return x.BatchId
+	}
+	return ""
+}
+
+func (x *LearnerSFTEvaluate) GetTrajectories() []*Trajectory {
+	if x != nil {
+		return x.Trajectories
+	}
+	return nil
+}
+
+type LearnerSFTLoss struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BatchId       string                 `protobuf:"bytes,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	Nll           float64                `protobuf:"fixed64,2,opt,name=nll,proto3" json:"nll,omitempty"`
+	PolicyTokens  int64                  `protobuf:"varint,3,opt,name=policy_tokens,json=policyTokens,proto3" json:"policy_tokens,omitempty"`
+	PolicyVersion int64                  `protobuf:"varint,4,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	Seconds       float64                `protobuf:"fixed64,5,opt,name=seconds,proto3" json:"seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LearnerSFTLoss) Reset() {
+	*x = LearnerSFTLoss{}
+	mi := &file_learner_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LearnerSFTLoss) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LearnerSFTLoss) ProtoMessage() {}
+
+func (x *LearnerSFTLoss) ProtoReflect() protoreflect.Message {
+	mi := &file_learner_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LearnerSFTLoss.ProtoReflect.Descriptor instead.
+func (*LearnerSFTLoss) Descriptor() ([]byte, []int) {
+	return file_learner_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *LearnerSFTLoss) GetBatchId() string {
+	if x != nil {
+		return x.BatchId
+	}
+	return ""
+}
+
+func (x *LearnerSFTLoss) GetNll() float64 {
+	if x != nil {
+		return x.Nll
+	}
+	return 0
+}
+
+func (x *LearnerSFTLoss) GetPolicyTokens() int64 {
+	if x != nil {
+		return x.PolicyTokens
+	}
+	return 0
+}
+
+func (x *LearnerSFTLoss) GetPolicyVersion() int64 {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return 0
+}
+
+func (x *LearnerSFTLoss) GetSeconds() float64 {
+	if x != nil {
+		return x.Seconds
+	}
+	return 0
+}
+
 var File_learner_proto protoreflect.FileDescriptor
 
 const file_learner_proto_rawDesc = "" +
@@ -666,7 +881,23 @@ const file_learner_proto_rawDesc = "" +
 	"\vsubscribers\x18\b \x01(\x05R\vsubscribers\x12\x16\n" +
 	"\x06queued\x18\t \x01(\x05R\x06queued\x12%\n" +
 	"\x0epublished_step\x18\n" +
-	" \x01(\x03R\rpublishedStepB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
+	" \x01(\x03R\rpublishedStep\"\xc6\x01\n" +
+	"\x0fLearnerSFTBatch\x12\x19\n" +
+	"\bbatch_id\x18\x01 \x01(\tR\abatchId\x12D\n" +
+	"\ftrajectories\x18\x02 \x03(\v2 .frognano.messages.v1.TrajectoryR\ftrajectories\x12\x0e\n" +
+	"\x02lr\x18\x03 \x01(\x01R\x02lr\x12!\n" +
+	"\fwarmup_steps\x18\x04 \x01(\x05R\vwarmupSteps\x12\x1f\n" +
+	"\vtotal_steps\x18\x05 \x01(\x05R\n" +
+	"totalSteps\"u\n" +
+	"\x12LearnerSFTEvaluate\x12\x19\n" +
+	"\bbatch_id\x18\x01 \x01(\tR\abatchId\x12D\n" +
+	"\ftrajectories\x18\x02 \x03(\v2 .frognano.messages.v1.TrajectoryR\ftrajectories\"\xa3\x01\n" +
+	"\x0eLearnerSFTLoss\x12\x19\n" +
+	"\bbatch_id\x18\x01 \x01(\tR\abatchId\x12\x10\n" +
+	"\x03nll\x18\x02 \x01(\x01R\x03nll\x12#\n" +
+	"\rpolicy_tokens\x18\x03 \x01(\x03R\fpolicyTokens\x12%\n" +
+	"\x0epolicy_version\x18\x04 \x01(\x03R\rpolicyVersion\x12\x18\n" +
+	"\aseconds\x18\x05 \x01(\x01R\asecondsB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
 
 var (
 	file_learner_proto_rawDescOnce sync.Once
@@ -680,7 +911,7 @@ func file_learner_proto_rawDescGZIP() []byte {
 	return file_learner_proto_rawDescData
 }
 
-var file_learner_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_learner_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_learner_proto_goTypes = []any{
 	(*TrajectoryGroup)(nil),          // 0: frognano.messages.v1.TrajectoryGroup
 	(*LearnerTrainBatch)(nil),        // 1: frognano.messages.v1.LearnerTrainBatch
@@ -690,18 +921,23 @@ var file_learner_proto_goTypes = []any{
 	(*LearnerCheckpointed)(nil),      // 5: frognano.messages.v1.LearnerCheckpointed
 	(*LearnerStatusRequest)(nil),     // 6: frognano.messages.v1.LearnerStatusRequest
 	(*LearnerStatus)(nil),            // 7: frognano.messages.v1.LearnerStatus
-	(*Trajectory)(nil),               // 8: frognano.messages.v1.Trajectory
-	(*ModelConfig)(nil),              // 9: frognano.messages.v1.ModelConfig
+	(*LearnerSFTBatch)(nil),          // 8: frognano.messages.v1.LearnerSFTBatch
+	(*LearnerSFTEvaluate)(nil),       // 9: frognano.messages.v1.LearnerSFTEvaluate
+	(*LearnerSFTLoss)(nil),           // 10: frognano.messages.v1.LearnerSFTLoss
+	(*Trajectory)(nil),               // 11: frognano.messages.v1.Trajectory
+	(*ModelConfig)(nil),              // 12: frognano.messages.v1.ModelConfig
 }
 var file_learner_proto_depIdxs = []int32{
-	8, // 0: frognano.messages.v1.TrajectoryGroup.trajectories:type_name -> frognano.messages.v1.Trajectory
-	0, // 1: frognano.messages.v1.LearnerTrainBatch.groups:type_name -> frognano.messages.v1.TrajectoryGroup
-	9, // 2: frognano.messages.v1.LearnerStatus.model:type_name -> frognano.messages.v1.ModelConfig
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	11, // 0: frognano.messages.v1.TrajectoryGroup.trajectories:type_name -> frognano.messages.v1.Trajectory
+	0,  // 1: frognano.messages.v1.LearnerTrainBatch.groups:type_name -> frognano.messages.v1.TrajectoryGroup
+	12, // 2: frognano.messages.v1.LearnerStatus.model:type_name -> frognano.messages.v1.ModelConfig
+	11, // 3: frognano.messages.v1.LearnerSFTBatch.trajectories:type_name -> frognano.messages.v1.Trajectory
+	11, // 4: frognano.messages.v1.LearnerSFTEvaluate.trajectories:type_name -> frognano.messages.v1.Trajectory
+	5,  // [5:5] is the sub-list for method output_type
+	5,  // [5:5] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_learner_proto_init() }
@@ -716,7 +952,7 @@ func file_learner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_learner_proto_rawDesc), len(file_learner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
