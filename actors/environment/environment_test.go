@@ -30,7 +30,7 @@ func TestParseSource(t *testing.T) {
 		{"github.com/google/uuid@v1.6.0", Source{GoMod, "github.com/google/uuid@v1.6.0"}, false},
 		{"go:golang.org/x/text@v0.14.0", Source{GoMod, "golang.org/x/text@v0.14.0"}, false},
 		{dir, Source{Local, dir}, false},
-		{"image:docker.io/swebench/sweb.eval.x86_64.astropy:latest", Source{Image, "docker.io/swebench/sweb.eval.x86_64.astropy:latest"}, false},
+		{"image:registry.example/swebench/sweb.eval.x86_64.astropy:latest", Source{Image, "registry.example/swebench/sweb.eval.x86_64.astropy:latest"}, false},
 		{"six", Source{}, true},
 		{"pypi:six", Source{}, true},
 		{"/no/such/dir", Source{}, true},
@@ -48,6 +48,11 @@ func TestDefaultName(t *testing.T) {
 	tests := map[Source]string{
 		{PyPI, "Flask==3.0.0"}:                      "flask-3.0.0",
 		{GoMod, "github.com/google/uuid@v1.6.0"}:    "uuid-v1.6.0",
+		{GoMod, "github.com/o/name/v2@v2.3.0"}:      "name-v2.3.0",
+		{GoMod, "example.com/tools/v12@v12.0.1"}:    "tools-v12.0.1",
+		{GoMod, "example.com/x/v2@v0.1.0"}:          "v2-v0.1.0", // not a major-version suffix at v0
+		{GoMod, "gopkg.in/yaml.v2@v2.4.0"}:          "yaml-v2.4.0",
+		{GoMod, "gopkg.in/o/pkg.v3@v3.0.1"}:         "pkg-v3.0.1",
 		{Local, "/home/me/My Project"}:              "my-project",
 		{Image, "registry.example/swe/astropy:1.2"}: "astropy-1.2",
 	}
@@ -163,6 +168,55 @@ func TestAddGoModule(t *testing.T) {
 		t.Errorf("go test id %q", env.Baseline.Results[0].Name)
 	}
 	checkRegistered(t, b, rt, env)
+}
+
+// A module published before modules has no go.mod; the proxy's synthesized
+// one becomes the repository's, as the go tool uses it.
+func TestAddGoModuleWithoutGoMod(t *testing.T) {
+	b, rt := newBuilder(t)
+	env, err := b.Add(context.Background(), Source{GoMod, "github.com/gorilla/context@v1.1.1"}, AddOptions{Name: "test-nogomod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Remove(context.Background(), env.Name)
+	if env.Language != "go" {
+		t.Fatalf("language %q", env.Language)
+	}
+	pass := 0
+	for _, r := range env.Baseline.Results {
+		if r.Status == messages.TestStatus_TEST_STATUS_PASS && strings.HasPrefix(r.Name, "github.com/gorilla/context/Test") {
+			pass++
+		}
+	}
+	if pass == 0 {
+		t.Errorf("no gorilla/context test passed at baseline: %v", env.Baseline.Results)
+	}
+	checkRegistered(t, b, rt, env)
+	sb, err := rt.Create(context.Background(), env.Image, sandbox.Options{RepoDir: env.RepoDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(context.Background())
+	mod, err := sb.ReadFile(context.Background(), env.RepoDir+"/go.mod")
+	if err != nil || !strings.HasPrefix(string(mod), "module github.com/gorilla/context\n") {
+		t.Errorf("go.mod in the image: %q, %v", mod, err)
+	}
+}
+
+// A major-version module is named after the module, not its /vN suffix.
+func TestAddMajorVersionModuleName(t *testing.T) {
+	b, _ := newBuilder(t)
+	env, err := b.Add(context.Background(), Source{GoMod, "github.com/blang/semver/v4@v4.0.0"}, AddOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Remove(context.Background(), env.Name)
+	if env.Name != "semver-v4.0.0" {
+		t.Errorf("registered as %q, want semver-v4.0.0", env.Name)
+	}
+	if len(env.Baseline.Results) == 0 || !strings.HasPrefix(env.Baseline.Results[0].Name, "github.com/blang/semver/v4/Test") {
+		t.Errorf("baseline %v", env.Baseline.Results)
+	}
 }
 
 // writeProject makes a small Python project with the given test file body.

@@ -114,7 +114,7 @@ func DefaultName(s Source) string {
 		name = strings.ToLower(n) + "-" + v
 	case GoMod:
 		m, v, _ := strings.Cut(s.Ref, "@")
-		name = m[strings.LastIndex(m, "/")+1:] + "-" + v
+		name = moduleBaseName(m, v) + "-" + v
 	case Local:
 		name = filepath.Base(s.Ref)
 	case Image:
@@ -127,7 +127,28 @@ func DefaultName(s Source) string {
 	return sanitizeName(name)
 }
 
-var nameBad = regexp.MustCompile(`[^a-z0-9._-]+`)
+var (
+	majorSuffix = regexp.MustCompile(`^v[0-9]+$`)              // github.com/o/name/v2
+	gopkgSuffix = regexp.MustCompile(`\.v[0-9]+(-unstable)?$`) // gopkg.in/yaml.v2
+	nameBad     = regexp.MustCompile(`[^a-z0-9._-]+`)
+)
+
+// moduleBaseName is the last element of a module path that names the
+// module rather than its major version: "name" for github.com/o/name/v2 at
+// v2.x.y, "yaml" for gopkg.in/yaml.v2 (the go tool's two forms of
+// major-version suffix, the second only on gopkg.in). A last element "v2"
+// at another major version is the module's real name and stays.
+func moduleBaseName(path, version string) string {
+	elems := strings.Split(path, "/")
+	last := elems[len(elems)-1]
+	if major, _, _ := strings.Cut(version, "."); len(elems) > 1 && majorSuffix.MatchString(last) && last == major {
+		last = elems[len(elems)-2]
+	}
+	if elems[0] == "gopkg.in" {
+		last = gopkgSuffix.ReplaceAllString(last, "")
+	}
+	return last
+}
 
 func sanitizeName(s string) string {
 	s = nameBad.ReplaceAllString(strings.ToLower(s), "-")
@@ -186,7 +207,7 @@ func fetchGoModule(ctx context.Context, ref, dir string, logw io.Writer) error {
 	cmd.Stderr = logw
 	cmd.Dir = os.TempDir() // outside any module
 	out, err := cmd.Output()
-	var info struct{ Dir, Error string }
+	var info struct{ Dir, GoMod, Error string }
 	_ = json.Unmarshal(out, &info)
 	if info.Error != "" {
 		return fmt.Errorf("go mod download %s: %s", ref, info.Error)
@@ -197,7 +218,25 @@ func fetchGoModule(ctx context.Context, ref, dir string, logw io.Writer) error {
 	if info.Dir == "" {
 		return fmt.Errorf("go mod download %s: no directory in its answer", ref)
 	}
-	return copyTree(info.Dir, dir, nil)
+	if err := copyTree(info.Dir, dir, nil); err != nil {
+		return err
+	}
+	// A module published before modules has no go.mod of its own; the proxy
+	// serves one it synthesized ("module <path>"), and the go tool builds
+	// the module with that. So does the repository we make of it.
+	if _, err := os.Stat(filepath.Join(dir, "go.mod")); !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if info.GoMod == "" {
+		return fmt.Errorf("go mod download %s: the module has no go.mod and the answer names no synthesized one", ref)
+	}
+	mod, err := os.Open(info.GoMod)
+	if err != nil {
+		return fmt.Errorf("the go.mod the proxy synthesized for %s: %w", ref, err)
+	}
+	defer mod.Close()
+	fmt.Fprintf(logw, "frognano: %s has no go.mod; using the one the module proxy serves for it\n", ref)
+	return writeOne(dir, "go.mod", 0o644, false, mod)
 }
 
 // extract unpacks a .tar.gz or .zip sdist into dir, dropping the single
