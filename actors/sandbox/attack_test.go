@@ -80,7 +80,7 @@ func TestAttackNetworkEgress(t *testing.T) {
 	}
 
 	t.Run("dns", func(t *testing.T) {
-		res := run(t, sb, `python3 -c "import socket; socket.getaddrinfo('deb.debian.org', 80)" && echo RESOLVED || echo BLOCKED`)
+		res := run(t, sb, `python3 -c "import socket; socket.getaddrinfo('example.com', 80)" && echo RESOLVED || echo BLOCKED`)
 		if !strings.Contains(string(res.Stdout), "BLOCKED") {
 			t.Fatalf("%q", res.Stdout)
 		}

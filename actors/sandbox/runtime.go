@@ -44,6 +44,9 @@ type Config struct {
 	// PID 1 and runc exec for every command (also what happens when no Go
 	// toolchain is found). Any other value is the path of a prebuilt agent.
 	Agent string
+	// DebianMirror is the Debian archive the base image is bootstrapped
+	// from; empty means the one in the host's apt sources.
+	DebianMirror string
 	// DialTimeout bounds the initial connection (default 5s).
 	DialTimeout time.Duration
 	Logger      *slog.Logger
@@ -186,6 +189,7 @@ func (r *Runtime) EnsureBaseImage(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	recipe.Mirror = r.cfg.DebianMirror
 	return r.images.EnsureBase(ctx, recipe)
 }
 

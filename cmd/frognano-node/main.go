@@ -68,7 +68,7 @@ func run(cfg config.Config) error {
 	fmt.Fprintf(os.Stderr, "# frognano-node %s, resolved configuration:\n%s", node.Version(), cfg.YAML())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	sandboxes := services.NewSandboxes(cfg.Containerd, log)
+	sandboxes := services.NewSandboxes(cfg, log)
 	defer sandboxes.Close()
 	kinds, actors := sandboxes.Options(os.Stderr)
 	policy := services.NewPolicy(services.PolicyConfig{Logger: log})

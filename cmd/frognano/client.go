@@ -46,7 +46,7 @@ func connect(ctx context.Context, httpAddr string, load func() (config.Config, e
 		if embedDefaults != nil {
 			embedDefaults(&cfg)
 		}
-		sandboxes := services.NewSandboxes(cfg.Containerd, log)
+		sandboxes := services.NewSandboxes(cfg, log)
 		kinds, actors := sandboxes.Options(io.Discard)
 		policy := services.NewPolicy(services.PolicyConfig{Logger: log})
 		pk, pa, handlers := policy.Options()

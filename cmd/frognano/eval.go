@@ -396,7 +396,7 @@ func evalRuntime(ctx context.Context, a *app, c *client) (func(context.Context) 
 	if err != nil {
 		return nil, nil, err
 	}
-	s := services.NewSandboxes(cfg.Containerd, c.log)
+	s := services.NewSandboxes(cfg, c.log)
 	if _, err := s.Runtime(ctx); err != nil {
 		return nil, nil, err
 	}

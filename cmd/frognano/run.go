@@ -272,7 +272,7 @@ func train(ctx context.Context, a *app, c *client, run *messages.Run, s trainer.
 		if err != nil {
 			return fail(err)
 		}
-		sbs := services.NewSandboxes(cfg.Containerd, c.log)
+		sbs := services.NewSandboxes(cfg, c.log)
 		defer sbs.Close()
 		if _, err := sbs.Runtime(ctx); err != nil {
 			return fail(err)

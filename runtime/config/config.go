@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -25,6 +26,7 @@ type Config struct {
 	Node        Node        `yaml:"node"`
 	Cluster     Cluster     `yaml:"cluster"`
 	Containerd  Containerd  `yaml:"containerd"`
+	Image       Image       `yaml:"image"`
 	Supervision Supervision `yaml:"supervision"`
 	Log         Log         `yaml:"log"`
 }
@@ -60,6 +62,15 @@ type Cluster struct {
 type Containerd struct {
 	Address   string `yaml:"address"`
 	Namespace string `yaml:"namespace"`
+}
+
+// Image is how the sandboxes' base image is built.
+type Image struct {
+	// DebianMirror is the Debian archive debootstrap fetches from; empty
+	// means the main archive in the host's apt sources. Set it where the
+	// host has no Debian sources, or the base image should come from
+	// another mirror.
+	DebianMirror string `yaml:"debian_mirror"`
 }
 
 // Supervision bounds how hard a supervisor tries to keep a child alive.
@@ -317,6 +328,11 @@ func (c *Config) Validate() error {
 	if c.Supervision.BackoffMin <= 0 || c.Supervision.BackoffMax < c.Supervision.BackoffMin {
 		errs = append(errs, errors.New("supervision: need 0 < backoff_min <= backoff_max"))
 	}
+	if m := c.Image.DebianMirror; m != "" {
+		if !archiveURL(m) {
+			errs = append(errs, fmt.Errorf("image.debian_mirror: %q is not an http://, https:// or file:// URL of a Debian archive", m))
+		}
+	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
@@ -328,6 +344,21 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("log.format: %q is not text or json", c.Log.Format))
 	}
 	return errors.Join(errs...)
+}
+
+// archiveURL reports whether s is a URL debootstrap can fetch from.
+func archiveURL(s string) bool {
+	u, err := url.Parse(s)
+	if err != nil {
+		return false
+	}
+	switch u.Scheme {
+	case "http", "https":
+		return u.Host != ""
+	case "file":
+		return u.Path != ""
+	}
+	return false
 }
 
 // YAML renders the resolved configuration, the form printed at start.

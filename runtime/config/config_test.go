@@ -22,6 +22,12 @@ func TestDefaultIsValid(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("default config invalid: %v", err)
 	}
+	for _, m := range []string{"http://mirror.example/debian", "https://mirror.example:8443/debian/", "file:///srv/debian"} {
+		cfg.Image.DebianMirror = m
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("mirror %s rejected: %v", m, err)
+		}
+	}
 }
 
 func TestPrecedence(t *testing.T) {
@@ -32,8 +38,10 @@ node:
 cluster:
   seeds: [a:1, b:2]
   heartbeat: 250ms
+image:
+  debian_mirror: http://file.example/debian
 `)
-	cfg, err := Load(path, []string{"FROGNANO_NODE_HTTP_ADDR=127.0.0.1:9100", "FROGNANO_CLUSTER_FAILURE_TIMEOUT=7s", "PATH=/bin"})
+	cfg, err := Load(path, []string{"FROGNANO_NODE_HTTP_ADDR=127.0.0.1:9100", "FROGNANO_CLUSTER_FAILURE_TIMEOUT=7s", "FROGNANO_IMAGE_DEBIAN_MIRROR=http://mirror.example/debian", "PATH=/bin"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,6 +59,8 @@ cluster:
 		{"duration from file", cfg.Cluster.Heartbeat, 250 * time.Millisecond},
 		{"duration from env", cfg.Cluster.FailureTimeout, 7 * time.Second},
 		{"untouched default", cfg.Containerd.Namespace, "frognano"},
+		{"mirror: env beats file", cfg.Image.DebianMirror, "http://mirror.example/debian"},
+		{"no mirror by default (the host's apt sources)", Default().Image.DebianMirror, ""},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {
@@ -98,11 +108,12 @@ func TestValidateNamesEachProblem(t *testing.T) {
 	cfg.Node.HTTPAddr = "nonsense"
 	cfg.Log.Level = "loud"
 	cfg.Cluster.FailureTimeout = cfg.Cluster.Heartbeat
+	cfg.Image.DebianMirror = "mirror.example/debian" // no scheme: debootstrap would take it for a path
 	err := cfg.Validate()
 	if err == nil {
 		t.Fatal("invalid config accepted")
 	}
-	for _, want := range []string{"node.http_addr", "log.level", "cluster.failure_timeout"} {
+	for _, want := range []string{"node.http_addr", "log.level", "cluster.failure_timeout", "image.debian_mirror"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}

@@ -2,6 +2,7 @@ package image
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -195,5 +196,93 @@ func TestImportTinyArchive(t *testing.T) {
 	}
 	if ok, err := s.Exists(ctx, Registry+"/test-tiny:absent"); ok || err != nil {
 		t.Fatalf("Exists(absent) = %v, %v", ok, err)
+	}
+}
+
+// The base image's mirror comes from the host's apt sources, as debootstrap
+// would read them; these are made-up hosts' configurations.
+func TestHostMirror(t *testing.T) {
+	const main822 = `# the main archive and its updates
+Types: deb deb-src
+URIs: http://mirror.example/debian/
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: http://mirror.example/debian-security
+Suites: bookworm-security
+Components: main
+`
+	tests := []struct {
+		name  string
+		files map[string]string // relative to the apt directory
+		want  string            // "" means ErrNoMirror
+	}{
+		{"one-line sources.list", map[string]string{
+			"sources.list": "# a comment\ndeb-src http://src.example/debian bookworm main\ndeb [arch=amd64 signed-by=/k.gpg] http://mirror.example/debian bookworm main contrib\ndeb http://mirror.example/debian-security bookworm-security main\n",
+		}, "http://mirror.example/debian"},
+		{"security and updates listed first", map[string]string{
+			"sources.list": "deb http://security.example/debian-security bookworm-security main\ndeb http://updates.example/debian bookworm-updates main\ndeb http://mirror.example/debian bookworm main\n",
+		}, "http://mirror.example/debian"},
+		{"deb822 debian.sources", map[string]string{"sources.list.d/debian.sources": main822}, "http://mirror.example/debian"},
+		{"a disabled stanza is skipped", map[string]string{"sources.list.d/a.sources": "Types: deb\nURIs: http://off.example/debian\nSuites: bookworm\nEnabled: no\n\n" + main822}, "http://mirror.example/debian"},
+		{"sources.list is read before sources.list.d", map[string]string{
+			"sources.list":                  "deb http://first.example/debian bookworm main\n",
+			"sources.list.d/debian.sources": main822,
+		}, "http://first.example/debian"},
+		{"files that are neither .list nor .sources are not read", map[string]string{
+			"sources.list.d/old.list.disabled": "deb http://old.example/debian bookworm main\n",
+			"sources.list.d/z.list":            "deb http://mirror.example/debian bookworm main\n",
+		}, "http://mirror.example/debian"},
+		{"other release's main archive serves the suite", map[string]string{
+			"sources.list": "deb http://mirror.example/debian-security trixie-security main\ndeb http://mirror.example/debian trixie main\n",
+		}, "http://mirror.example/debian"},
+		{"a local mirror on disk", map[string]string{"sources.list": "deb file:///srv/debian bookworm main\n"}, "file:///srv/debian"},
+		{"apt-only methods are not debootstrap's", map[string]string{
+			"sources.list": "deb mirror+file:///etc/apt/mirrors.txt bookworm main\ndeb cdrom:[Debian 12]/ bookworm main\n",
+		}, ""},
+		{"only security and third-party archives", map[string]string{
+			"sources.list":               "deb http://mirror.example/debian-security bookworm-security main\n",
+			"sources.list.d/vendor.list": "deb https://vendor.example/apt stable main\n",
+		}, ""},
+		{"another distribution's archive", map[string]string{"sources.list": "deb http://mirror.example/ubuntu noble main\n"}, ""},
+		{"no sources at all", nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for name, body := range tt.files {
+				p := filepath.Join(dir, name)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := HostMirror(dir, "bookworm")
+			if tt.want == "" {
+				if !errors.Is(err, ErrNoMirror) || !strings.Contains(err.Error(), "image.debian_mirror") {
+					t.Fatalf("got %q, %v; want ErrNoMirror naming image.debian_mirror", got, err)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("got %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+}
+
+// With no mirror configured and none in the host's apt sources, a base
+// image that has to be built fails with the error that says what to set;
+// one already cached needs no mirror at all.
+func TestEnsureBaseWithoutAMirror(t *testing.T) {
+	s, ctx := testStore(t)
+	s.CacheDir, s.AptDir = t.TempDir(), t.TempDir()                  // nothing cached, no apt sources
+	r := Recipe{Suite: "bookworm", Variant: "minbase", Revision: -1} // a recipe no host has built
+	if _, err := s.EnsureBase(ctx, r); !errors.Is(err, ErrNoMirror) || !strings.Contains(err.Error(), "FROGNANO_IMAGE_DEBIAN_MIRROR") {
+		t.Fatalf("EnsureBase without a mirror: %v", err)
 	}
 }

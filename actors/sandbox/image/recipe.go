@@ -15,7 +15,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -35,8 +34,10 @@ type Recipe struct {
 	// Suite and Variant are passed to debootstrap (e.g. "bookworm", "minbase").
 	Suite   string `json:"suite"`
 	Variant string `json:"variant"`
-	// Mirror is the Debian archive to bootstrap from. It is not part of the
-	// hash: two mirrors of one suite serve the same packages.
+	// Mirror is the Debian archive to bootstrap from; empty means the one
+	// the host's apt uses (HostMirror), looked up only when the image has
+	// to be built. It is not part of the hash: two mirrors of one suite
+	// serve the same packages, so changing mirrors rebuilds nothing.
 	Mirror string `json:"-"`
 	// Packages are installed on top of the variant.
 	Packages []string `json:"packages"`
@@ -62,22 +63,16 @@ var DefaultPackages = []string{
 	"python3-venv",
 }
 
-// DefaultMirror is Debian's redirector; FROGNANO_DEBIAN_MIRROR overrides it.
-const DefaultMirror = "http://deb.debian.org/debian"
-
 // DefaultRecipe is Debian bookworm minbase with DefaultPackages and the Go
-// toolchain the host uses (found with `go env`).
+// toolchain the host uses (found with `go env`), bootstrapped from the
+// host's Debian mirror unless the caller sets Mirror.
 func DefaultRecipe(ctx context.Context) (Recipe, error) {
 	r := Recipe{
 		Suite:       "bookworm",
 		Variant:     "minbase",
-		Mirror:      DefaultMirror,
 		Packages:    slices.Clone(DefaultPackages),
 		WarmGoCache: true,
 		Revision:    recipeRevision,
-	}
-	if m := os.Getenv("FROGNANO_DEBIAN_MIRROR"); m != "" {
-		r.Mirror = m
 	}
 	out, err := exec.CommandContext(ctx, "go", "env", "GOROOT", "GOVERSION").Output()
 	if err != nil {
@@ -111,8 +106,8 @@ func (r Recipe) Ref() string {
 
 func (r Recipe) validate() error {
 	switch {
-	case r.Suite == "" || r.Variant == "" || r.Mirror == "":
-		return fmt.Errorf("recipe needs a suite, a variant and a mirror: %+v", r)
+	case r.Suite == "" || r.Variant == "":
+		return fmt.Errorf("recipe needs a suite and a variant: %+v", r)
 	case r.GoRoot != "" && r.GoVersion == "":
 		return fmt.Errorf("recipe copies GOROOT %s but names no Go version", r.GoRoot)
 	case r.WarmGoCache && r.GoRoot == "":

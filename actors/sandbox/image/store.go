@@ -29,7 +29,10 @@ type Store struct {
 	Snapshotter string
 	// CacheDir keeps built OCI archives and the build lock.
 	CacheDir string
-	Logger   *slog.Logger
+	// AptDir is the apt configuration whose sources name the Debian mirror
+	// when a recipe names none (default HostAptDir).
+	AptDir string
+	Logger *slog.Logger
 }
 
 func (s *Store) log() *slog.Logger {
@@ -125,6 +128,15 @@ func (s *Store) EnsureBase(ctx context.Context, r Recipe) (string, error) {
 	}
 	archivePath := filepath.Join(s.CacheDir, "base-"+r.Hash()[:16]+".oci.tar")
 	if _, err := os.Stat(archivePath); errors.Is(err, os.ErrNotExist) {
+		if r.Mirror == "" {
+			aptDir := s.AptDir
+			if aptDir == "" {
+				aptDir = HostAptDir
+			}
+			if r.Mirror, err = HostMirror(aptDir, r.Suite); err != nil {
+				return "", err
+			}
+		}
 		start := time.Now()
 		s.log().Info("building base image (first time on this host)", "ref", ref, "suite", r.Suite, "mirror", r.Mirror)
 		if err := s.buildBase(ctx, r, archivePath); err != nil {

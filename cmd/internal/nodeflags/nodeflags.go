@@ -27,6 +27,7 @@ var flags = []flag{
 	{"cluster-name", "cluster.name", "cluster name; nodes of one cluster must agree"},
 	{"seeds", "cluster.seeds", "comma-separated HTTP addresses of nodes to join through"},
 	{"containerd-address", "containerd.address", "containerd socket"},
+	{"debian-mirror", "image.debian_mirror", "Debian archive the sandboxes' base image is bootstrapped from (default: the host's apt sources)"},
 	{"log-level", "log.level", "debug, info, warn or error"},
 	{"log-format", "log.format", "text or json"},
 }

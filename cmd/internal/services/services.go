@@ -25,16 +25,17 @@ import (
 // Sandboxes is a node's lazily opened containerd connection. The first
 // successful connection sweeps what an earlier crashed process left behind.
 type Sandboxes struct {
-	cfg config.Containerd
-	log *slog.Logger
+	cfg    config.Containerd
+	mirror string
+	log    *slog.Logger
 
 	mu sync.Mutex
 	rt *sandbox.Runtime
 }
 
 // NewSandboxes prepares (but does not open) the connection.
-func NewSandboxes(cfg config.Containerd, log *slog.Logger) *Sandboxes {
-	return &Sandboxes{cfg: cfg, log: log}
+func NewSandboxes(cfg config.Config, log *slog.Logger) *Sandboxes {
+	return &Sandboxes{cfg: cfg.Containerd, mirror: cfg.Image.DebianMirror, log: log}
 }
 
 // Runtime returns the connection, connecting (and sweeping) on first use.
@@ -44,7 +45,7 @@ func (s *Sandboxes) Runtime(ctx context.Context) (*sandbox.Runtime, error) {
 	if s.rt != nil {
 		return s.rt, nil
 	}
-	rt, err := sandbox.New(ctx, sandbox.Config{Address: s.cfg.Address, Namespace: s.cfg.Namespace, Logger: s.log.With("component", "sandbox")})
+	rt, err := sandbox.New(ctx, sandbox.Config{Address: s.cfg.Address, Namespace: s.cfg.Namespace, DebianMirror: s.mirror, Logger: s.log.With("component", "sandbox")})
 	if err != nil {
 		return nil, err
 	}
