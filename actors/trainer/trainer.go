@@ -76,6 +76,18 @@ type Settings struct {
 	CheckpointEvery int `json:"checkpoint_every"`
 	// Seed seeds batches, episodes and the Learner's micro-batch order.
 	Seed uint64 `json:"seed"`
+	// The warm start (warmstart.go): WarmStartEpochs epochs of SFT (0:
+	// none) on verified gold-fix demonstrations of up to WarmStartTasks
+	// tasks (0: all) of the training environments WarmStartEnvs (names,
+	// comma-separated), at learning rate WarmStartLR, WarmStartBatch
+	// demonstrations a step (0: DefaultWarmStartBatch), WarmStartHoldout
+	// of them only evaluated.
+	WarmStartEpochs  int     `json:"warm_start_epochs,omitempty"`
+	WarmStartTasks   int     `json:"warm_start_tasks,omitempty"`
+	WarmStartLR      float64 `json:"warm_start_lr,omitempty"`
+	WarmStartBatch   int     `json:"warm_start_batch,omitempty"`
+	WarmStartHoldout int     `json:"warm_start_holdout,omitempty"`
+	WarmStartEnvs    string  `json:"warm_start_envs,omitempty"`
 }
 
 // Validate reports settings the loop cannot run with.
@@ -97,7 +109,7 @@ func (s Settings) Validate() error {
 	case s.CheckpointEvery < 0:
 		return fmt.Errorf("trainer: checkpoint every %d steps: want 0 or more", s.CheckpointEvery)
 	}
-	return nil
+	return s.validateWarmStart()
 }
 
 // Encode is the settings as stored in a run record.
@@ -291,6 +303,9 @@ func (t *Trainer) Train(ctx context.Context, run *messages.Run, s Settings) (Sum
 	if maxContext > 0 && lim.MaxContext > maxContext {
 		lim.MaxContext = maxContext
 	}
+	if err := t.warmStart(ctx, run, s, lim); err != nil {
+		return SummaryOf(run, s.Steps), fmt.Errorf("warm start: %w", err)
+	}
 	for step := int(run.GetStep()) + 1; step <= s.Steps; step++ {
 		if err := ctx.Err(); err != nil {
 			return SummaryOf(run, s.Steps), err
@@ -358,7 +373,7 @@ func (t *Trainer) open(ctx context.Context, run *messages.Run, s Settings) (int,
 	// Reconcile the record with the Learner after a crash.
 	recorded := int64(run.GetMetrics()[MetricLearnerStep])
 	switch {
-	case st.GetStep() > recorded && run.GetStep() < int64(s.Steps):
+	case st.GetStep() > recorded && run.GetStep() < int64(s.Steps) && !warmStartPending(run, s):
 		// The last step's update reached a checkpoint but the process died
 		// before the record: count that step as done.
 		t.printf("run %s: the Learner is at step %d, the record at %d: step %d's update landed before the crash; counting it as done",
