@@ -13,11 +13,16 @@ import (
 	"github.com/frognano/frognano/kernels/tokenizer"
 )
 
-// ScriptedPolicy is a deterministic Policy FOR TESTS: it plays back fixed
-// assistant turns through the real tokenizer, so that the harness, the
-// sandbox and the grader can be checked end to end without a model (and
-// other packages' tests can drive rollouts with it). It is not a model and
-// is never used outside tests and benchmarks.
+// ScriptedPolicy is a deterministic Policy that plays back fixed assistant
+// turns through the real tokenizer. It has two uses. In tests and
+// benchmarks it checks the harness, the sandbox and the grader end to end
+// without a model (and other packages' tests drive rollouts with it). In
+// training it is the demonstration policy of the warm start
+// (actors/trainer/warmstart.go): playing a task's own gold fix
+// (SolveScript) through the real rollout path gives an episode whose token
+// ids and policy mask are exactly what the policy would have written,
+// graded by the real grader. It is not a model and never stands in for
+// one: its episodes are demonstrations, not the policy's samples.
 //
 // Which turn to play is read from the prompt — the number of assistant
 // turns it already holds — so one ScriptedPolicy serves any number of
