@@ -65,7 +65,18 @@ step; the Learner checkpoints every --checkpoint-every steps and at the end.
 A killed run resumes with --run ID (the same settings; --steps may raise
 its length): the Learner reopens from its newest checkpoint, the Sampler
 loads the newest published weights, and the loop continues after the last
-recorded step.`,
+recorded step.
+
+With --warm-start-epochs N, the run first imitates the synthesizer's own
+gold fixes: up to --warm-start-tasks tasks of the training environment are
+each played once by a scripted policy that writes the task's gold fix in
+the harness's exact format (--mode), in a real sandbox, graded by the real
+grader; the episodes with reward 1 are the demonstrations. N epochs of
+supervised steps (loss on the answer tokens only, --warm-start-lr) follow,
+each publishing a policy version like a GRPO step; then the Sampler moves to
+the newest version and GRPO begins. The record says when the stage is done:
+a resumed run continues an unfinished stage and never repeats a finished
+one.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.connect(cmd)
@@ -109,6 +120,13 @@ recorded step.`,
 			} else {
 				if s.Seed == 0 {
 					s.Seed = uint64(started.UnixNano())
+				}
+				if s.WarmStartEpochs > 0 && s.WarmStartEnvs == "" && envSource != "" {
+					src, err := environment.ParseSource(envSource)
+					if err != nil {
+						return err
+					}
+					s.WarmStartEnvs = environment.DefaultName(src) // the run's training environment
 				}
 				if err := s.Validate(); err != nil {
 					return err
@@ -188,7 +206,7 @@ recorded step.`,
 				if err := runs.Put(ctx, run); err != nil {
 					return err
 				}
-				if s.Steps > int(run.Step) {
+				if s.Steps > int(run.Step) || (s.WarmStartEpochs > 0 && run.Metrics[trainer.MetricWarmStartDone] == 0) {
 					sum, err := train(ctx, a, c, run, s, parallel, out, nil)
 					printSummary(out, sum, run)
 					if err != nil {
@@ -227,6 +245,12 @@ recorded step.`,
 	fl.Uint64Var(&s.Seed, "seed", 0, "seed of batches, episodes and the Learner (0: from the clock)")
 	fl.StringVar(&s.Model, "model", "", "model the Learner trains (model store name or path; default the store's default, which the node's Sampler serves)")
 	fl.IntVar(&parallel, "parallel", 8, "episodes (sandboxes) running at once")
+	fl.IntVar(&s.WarmStartEpochs, "warm-start-epochs", 0, "warm start: epochs of supervised fine-tuning on verified gold-fix demonstrations of the training environment's tasks, before the first GRPO step (0: no warm start)")
+	fl.IntVar(&s.WarmStartTasks, "warm-start-tasks", 32, "warm start: tasks whose gold fix is played and graded as a demonstration (0: all of the environment's)")
+	fl.Float64Var(&s.WarmStartLR, "warm-start-lr", 3e-4, "warm start: AdamW peak learning rate of the SFT steps (short warm-up, cosine decay to a tenth)")
+	fl.IntVar(&s.WarmStartBatch, "warm-start-batch", trainer.DefaultWarmStartBatch, "warm start: demonstrations per SFT step")
+	fl.IntVar(&s.WarmStartHoldout, "warm-start-holdout", 0, "warm start: demonstrations kept out of training whose NLL is only measured, before and after")
+	fl.StringVar(&s.WarmStartEnvs, "warm-start-envs", "", "warm start: training environments (names, comma-separated) whose tasks give demonstrations (default: --env's)")
 	return cmd
 }
 
