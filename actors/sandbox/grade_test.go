@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -88,7 +89,11 @@ func TestBuildEnvironmentImage(t *testing.T) {
 func TestGradingCannotBeGamed(t *testing.T) {
 	env := buildCalcEnvironment(t)
 	spec := TestSpec{Framework: testreport.Pytest}
-	fakeJUnit := `<testsuites><testsuite name="pytest" errors="0" failures="0" skipped="0" tests="2"><testcase classname="tests.test_calc" name="test_add" file="tests/test_calc.py" time="0.001"/><testcase classname="tests.test_calc" name="test_sub" file="tests/test_calc.py" time="0.001"/></testsuite></testsuites>`
+	// A report of frognano's pytest plugin with both tests passing.
+	fakeReport := `{"nodeid": "tests/test_calc.py::test_add", "phase": "call", "outcome": "passed", "duration": 0.001}\n` +
+		`{"nodeid": "tests/test_calc.py::test_sub", "phase": "call", "outcome": "passed", "duration": 0.001}\n` +
+		`{"phase": "finish", "exitstatus": 0}\n`
+	fake := strconv.Quote(fakeReport) // as a Python string literal
 	type step func(t *testing.T, sb *Sandbox)
 	write := func(path, content string) step {
 		return func(t *testing.T, sb *Sandbox) {
@@ -121,12 +126,13 @@ func TestGradingCannotBeGamed(t *testing.T) {
 		{"edits the failing test", []step{write("tests/test_calc.py", "def test_add():\n    pass\n\n\ndef test_sub():\n    pass\n")}, 0},
 		{"adds a conftest that passes everything", []step{write("conftest.py", "import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n    outcome = yield\n    outcome.get_result().outcome = 'passed'\n")}, 0},
 		{"adds a conftest inside tests", []step{write("tests/conftest.py", "import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n    outcome = yield\n    outcome.get_result().outcome = 'passed'\n")}, 0},
-		{"shadows pytest with /repo/pytest.py", []step{write("pytest.py", "import sys\nfor a in sys.argv:\n    if a.startswith('--junitxml='):\n        open(a.split('=', 1)[1], 'w').write('"+fakeJUnit+"')\n\ndef main(*a, **k):\n    return 0\n\ndef console_main():\n    return 0\n")}, 0},
-		{"prints PASSED and fake JUnit, writes it into /repo", []step{
-			write("calc.py", "import sys\nprint('tests/test_calc.py::test_add PASSED')\nprint('"+fakeJUnit+"')\nopen('/repo/junit.xml', 'w').write('"+fakeJUnit+"')\nopen('/repo/report.xml', 'w').write('"+fakeJUnit+"')\n\n"+calcBuggy["calc.py"]),
+		{"shadows pytest with /repo/pytest.py", []step{write("pytest.py", "import sys\nfor a in sys.argv:\n    if a.startswith('/tmp/.frognano-report-'):\n        open(a, 'w').write("+fake+")\n\ndef main(*a, **k):\n    return 0\n\ndef console_main():\n    return 0\n")}, 0},
+		{"shadows json, which the plugin writes with", []step{write("json.py", "def dumps(*a, **k):\n    return '{\"phase\": \"finish\", \"exitstatus\": 0}'\n")}, 0},
+		{"prints PASSED and a fake report, writes it into /repo", []step{
+			write("calc.py", "import sys\nprint('tests/test_calc.py::test_add PASSED')\nprint("+fake+")\nopen('/repo/report.jsonl', 'w').write("+fake+")\n\n"+calcBuggy["calc.py"]),
 		}, 0},
 		{"overwrites the real report at exit", []step{
-			write("calc.py", "import atexit\n\n\ndef _forge():\n    for a in open('/proc/self/cmdline', 'rb').read().split(b'\\0'):\n        if a.startswith(b'--junitxml='):\n            open(a.split(b'=', 1)[1].decode(), 'w').write('"+fakeJUnit+"')\n\n\natexit.register(_forge)\n\n"+calcBuggy["calc.py"]),
+			write("calc.py", "import atexit\n\n\ndef _forge():\n    for a in open('/proc/self/cmdline', 'rb').read().split(b'\\0'):\n        if a.startswith(b'/tmp/.frognano-report-'):\n            open(a.decode(), 'w').write("+fake+")\n\n\natexit.register(_forge)\n\n"+calcBuggy["calc.py"]),
 		}, 0},
 		{"leaves a daemon that rewrites the test during grading", []step{
 			write("/tmp/evil_test.py", "from calc import add, sub\n\n\ndef test_add():\n    pass\n\n\ndef test_sub():\n    pass\n"),

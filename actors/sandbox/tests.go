@@ -14,8 +14,8 @@ import (
 	"github.com/frognano/frognano/actors/sandbox/testreport"
 )
 
-// TestSpec says how an environment runs its tests. The runner's report flags
-// are added by RunTests and must not be in Command or Args.
+// TestSpec says how an environment runs its tests. The runner's report
+// plugin and flags are added by RunTests and must not be in Command or Args.
 type TestSpec struct {
 	Framework testreport.Framework
 	// Dir is where the runner starts and, for pytest, the rootdir node ids
@@ -39,11 +39,13 @@ const goReportLimit = 64 << 20
 // returns the report parsed from the runner's machine-readable output,
 // cross-checked with its exit code (see testreport.Report.Verify):
 //
-//   - pytest writes JUnit XML to a fresh directory under /tmp whose name has
-//     128 random bits, created just for this run. Once pytest exits,
-//     whatever the run left in the background is killed, and only then is
-//     the report read back and the directory removed. Nothing the tests
-//     print to stdout or into the repository is read.
+//   - pytest runs with frognano's plugin (testreport.PytestPlugin), which
+//     writes each test's node id, phase and outcome as pytest itself knows
+//     them to a fresh directory under /tmp whose name has 128 random bits,
+//     created just for this run. Once pytest exits, whatever the run left
+//     in the background is killed, and only then is the report read back
+//     and the directory removed. Nothing the tests print to stdout or into
+//     the repository is read.
 //   - go test -json writes its events to stdout, which goes from the runner
 //     straight to frognano through the shim: no file in the sandbox to
 //     forge, and the test binaries' own output arrives escaped inside events.
@@ -73,15 +75,15 @@ func (s *Sandbox) runPytest(ctx context.Context, spec TestSpec, dir string, time
 		}
 	}
 	reportDir := "/tmp/.frognano-report-" + randomHex(16)
-	report := reportDir + "/junit.xml"
+	report := reportDir + "/" + PytestReportFile
 	cmd := spec.Command
 	if len(cmd) == 0 {
 		cmd = []string{"python3"}
 	}
 	argv := []string{"/bin/sh", "-c", `umask 077; mkdir -- "$1" || exit 125; shift; exec "$@"`, "sh", reportDir}
 	argv = append(argv, cmd...)
-	argv = append(argv, "-I", "-c", pytestBootstrap)
-	argv = append(argv, "-p", "no:cacheprovider", "-o", "junit_family=xunit1", "--junitxml="+report, "--rootdir="+dir)
+	argv = append(argv, "-I", "-c", pytestBootstrap, report)
+	argv = append(argv, PytestArgs(dir)...)
 	argv = append(argv, spec.Args...)
 	if len(tests) > 0 {
 		argv = append(argv, "--")
@@ -98,30 +100,44 @@ func (s *Sandbox) runPytest(ctx context.Context, spec TestSpec, dir string, time
 	if err != nil {
 		return nil, err
 	}
-	junit, err := s.ReadFile(ctx, report)
+	events, err := s.ReadFile(ctx, report)
 	var pathErr *fs.PathError
 	switch {
 	case errors.As(err, &pathErr):
-		junit = nil // missing, too large, not a file: no report, an invalid run
+		events = nil // missing, too large, not a file: no report, an invalid run
 	case err != nil:
 		return nil, err
 	}
 	if _, err := s.Exec(ctx, ExecRequest{Argv: []string{"rm", "-rf", "--", reportDir}, Timeout: fileOpTimeout, Workdir: "/"}); err != nil {
 		return nil, err
 	}
-	return testreport.NewPytestReport(junit, tests, res.ExitCode, res.TimedOut, res.Duration), nil
+	return testreport.NewPytestReport(events, res.ExitCode, res.TimedOut, res.Duration), nil
+}
+
+// PytestReportFile is the name of the plugin's report in its run's
+// directory.
+const PytestReportFile = "report.jsonl"
+
+// PytestArgs are the options every pytest run of frognano's starts with:
+// no cache written into the repository, and node ids relative to rootdir.
+// Runners add the environment's options and the test ids after them.
+func PytestArgs(rootdir string) []string {
+	return []string{"-p", "no:cacheprovider", "--rootdir=" + rootdir}
 }
 
 // pytestBootstrap starts pytest so that the repository cannot replace it.
 // `python -m pytest` puts the working directory first on sys.path, so a
-// /repo/pytest.py (or _pytest/, or xml/) written by the agent would be
+// /repo/pytest.py (or _pytest/, or json.py) written by the agent would be
 // imported instead of pytest and could write any report it likes. Instead,
 // Python starts isolated (-I: no working directory, no PYTHON* variables on
-// sys.path), pytest and its built-in plugins are imported from the
-// installation, and only then are the working directory and PYTHONPATH put
-// in front, as `python -m pytest` would have them for the tests' imports.
-const pytestBootstrap = `import os, sys, importlib
+// sys.path), pytest, its built-in plugins and frognano's report plugin are
+// loaded from the installation and this source, and only then are the
+// working directory and PYTHONPATH put in front, as `python -m pytest`
+// would have them for the tests' imports. Its arguments are the report's
+// path, then pytest's.
+var pytestBootstrap = `import os, sys, importlib
 import pytest
+` + testreport.PytestPlugin + `
 try:
     from _pytest.config import default_plugins as _plugins
 except ImportError:
@@ -131,9 +147,11 @@ for _p in _plugins:
         importlib.import_module("_pytest." + _p)
     except Exception:
         pass
+_report = FrognanoReport(sys.argv[1])
+_args = sys.argv[2:]
 sys.path[:0] = [os.getcwd()] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-sys.argv[0] = "pytest"
-sys.exit(int(pytest.main()))
+sys.argv = ["pytest"] + _args
+sys.exit(int(pytest.main(_args, plugins=[_report])))
 `
 
 func (s *Sandbox) runGoTest(ctx context.Context, spec TestSpec, dir string, timeout time.Duration, tests []string) (*testreport.Report, error) {

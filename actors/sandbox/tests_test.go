@@ -97,16 +97,33 @@ func TestRunPytest(t *testing.T) {
 		t.Fatalf("a run of an unknown test is valid: %+v", unknown)
 	}
 
+	// The mixin's inherited tests are named by the inheriting module, as
+	// pytest names them (JUnit XML named them by the mixin's module), and a
+	// run by those ids finds them.
+	inherited := []string{"tests/mixin/test_inherited.py::InheritedTest::test_inherited_pass", "tests/mixin/test_inherited.py::InheritedTest::test_inherited_fail"}
+	mixin, err := sb.RunTests(ctx, spec, inherited)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := verdicts(mixin); !mixin.Valid || mixin.ExitCode != 1 || len(st) != 2 || st[inherited[0]] != "pass" || st[inherited[1]] != "fail" {
+		t.Fatalf("inherited tests: valid %v (%s), exit %d, %v", mixin.Valid, mixin.Problem, mixin.ExitCode, st)
+	}
+
 	// FROGNANO_CAPTURE_GOLDEN=1 refreshes the sandbox capture that package
 	// testreport keeps as a golden input.
 	if os.Getenv("FROGNANO_CAPTURE_GOLDEN") != "" {
-		res := run(t, sb, "python3 -m pytest -p no:cacheprovider -o junit_family=xunit1 --junitxml=/tmp/j.xml --rootdir=. -q >/dev/null; echo $?")
-		xml, err := sb.ReadFile(ctx, "/tmp/j.xml")
+		res, err := sb.Exec(ctx, ExecRequest{Argv: []string{"python3", "-c", testreport.PytestPlugin + `
+import sys
+sys.exit(int(_frognano_pytest.main(sys.argv[2:], plugins=[FrognanoReport(sys.argv[1])])))`, "/tmp/r.jsonl", "-p", "no:cacheprovider", "--rootdir=.", "-q"}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("pytest exit %s", res.Stdout)
-		if err := os.WriteFile(filepath.Join("testreport", "testdata", "pytest7-xunit1.xml"), xml, 0o644); err != nil {
+		b, err := sb.ReadFile(ctx, "/tmp/r.jsonl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("pytest exit %d", res.ExitCode)
+		if err := os.WriteFile(filepath.Join("testreport", "testdata", "pytest7-mixed.jsonl"), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 	"time"
 
@@ -30,8 +29,9 @@ import (
 // grading use sandbox.RunTests, whose runner the agent cannot replace.
 // Results are the same: the child sets up sys.path, argv and the
 // environment as RunTests' bootstrap does and runs pytest.main with the
-// same options; the report is read from pytest's JUnit XML, never from its
-// output. A repository module that pytest itself imports (the environment
+// same options and frognano's report plugin (testreport.PytestPlugin), so
+// tests have the same node ids; the report is read from the plugin's file,
+// never from pytest's output. A repository module that pytest itself imports (the environment
 // is pytest, or one of its dependencies) would be stale in the forks, so
 // the server refuses to start then and RunTests is used.
 type pytestServer struct {
@@ -45,8 +45,9 @@ type pytestServer struct {
 
 const forkDir = "/tmp/.frognano-pytest"
 
-const forkServer = `import importlib, json, os, resource, signal, socket, sys, time
+var forkServer = `import importlib, json, os, resource, signal, socket, sys, time
 import pytest
+` + testreport.PytestPlugin + `
 try:
     from _pytest.config import default_plugins as _plugins
 except ImportError:
@@ -94,8 +95,10 @@ while True:
             os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
             sys.dont_write_bytecode = False
             sys.path[:0] = [os.getcwd()] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+            os.mkdir(req["report_dir"], 0o700)
+            report = FrognanoReport(os.path.join(req["report_dir"], req["report_file"]))
             sys.argv = ["pytest"] + req["args"]
-            code = int(pytest.main(req["args"]))
+            code = int(pytest.main(req["args"], plugins=[report]))
         finally:
             os._exit(code)
     deadline = time.monotonic() + req["timeout"]
@@ -129,14 +132,14 @@ while True:
 `
 
 // forkClient sends one request and prints the answer line followed by the
-// JUnit report, then removes the report's directory: one command per run.
+// plugin's report, then removes the report's directory: one command per run.
 const forkClient = `import shutil, socket, sys
 s = socket.socket(socket.AF_UNIX)
 s.connect(sys.argv[1])
 s.sendall(sys.argv[2].encode() + b"\n")
 sys.stdout.buffer.write(s.makefile("rb").readline())
 try:
-    with open(sys.argv[3] + "/junit.xml", "rb") as f:
+    with open(sys.argv[3] + "/" + sys.argv[4], "rb") as f:
         sys.stdout.buffer.write(f.read())
 except OSError:
     pass
@@ -194,7 +197,7 @@ func (p *pytestServer) run(ctx context.Context, spec sandbox.TestSpec, tests []s
 	// Native tracebacks: the report's messages are the same, and a
 	// mutation that recurses without end costs milliseconds per failing
 	// test instead of a tenth of a second or more for pytest's own.
-	args := []string{"-p", "no:cacheprovider", "-o", "junit_family=xunit1", "--junitxml=" + report + "/junit.xml", "--rootdir=" + dir, "--tb=native"}
+	args := append(sandbox.PytestArgs(dir), "--tb=native")
 	args = append(args, spec.Args...)
 	if len(tests) > 0 {
 		args = append(append(args, "--"), tests...)
@@ -204,19 +207,19 @@ func (p *pytestServer) run(ctx context.Context, spec sandbox.TestSpec, tests []s
 		k, v, _ := strings.Cut(kv, "=")
 		envm[k] = v
 	}
-	req, err := json.Marshal(map[string]any{"cwd": dir, "env": envm, "args": args, "timeout": spec.Timeout.Seconds(), "cpu_seconds": math.Ceil(cpu.Seconds())})
+	req, err := json.Marshal(map[string]any{"cwd": dir, "env": envm, "args": args, "report_dir": report, "report_file": sandbox.PytestReportFile, "timeout": spec.Timeout.Seconds(), "cpu_seconds": math.Ceil(cpu.Seconds())})
 	if err != nil {
 		return nil, false, err
 	}
 	start := time.Now()
 	res, err := p.sb.Exec(ctx, sandbox.ExecRequest{
-		Argv:    []string{p.python, "-I", "-S", forkDir + "/client.py", forkDir + "/sock", string(req), report},
+		Argv:    []string{p.python, "-I", "-S", forkDir + "/client.py", forkDir + "/sock", string(req), report, sandbox.PytestReportFile},
 		Workdir: "/", Timeout: spec.Timeout + 30*time.Second, OutputLimit: 64 << 20,
 	})
 	if err != nil {
 		return nil, true, err
 	}
-	line, junit, _ := bytes.Cut(res.Stdout, []byte("\n"))
+	line, events, _ := bytes.Cut(res.Stdout, []byte("\n"))
 	var ans struct {
 		Code     int  `json:"code"`
 		TimedOut bool `json:"timed_out"`
@@ -227,8 +230,8 @@ func (p *pytestServer) run(ctx context.Context, spec sandbox.TestSpec, tests []s
 		p.up = false
 		return nil, false, nil
 	}
-	if len(bytes.TrimSpace(junit)) == 0 {
-		junit = nil
+	if len(bytes.TrimSpace(events)) == 0 {
+		events = nil
 	}
-	return testreport.NewPytestReport(junit, slices.Clone(tests), ans.Code, ans.TimedOut, time.Since(start)), true, nil
+	return testreport.NewPytestReport(events, ans.Code, ans.TimedOut, time.Since(start)), true, nil
 }

@@ -2,6 +2,8 @@ package synth
 
 import (
 	"context"
+	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -26,6 +28,16 @@ func inflectionEnv(t *testing.T) *messages.Environment {
 }
 func uuidEnv(t *testing.T) *messages.Environment {
 	return testEnv(t, "synth-uuid", "github.com/google/uuid@v1.6.0")
+}
+
+// mixinEnv is a local package whose unittest classes inherit their tests
+// from a mixin in tests/__init__.py (../environment/testdata/mixin).
+func mixinEnv(t *testing.T) *messages.Environment {
+	dir, err := filepath.Abs(filepath.Join("..", "environment", "testdata", "mixin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testEnv(t, "synth-mixin", dir)
 }
 
 // verifyTask checks a task without the synthesizer's code: in a fresh
@@ -283,6 +295,132 @@ func TestSynthesizeGoUUID(t *testing.T) {
 			t.Errorf("unwrap_try on Go: %v, %d tasks, rejected %v", err, len(res.Tasks), res.Rejected)
 		}
 	})
+}
+
+// gradeWith grades task in a fresh sandbox of env's image after applying
+// patches, the way an episode is graded: the task's grading tests through
+// sandbox.RunTests, then testreport.Grade.
+func gradeWith(t *testing.T, env *messages.Environment, task *messages.Task, patches ...string) testreport.Outcome {
+	t.Helper()
+	ctx := context.Background()
+	sb, err := needRuntime(t).Create(ctx, env.Image, sandbox.Options{RepoDir: env.RepoDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(ctx)
+	for _, p := range patches {
+		if err := sb.ApplyPatch(ctx, p); err != nil {
+			t.Fatalf("%s: %v", task.Id, err)
+		}
+	}
+	if _, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "find . -name __pycache__ -prune -exec rm -rf {} +"}}); err != nil {
+		t.Fatal(err)
+	}
+	spec := environment.Spec(env)
+	spec.Timeout = 3 * time.Minute
+	rep, err := sb.RunTests(ctx, spec, harness.GradingTests(task))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testreport.Grade(rep, task.FailToPass, task.PassToPass)
+}
+
+// TestSynthesizeInheritedTests synthesizes from a suite whose tests are
+// inherited from a mixin in another module. Their ids used to be rebuilt
+// from JUnit XML, naming files that do not exist: every candidate was
+// rejected as tests_not_run and no task could have been graded.
+func TestSynthesizeInheritedTests(t *testing.T) {
+	env := mixinEnv(t)
+	if !baselinePassing(env)["tests/test_calc.py::CalcTest::test_add"] {
+		t.Fatalf("baseline does not name the inherited tests by node id: %v", env.Baseline.GetResults())
+	}
+	s, _, _, _ := newSynth(t)
+	res, err := s.Synthesize(context.Background(), env, Request{Count: 2, Seed: 7, HintLevel: HintTests}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("mixin: %d tasks from %d candidates, rejected %s", len(res.Tasks), res.Candidates, FormatReasons(res.Rejected))
+	if len(res.Tasks) != 2 || res.Rejected[ReasonTestsNotRun] > 0 || res.Rejected[ReasonFlaky] > 0 {
+		t.Fatalf("%d tasks, want 2 (rejected %v)", len(res.Tasks), res.Rejected)
+	}
+	for _, task := range res.Tasks {
+		checkTask(t, env, task, HintTests, 1)
+		verifyTask(t, env, task)
+		if o := gradeWith(t, env, task, task.BugPatch); o.Reward != 0 {
+			t.Errorf("%s: the bug itself grades %v", task.Id, o.Reward)
+		}
+		if o := gradeWith(t, env, task, task.BugPatch, task.GoldPatch); o.Reward != 1 {
+			t.Errorf("%s: the gold patch grades %v: %s (failing %v, missing %v)", task.Id, o.Reward, o.Reason, o.Failing, o.Missing)
+		}
+	}
+}
+
+// TestForkServerMatchesRunTests runs the mixin suite through the fork
+// server validation uses and through sandbox.RunTests, as graders do: the
+// same node ids with the same verdicts, whole suite and named tests, with
+// the code intact and broken.
+func TestForkServerMatchesRunTests(t *testing.T) {
+	env := mixinEnv(t)
+	ctx := context.Background()
+	sb, err := needRuntime(t).Create(ctx, env.Image, sandbox.Options{RepoDir: env.RepoDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(ctx)
+	spec := environment.Spec(env)
+	spec.Timeout = time.Minute
+	p := &pytestServer{sb: sb, python: spec.Command[0], repo: env.RepoDir, env: spec.Env}
+	verdicts := func(r *testreport.Report) map[string]testreport.Status {
+		out := map[string]testreport.Status{}
+		for _, res := range r.Results {
+			out[res.ID] = res.Status
+		}
+		return out
+	}
+	named := []string{"tests/test_calc.py::CalcSubclassTest::test_sub", "tests/test_calc.py::CalcTest::test_add", "tests/test_calc.py::CalcSubclassTest::test_own"}
+	for _, step := range []struct {
+		name     string
+		broken   bool
+		failures int
+	}{{"intact", false, 0}, {"sub broken", true, 1}} {
+		if step.broken {
+			src, err := sb.ReadFile(ctx, env.RepoDir+"/calc/__init__.py")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := sb.WriteFile(ctx, env.RepoDir+"/calc/__init__.py", []byte(strings.Replace(string(src), "return a - b", "return a + b", 1))); err != nil {
+				t.Fatal(err)
+			}
+			// The same size within the same second: bytecode the first
+			// runs cached would look current (the worker drops it too).
+			if _, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"rm", "-rf", env.RepoDir + "/calc/__pycache__"}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, tests := range [][]string{nil, named} {
+			forked, ok, err := p.run(ctx, spec, tests, 0)
+			if err != nil || !ok {
+				t.Fatalf("%s: fork server: ok %v, %v", step.name, ok, err)
+			}
+			direct, err := sb.RunTests(ctx, spec, tests)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, d := verdicts(forked), verdicts(direct)
+			if !forked.Valid || !direct.Valid || forked.ExitCode != direct.ExitCode || !maps.Equal(f, d) {
+				t.Fatalf("%s, %d tests named: fork server valid %v (%s) exit %d %v; RunTests valid %v (%s) exit %d %v", step.name, len(tests),
+					forked.Valid, forked.Problem, forked.ExitCode, f, direct.Valid, direct.Problem, direct.ExitCode, d)
+			}
+			want := len(named)
+			if tests == nil {
+				want = len(env.Baseline.GetResults())
+			}
+			fails := forked.Counts()[testreport.StatusFail]
+			if len(f) != want || (tests == nil && fails != 2*step.failures) || (tests != nil && fails != step.failures) {
+				t.Errorf("%s, %d tests named: %d results with %d failures: %v", step.name, len(tests), len(f), fails, f)
+			}
+		}
+	}
 }
 
 // TestActor drives the synthesizer actor with messages, as a node does.

@@ -194,8 +194,12 @@ type TestResult struct {
 	Status          TestStatus             `protobuf:"varint,2,opt,name=status,proto3,enum=frognano.messages.v1.TestStatus" json:"status,omitempty"`
 	DurationSeconds float64                `protobuf:"fixed64,3,opt,name=duration_seconds,json=durationSeconds,proto3" json:"duration_seconds,omitempty"`
 	Message         string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// collection marks a collector's result, not a test's: a test file that
+	// failed to import (an ERROR named by the file's node id) or was skipped
+	// whole.
+	Collection    bool `protobuf:"varint,5,opt,name=collection,proto3" json:"collection,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TestResult) Reset() {
@@ -254,6 +258,13 @@ func (x *TestResult) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *TestResult) GetCollection() bool {
+	if x != nil {
+		return x.Collection
+	}
+	return false
 }
 
 // TestReport is one run of a test command in a sandbox.
@@ -1699,13 +1710,16 @@ var File_records_proto protoreflect.FileDescriptor
 
 const file_records_proto_rawDesc = "" +
 	"\n" +
-	"\rrecords.proto\x12\x14frognano.messages.v1\"\x9f\x01\n" +
+	"\rrecords.proto\x12\x14frognano.messages.v1\"\xbf\x01\n" +
 	"\n" +
 	"TestResult\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x128\n" +
 	"\x06status\x18\x02 \x01(\x0e2 .frognano.messages.v1.TestStatusR\x06status\x12)\n" +
 	"\x10duration_seconds\x18\x03 \x01(\x01R\x0fdurationSeconds\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\xdd\x01\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x05 \x01(\bR\n" +
+	"collection\"\xdd\x01\n" +
 	"\n" +
 	"TestReport\x12:\n" +
 	"\aresults\x18\x01 \x03(\v2 .frognano.messages.v1.TestResultR\aresults\x12\x1b\n" +

@@ -12,11 +12,17 @@ import (
 
 // The inputs under testdata are real outputs, captured once:
 //
-//	pytest9-*.xml      host pytest 9.2, from testdata/pysuite and testdata/pycollect:
-//	                   python3 -m pytest -p no:cacheprovider -o junit_family=xunit1 --junitxml=F --rootdir=. -q
-//	                   (pytest9-xunit2.xml: without -o junit_family=xunit1)
-//	pytest7-xunit1.xml Debian bookworm's pytest 7.2 inside a sandbox, same command
-//	                   (captured by TestCaptureSandboxGolden in package sandbox)
+//	pytest9-*.jsonl    frognano's pytest plugin under host pytest 9.2, from
+//	                   testdata/pysuite and testdata/pycollect, with
+//	                   testdata/capture-pytest.sh (see it) and -q:
+//	                   mixed: pysuite; collection-error: pycollect;
+//	                   collection-error-continue: pycollect with
+//	                   --continue-on-collection-errors
+//	pytest7-mixed.jsonl Debian bookworm's pytest 7.2 inside a sandbox, same
+//	                   plugin, from pysuite (captured by TestRunPytest in
+//	                   package sandbox with FROGNANO_CAPTURE_GOLDEN=1)
+//	forged-report.jsonl written by hand: every test passing, as code under
+//	                   test that overwrote the report would have it
 //	gotest-*.jsonl     go 1.26, from testdata/gosuite:
 //	                   go test -json -count=1 ./pass ./fail ./panics ./broken ./notests  (mixed)
 //	                   go test -json -count=1 ./pass                                      (pass)
@@ -27,9 +33,10 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files")
 
 type goldenResult struct {
-	ID      string  `json:"id"`
-	Status  string  `json:"status"`
-	Seconds float64 `json:"seconds"`
+	ID         string  `json:"id"`
+	Status     string  `json:"status"`
+	Seconds    float64 `json:"seconds"`
+	Collection bool    `json:"collection,omitempty"`
 }
 
 type golden struct {
@@ -44,25 +51,17 @@ func TestGolden(t *testing.T) {
 		input     string
 		framework Framework
 		exitCode  int
-		requested []string
 	}{
-		{"pytest9 mixed outcomes", "pytest9-xunit1.xml", Pytest, 1, nil},
-		{"pytest9 ids asked for by node id", "pytest9-xunit1.xml", Pytest, 1, []string{
-			"tests/test_basic.py::test_weird_ids[c::d]",
-			"tests/test_basic.py::test_weird_ids[a/b]",
-			"tests/test_basic.py::TestGroup::TestNested::test_inner",
-		}},
-		{"pytest9 xunit2 without file attributes", "pytest9-xunit2.xml", Pytest, 1, []string{
-			"tests/test_basic.py::TestGroup::test_method",
-		}},
-		{"pytest9 report contradicts exit 0", "pytest9-xunit1.xml", Pytest, 0, nil},
-		{"pytest9 collection error", "pytest9-collection-error.xml", Pytest, 2, nil},
-		{"pytest7 in the sandbox", "pytest7-xunit1.xml", Pytest, 1, nil},
-		{"forged junit all passing but exit 1", "forged-junit.xml", Pytest, 1, nil},
-		{"go test mixed outcomes", "gotest-mixed.jsonl", GoTest, 1, nil},
-		{"go test all pass", "gotest-pass.jsonl", GoTest, 0, nil},
-		{"go test all pass but exit 1", "gotest-pass.jsonl", GoTest, 1, nil},
-		{"go test forged framing", "gotest-forged.jsonl", GoTest, 1, nil},
+		{"pytest9 mixed outcomes", "pytest9-mixed.jsonl", Pytest, 1},
+		{"pytest9 report contradicts exit 0", "pytest9-mixed.jsonl", Pytest, 0},
+		{"pytest9 collection error", "pytest9-collection-error.jsonl", Pytest, 2},
+		{"pytest9 collection error continued", "pytest9-collection-error-continue.jsonl", Pytest, 1},
+		{"pytest7 in the sandbox", "pytest7-mixed.jsonl", Pytest, 1},
+		{"forged report all passing but exit 1", "forged-report.jsonl", Pytest, 1},
+		{"go test mixed outcomes", "gotest-mixed.jsonl", GoTest, 1},
+		{"go test all pass", "gotest-pass.jsonl", GoTest, 0},
+		{"go test all pass but exit 1", "gotest-pass.jsonl", GoTest, 1},
+		{"go test forged framing", "gotest-forged.jsonl", GoTest, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,13 +72,13 @@ func TestGolden(t *testing.T) {
 			var r *Report
 			switch tt.framework {
 			case Pytest:
-				r = NewPytestReport(in, tt.requested, tt.exitCode, false, time.Second)
+				r = NewPytestReport(in, tt.exitCode, false, time.Second)
 			case GoTest:
 				r = NewGoTestReport(in, tt.exitCode, false, time.Second)
 			}
 			got := golden{Valid: r.Valid, Problem: r.Problem}
 			for _, res := range r.Results {
-				got.Results = append(got.Results, goldenResult{ID: res.ID, Status: res.Status.String(), Seconds: res.Duration.Seconds()})
+				got.Results = append(got.Results, goldenResult{ID: res.ID, Status: res.Status.String(), Seconds: res.Duration.Seconds(), Collection: res.Collection})
 			}
 			b, err := json.MarshalIndent(got, "", "  ")
 			if err != nil {

@@ -1,5 +1,6 @@
 // Package testreport turns the machine-readable output of test runners —
-// pytest's JUnit XML and `go test -json` — into per-test results, decides
+// the report of frognano's pytest plugin and `go test -json` — into
+// per-test results, decides
 // whether a run can be trusted, and grades a run against a task's
 // FAIL_TO_PASS and PASS_TO_PASS lists.
 //
@@ -64,6 +65,9 @@ type Result struct {
 	Duration time.Duration `json:"duration"`
 	// Message is the failure or skip reason, truncated.
 	Message string `json:"message,omitempty"`
+	// Collection marks a pytest collector's result rather than a test's:
+	// a test file that failed to import (an error) or was skipped whole.
+	Collection bool `json:"collection,omitempty"`
 }
 
 // Framework names a test runner whose output this package parses.
@@ -236,6 +240,7 @@ func (r *Report) Proto() *messages.TestReport {
 			Status:          protoStatus(res.Status),
 			DurationSeconds: res.Duration.Seconds(),
 			Message:         res.Message,
+			Collection:      res.Collection,
 		}
 		if !r.Valid {
 			tr.Status = messages.TestStatus_TEST_STATUS_ERROR
@@ -280,19 +285,21 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// NewPytestReport parses pytest's JUnit XML and verifies it against the
-// exit code. junit is nil when pytest wrote no report.
-func NewPytestReport(junit []byte, requested []string, exitCode int, timedOut bool, d time.Duration) *Report {
+// NewPytestReport parses the report of frognano's pytest plugin (see
+// PytestPlugin) and verifies it against the exit code. report is nil when
+// pytest wrote none.
+func NewPytestReport(report []byte, exitCode int, timedOut bool, d time.Duration) *Report {
 	r := &Report{Framework: Pytest, ExitCode: exitCode, TimedOut: timedOut, Duration: d}
-	if junit == nil {
+	if report == nil {
 		r.Verify()
-		r.reject("pytest wrote no JUnit report (exit code %d)", exitCode)
+		r.reject("pytest wrote no report (exit code %d)", exitCode)
 		return r
 	}
-	results, err := ParseJUnit(bytes.NewReader(junit), requested)
+	results, err := ParsePytestReport(bytes.NewReader(report))
 	r.Results = results
 	r.Verify()
 	if err != nil {
+		// The parse error is the more precise complaint.
 		r.Problem = ""
 		r.reject("%v", err)
 	}

@@ -93,24 +93,6 @@ func TestGrade(t *testing.T) {
 	}
 }
 
-func TestMangleNodeID(t *testing.T) {
-	tests := []struct{ id, classname, name string }{
-		{"tests/test_a.py::test_x", "tests.test_a", "test_x"},
-		{"tests/test_a.py::TestC::test_x", "tests.test_a.TestC", "test_x"},
-		{"tests/test_a.py::TestC::TestD::test_x", "tests.test_a.TestC.TestD", "test_x"},
-		{"test_a.py::test_x[1-2]", "test_a", "test_x[1-2]"},
-		{"tests/test_a.py::test_x[a/b::c.py]", "tests.test_a", "test_x[a/b::c.py]"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.id, func(t *testing.T) {
-			cn, n := MangleNodeID(tt.id)
-			if cn != tt.classname || n != tt.name {
-				t.Fatalf("got (%q, %q), want (%q, %q)", cn, n, tt.classname, tt.name)
-			}
-		})
-	}
-}
-
 func TestSplitGoID(t *testing.T) {
 	tests := []struct {
 		id, pkg, test string
@@ -165,19 +147,106 @@ func TestGoNonJSONLinesIgnored(t *testing.T) {
 	}
 }
 
-func TestJUnitCountersMustAgree(t *testing.T) {
-	in := `<testsuites><testsuite failures="0" errors="0" skipped="0" tests="1">` +
-		`<testcase classname="t" name="test_a" file="t.py"><failure message="x"/></testcase></testsuite></testsuites>`
-	r := NewPytestReport([]byte(in), nil, 1, false, time.Second)
-	if r.Valid || !strings.Contains(r.Problem, "counters") {
-		t.Fatalf("%+v", r)
+func TestPytestWithoutReport(t *testing.T) {
+	r := NewPytestReport(nil, 0, false, time.Second)
+	if r.Valid {
+		t.Fatal("a run without a report is valid")
 	}
 }
 
-func TestPytestWithoutReport(t *testing.T) {
-	r := NewPytestReport(nil, nil, 0, false, time.Second)
-	if r.Valid {
-		t.Fatal("a run without a report is valid")
+// TestPytestReportTampered edits a real capture the ways a crashed run or
+// code under test could: every one must make the run invalid, whatever the
+// exit code says.
+func TestPytestReportTampered(t *testing.T) {
+	in, err := os.ReadFile(filepath.Join("testdata", "pytest9-collection-error-continue.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	real := string(in)
+	if r := NewPytestReport(in, 1, false, time.Second); !r.Valid {
+		t.Fatalf("the capture itself is invalid: %s", r.Problem)
+	}
+	lines := strings.SplitAfter(strings.TrimSuffix(real, "\n"), "\n")
+	finish := lines[len(lines)-1]
+	body := strings.Join(lines[:len(lines)-1], "")
+	tests := []struct {
+		name, report string
+		exit         int
+		problem      string
+	}{
+		{"cut before the finish line", body, 1, "before the session finished"},
+		{"cut inside a line", real[:len(real)/2], 1, "not an event"},
+		{"a line after the finish", real + `{"nodeid": "t.py::test_x", "phase": "call", "outcome": "passed", "duration": 0}` + "\n", 1, "follows the finish"},
+		{"text that is not an event", "tests/test_fine.py::test_fine PASSED\n" + real, 1, "not an event"},
+		{"an unknown phase", `{"nodeid": "t.py::test_x", "phase": "lunch", "outcome": "passed", "duration": 0}` + "\n" + real, 1, "unknown phase"},
+		{"a finish without exit status", body + `{"phase": "finish"}` + "\n", 1, "finish without"},
+		{"a test without node id", `{"phase": "call", "outcome": "passed", "duration": 0}` + "\n" + real, 1, "no node id"},
+		{"the collection error removed", strings.Join(lines[1:], ""), 1, "exit code 1 but the report has no failing test"},
+		{"only a finish line", finish, 0, "no tests"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := NewPytestReport([]byte(tt.report), tt.exit, false, time.Second)
+			if r.Valid || !strings.Contains(r.Problem, tt.problem) {
+				t.Fatalf("valid %v, problem %q; want invalid with %q", r.Valid, r.Problem, tt.problem)
+			}
+		})
+	}
+}
+
+func TestPytestPhases(t *testing.T) {
+	ev := func(id, phase, outcome string) string {
+		return `{"nodeid": "` + id + `", "phase": "` + phase + `", "outcome": "` + outcome + `", "duration": 0.5, "message": "` + phase + " " + outcome + `"}` + "\n"
+	}
+	in := ev("t.py::ok", "setup", "passed") + ev("t.py::ok", "call", "passed") + ev("t.py::ok", "teardown", "passed") +
+		ev("t.py::rerun", "setup", "passed") + ev("t.py::rerun", "call", "rerun") + ev("t.py::rerun", "call", "passed") +
+		ev("t.py::stopped", "setup", "passed") +
+		ev("t.py::skipped", "setup", "skipped") + ev("t.py::skipped", "teardown", "passed") +
+		ev("t.py::teardown", "setup", "passed") + ev("t.py::teardown", "call", "failed") + ev("t.py::teardown", "teardown", "failed") +
+		ev("gone.py", "collect", "skipped") + ev("", "collect", "failed") +
+		`{"phase": "finish", "exitstatus": 1}` + "\n"
+	results, err := ParsePytestReport(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Result{
+		{ID: "t.py::ok", Status: StatusPass, Duration: 1500 * time.Millisecond},
+		{ID: "t.py::rerun", Status: StatusError, Duration: 1500 * time.Millisecond, Message: `call outcome "rerun"`},
+		{ID: "t.py::stopped", Status: StatusError, Duration: 500 * time.Millisecond, Message: "setup passed but the test never ran"},
+		{ID: "t.py::skipped", Status: StatusSkip, Duration: time.Second, Message: "setup skipped"},
+		{ID: "t.py::teardown", Status: StatusError, Duration: 1500 * time.Millisecond, Message: "teardown failed"},
+		{ID: "gone.py", Status: StatusSkip, Duration: 500 * time.Millisecond, Message: "collect skipped", Collection: true},
+		{ID: ".", Status: StatusError, Duration: 500 * time.Millisecond, Message: "collect failed", Collection: true},
+	}
+	if !slices.Equal(results, want) {
+		t.Fatalf("got  %+v\nwant %+v", results, want)
+	}
+}
+
+func TestCollectionSummary(t *testing.T) {
+	in, err := os.ReadFile(filepath.Join("testdata", "pytest9-collection-error-continue.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewPytestReport(in, 1, false, time.Second)
+	got := Collection(r.Results)
+	want := CollectionSummary{Failed: 1, Files: 2, FirstID: "tests/test_broken.py", FirstError: "ModuleNotFoundError: No module named 'does_not_exist'"}
+	if got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	p := r.Proto()
+	if !p.Results[0].Collection || p.Results[1].Collection {
+		t.Fatalf("collection flags in the record: %v", p.Results)
+	}
+	for msg, want := range map[string]string{
+		"Traceback:\n  x\nE   ValueError: bad\nE   more\n":            "more",
+		"ImportError while importing\nE   ModuleNotFoundError: m\n\n": "ModuleNotFoundError: m",
+		"no marker\nlast line\n":                                      "last line",
+		"":                                                            "",
+	} {
+		if got := ErrorLine(msg); got != want {
+			t.Errorf("ErrorLine(%q) = %q, want %q", msg, got, want)
+		}
 	}
 }
 

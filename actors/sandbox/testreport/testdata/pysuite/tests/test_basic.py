@@ -1,5 +1,5 @@
 # A small pytest suite covering every outcome pytest reports, used to
-# capture the JUnit XML golden files (see ../../golden_test.go).
+# capture the pytest report golden files (see ../../golden_test.go).
 import pytest
 
 
@@ -41,7 +41,7 @@ def test_fixture_error(broken):
 
 
 def test_prints_fake_pass():
-    # Printing a verdict must change nothing: reports come from JUnit XML.
+    # Printing a verdict must change nothing: reports come from the plugin.
     print("tests/test_basic.py::test_prints_fake_pass PASSED")
     print('<testcase classname="tests.test_basic" name="test_prints_fake_pass"/>')
     assert False

@@ -1,0 +1,210 @@
+package testreport
+
+import (
+	"bufio"
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// PytestPlugin is the Python source of frognano's pytest plugin: it defines
+// the class FrognanoReport(path), which, passed to
+// pytest.main(plugins=[...]), writes one JSON line per test event to path
+// (see the file for the format). Every runner of pytest executes this
+// source in the interpreter that runs pytest, before pytest.main.
+//
+//go:embed pytest_plugin.py
+var PytestPlugin string
+
+// pytestEvent is one line of the plugin's report.
+type pytestEvent struct {
+	NodeID     *string  `json:"nodeid"`
+	Phase      string   `json:"phase"`
+	Outcome    string   `json:"outcome"`
+	Duration   float64  `json:"duration"`
+	Message    string   `json:"message"`
+	ExitStatus *float64 `json:"exitstatus"`
+}
+
+// maxPytestReportBytes bounds what is parsed: a report is kilobytes to a
+// few megabytes; more is an attack on the grader's memory.
+const maxPytestReportBytes = 64 << 20
+
+// ParsePytestReport reads the plugin's report. Each test's status comes
+// from its phases as pytest's own summary counts them: a failed setup or
+// teardown is an error, a failed call a failure, a skipped setup or call
+// (xfail included) a skip, a passed call a pass; the worst wins. A
+// collector that failed is an error under its own node id (the test file),
+// one that was skipped whole a skip; both are marked Collection.
+//
+// The file is written only by the plugin, so anything it would not write
+// (a line that is not an event, an unknown phase, lines after the finish
+// line, no finish line) makes the whole report unusable.
+func ParsePytestReport(r io.Reader) ([]Result, error) {
+	sc := bufio.NewScanner(io.LimitReader(r, maxPytestReportBytes))
+	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	type test struct {
+		res  Result
+		call bool
+	}
+	tests := map[string]*test{}
+	var order []string
+	finished := false
+	for n := 1; sc.Scan(); n++ {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		if finished {
+			return nil, fmt.Errorf("pytest report: line %d follows the finish line", n)
+		}
+		var ev pytestEvent
+		if err := json.Unmarshal(line, &ev); err != nil {
+			return nil, fmt.Errorf("pytest report: line %d is not an event: %v", n, err)
+		}
+		if ev.Phase == "finish" {
+			if ev.ExitStatus == nil {
+				return nil, fmt.Errorf("pytest report: line %d: finish without an exit status", n)
+			}
+			finished = true
+			continue
+		}
+		if ev.NodeID == nil {
+			return nil, fmt.Errorf("pytest report: line %d has no node id", n)
+		}
+		status, err := phaseStatus(ev.Phase, ev.Outcome)
+		if err != nil {
+			return nil, fmt.Errorf("pytest report: line %d: %w", n, err)
+		}
+		if status == StatusUnknown {
+			// An outcome pytest itself never gives (a plugin's "rerun"):
+			// not a verdict this package can trust.
+			status, ev.Message = StatusError, fmt.Sprintf("%s outcome %q", ev.Phase, ev.Outcome)
+		}
+		id := *ev.NodeID
+		if id == "" {
+			id = "." // the session's own collector: the rootdir
+		}
+		t, ok := tests[id]
+		if !ok {
+			t = &test{res: Result{ID: id}}
+			tests[id] = t
+			order = append(order, id)
+		}
+		// A phase reported twice (a rerun plugin): the worst verdict wins.
+		t.call = t.call || ev.Phase == "call"
+		t.res.Collection = t.res.Collection || ev.Phase == "collect"
+		t.res.Duration += time.Duration(ev.Duration * float64(time.Second))
+		if worse(t.res.Status, status) != t.res.Status {
+			t.res.Status = status
+			if status != StatusPass {
+				t.res.Message = truncate(ev.Message, 2000)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read pytest report: %w", err)
+	}
+	out := make([]Result, 0, len(order))
+	for _, id := range order {
+		t := tests[id]
+		// A test whose setup passed and that reached no verdict: the run
+		// stopped inside it (pytest.exit, a crash the finish line hides).
+		if t.res.Status == StatusPass && !t.call && !t.res.Collection {
+			t.res.Status, t.res.Message = StatusError, "setup passed but the test never ran"
+		}
+		out = append(out, t.res)
+	}
+	if !finished {
+		return out, fmt.Errorf("pytest report ends before the session finished (%d tests): the run was cut short", len(out))
+	}
+	return out, nil
+}
+
+// phaseStatus is what one report of a phase says about its test; an
+// outcome other than passed, failed or skipped is StatusUnknown.
+func phaseStatus(phase, outcome string) (Status, error) {
+	var failed Status
+	switch phase {
+	case "collect", "setup", "teardown":
+		failed = StatusError
+	case "call":
+		failed = StatusFail
+	default:
+		return StatusUnknown, fmt.Errorf("unknown phase %q", phase)
+	}
+	switch outcome {
+	case "passed":
+		return StatusPass, nil
+	case "failed":
+		return failed, nil
+	case "skipped":
+		return StatusSkip, nil
+	}
+	return StatusUnknown, nil
+}
+
+// CollectionSummary is what a pytest run says about test files that did
+// not load: how many of the files it collected from failed, and the first
+// failure's node id and the line that says why.
+type CollectionSummary struct {
+	Failed, Files int
+	FirstID       string
+	FirstError    string
+}
+
+// String says it in a sentence, for people: "5 of 6 test files failed to
+// collect; the first, tests/test_x.py: ModuleNotFoundError: ...".
+func (s CollectionSummary) String() string {
+	if s.Failed == 0 {
+		return "every test file collected"
+	}
+	files := "test files"
+	if s.Files == 1 {
+		files = "test file"
+	}
+	return fmt.Sprintf("%d of %d %s failed to collect; the first, %s: %s", s.Failed, s.Files, files, s.FirstID, s.FirstError)
+}
+
+// Collection summarizes the collection errors among results.
+func Collection(results []Result) CollectionSummary {
+	var s CollectionSummary
+	files := map[string]bool{}
+	for _, r := range results {
+		file, _, _ := strings.Cut(r.ID, "::")
+		files[file] = true
+		if r.Collection && r.Status == StatusError {
+			s.Failed++
+			if s.FirstID == "" {
+				s.FirstID, s.FirstError = r.ID, ErrorLine(r.Message)
+			}
+		}
+	}
+	s.Files = len(files)
+	return s
+}
+
+// ErrorLine picks from a traceback the line that names the error: pytest
+// marks it with "E " ("E   ModuleNotFoundError: No module named 'x'");
+// failing that, the last non-empty line.
+func ErrorLine(msg string) string {
+	lines := strings.Split(strings.TrimSpace(msg), "\n")
+	last := ""
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := strings.TrimSpace(lines[i])
+		if l == "" {
+			continue
+		}
+		if last == "" {
+			last = l
+		}
+		if rest, ok := strings.CutPrefix(l, "E "); ok {
+			return strings.TrimSpace(rest)
+		}
+	}
+	return last
+}
