@@ -119,6 +119,7 @@ func (r *registrar) add(ctx actor.Context, m *messages.EnvAddRequest) {
 			env, err := b.Add(bctx, src, AddOptions{
 				Name: m.Name, Language: m.Language, TestCommand: m.TestCommand, TestArgs: m.TestArgs,
 				RepoDir: m.RepoDir, SuiteTimeout: time.Duration(m.SuiteTimeoutSeconds * float64(time.Second)),
+				MinTests: int(m.MinTests), AllowCollectionErrors: m.AllowCollectionErrors,
 			})
 			if err != nil {
 				return failure(code(err), err)
@@ -139,7 +140,7 @@ func code(err error) string {
 		return "exists"
 	case errors.Is(err, ErrNoTests), errors.Is(err, ErrNoLanguage), errors.Is(err, ErrNoSuchImage):
 		return "bad_source"
-	case errors.Is(err, ErrInstall), errors.Is(err, ErrSuite), errors.Is(err, ErrNoPassingRun):
+	case errors.Is(err, ErrInstall), errors.Is(err, ErrSuite), errors.Is(err, ErrNoPassingRun), errors.Is(err, ErrCollection), errors.Is(err, ErrTooFewTests):
 		return "rejected"
 	case errors.Is(err, sandbox.ErrContainerdNotRunning):
 		return "containerd"

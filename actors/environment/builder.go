@@ -35,7 +35,13 @@ var (
 	ErrSuite        = errors.New("test suite cannot run")
 	ErrNoSuchImage  = errors.New("no such image")
 	ErrNoPassingRun = errors.New("no test passes at baseline")
+	ErrCollection   = errors.New("collection errors")
+	ErrTooFewTests  = errors.New("too few tests pass at baseline")
 )
+
+// DefaultMinTests is `frognano env add`'s --min-tests: a suite with fewer
+// passing tests makes tasks that all fail the same few tests.
+const DefaultMinTests = 5
 
 // Builder registers environments.
 type Builder struct {
@@ -56,6 +62,14 @@ type AddOptions struct {
 	TestArgs     []string // runner options
 	RepoDir      string   // for image sources (default /repo; SWE-bench images use /testbed)
 	SuiteTimeout time.Duration
+	// MinTests is the fewest tests that must pass at baseline; 0 asks for
+	// one. The CLI's default is DefaultMinTests.
+	MinTests int
+	// AllowCollectionErrors registers a suite some of whose test files fail
+	// to collect (an sdist that leaves out a module its tests import);
+	// without it such a suite is refused, saying how many and the first
+	// error.
+	AllowCollectionErrors bool
 }
 
 func (b *Builder) stage(s string) {
@@ -176,7 +190,7 @@ func (b *Builder) Add(ctx context.Context, src Source, o AddOptions) (_ *message
 	build.Destroy(ctx)
 	env.Image = envRef
 
-	if err := b.baseline(ctx, env, spec, o.SuiteTimeout); err != nil {
+	if err := b.baseline(ctx, env, spec, o); err != nil {
 		return nil, err
 	}
 	env.CreatedUnixNano = time.Now().UnixNano()
@@ -229,7 +243,7 @@ func (b *Builder) addImage(ctx context.Context, env *messages.Environment, src S
 		b.log().Warn("image repository history is not a single base commit; graders restore protected files, but the fix may be readable from history", "image", src.Ref, "err", err)
 	}
 	sb.Destroy(ctx)
-	if err := b.baseline(ctx, env, defaultSpec(lang, o), o.SuiteTimeout); err != nil {
+	if err := b.baseline(ctx, env, defaultSpec(lang, o), o); err != nil {
 		return nil, err
 	}
 	env.CreatedUnixNano = time.Now().UnixNano()
@@ -313,10 +327,14 @@ func trustHostCAs(ctx context.Context, sb *sandbox.Sandbox) ([]string, error) {
 }
 
 // baseline runs the whole suite once in an episode sandbox (no network,
-// read-only root) and records per-test results; a suite that cannot run,
-// hangs or passes nothing rejects the environment.
-func (b *Builder) baseline(ctx context.Context, env *messages.Environment, spec sandbox.TestSpec, timeout time.Duration) error {
+// read-only root) and records per-test results. A suite that cannot run,
+// hangs, passes fewer than o.MinTests tests (at least one) or, unless
+// o.AllowCollectionErrors, has test files that fail to collect rejects the
+// environment; each refusal says how many test files failed to collect and
+// the first error, since that is the usual reason few tests pass.
+func (b *Builder) baseline(ctx context.Context, env *messages.Environment, spec sandbox.TestSpec, o AddOptions) error {
 	b.stage("running the test suite for a baseline")
+	timeout := o.SuiteTimeout
 	if timeout <= 0 {
 		timeout = 10 * time.Minute
 	}
@@ -330,14 +348,29 @@ func (b *Builder) baseline(ctx context.Context, env *messages.Environment, spec 
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrSuite, err)
 	}
-	if report.TimedOut {
+	col := testreport.Collection(report.Results)
+	because := ""
+	if col.Failed > 0 {
+		because = " (" + col.String() + ")"
+	}
+	passing := report.Counts()[testreport.StatusPass]
+	switch {
+	case report.TimedOut:
 		return fmt.Errorf("%w: it did not finish within %v", ErrSuite, timeout)
+	case !report.Valid:
+		return fmt.Errorf("%w: %s%s", ErrSuite, report.Problem, because)
+	case passing == 0:
+		return fmt.Errorf("%w (%d results, none passing)%s", ErrNoPassingRun, len(report.Results), because)
+	case col.Failed > 0 && !o.AllowCollectionErrors:
+		return fmt.Errorf("%w: %s. %s at baseline; fix the source, or pass --allow-collection-errors to register it anyway",
+			ErrCollection, col, countTests(passing, "passes", "pass"))
+	case passing < o.MinTests:
+		return fmt.Errorf("%w: %s, fewer than --min-tests %d%s; lower --min-tests to register it anyway",
+			ErrTooFewTests, countTests(passing, "passes", "pass"), o.MinTests, because)
 	}
-	if !report.Valid {
-		return fmt.Errorf("%w: %s", ErrSuite, report.Problem)
-	}
-	if report.Counts()[testreport.StatusPass] == 0 {
-		return fmt.Errorf("%w (%d results, none passing)", ErrNoPassingRun, len(report.Results))
+	if col.Failed > 0 {
+		b.stage("warning: " + col.String())
+		b.log().Warn("environment: registering a suite with collection errors", "env", env.Name, "failed", col.Failed, "files", col.Files, "first", col.FirstID, "error", col.FirstError)
 	}
 	env.Baseline = report.Proto()
 	env.TestFramework = string(spec.Framework)
@@ -345,6 +378,28 @@ func (b *Builder) baseline(ctx context.Context, env *messages.Environment, spec 
 	env.TestArgs = spec.Args
 	env.TestEnv = spec.Env
 	return nil
+}
+
+// countTests says "1 test passes" or "3 tests pass".
+func countTests(n int, one, many string) string {
+	if n == 1 {
+		return "1 test " + one
+	}
+	return fmt.Sprintf("%d tests %s", n, many)
+}
+
+// CollectionErrors summarizes the test files of env's suite that failed to
+// collect at baseline.
+func CollectionErrors(env *messages.Environment) testreport.CollectionSummary {
+	var results []testreport.Result
+	for _, r := range env.GetBaseline().GetResults() {
+		res := testreport.Result{ID: r.GetName(), Message: r.GetMessage(), Collection: r.GetCollection()}
+		if r.GetStatus() == messages.TestStatus_TEST_STATUS_ERROR {
+			res.Status = testreport.StatusError
+		}
+		results = append(results, res)
+	}
+	return testreport.Collection(results)
 }
 
 // Spec is how an environment's tests are run.

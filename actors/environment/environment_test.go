@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/sandbox"
+	"github.com/frognano/frognano/actors/sandbox/testreport"
 	"github.com/frognano/frognano/persistence"
 )
 
@@ -309,5 +311,131 @@ func TestContainerdNotRunning(t *testing.T) {
 	_, err := sandbox.New(context.Background(), sandbox.Config{Address: filepath.Join(t.TempDir(), "containerd.sock")})
 	if !errors.Is(err, sandbox.ErrContainerdNotRunning) || !strings.Contains(err.Error(), "start it") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// writeTree writes files under a new directory and returns it.
+func writeTree(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "proj")
+	for name, body := range files {
+		p := filepath.Join(dir, name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestAddInheritedTestIDs registers testdata/mixin, a package whose
+// unittest classes get their test methods from a mixin in
+// tests/__init__.py, as many real packages' suites do. The baseline must
+// name them by pytest's node ids, and a run of those ids must find every
+// one. (JUnit XML names such a test by the mixin's file; the ids rebuilt
+// from it, tests/test_calc/CalcTest.py::test_add, named no test at all.)
+func TestAddInheritedTestIDs(t *testing.T) {
+	b, rt := newBuilder(t)
+	ctx := context.Background()
+	dir, err := filepath.Abs(filepath.Join("testdata", "mixin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := b.Add(ctx, Source{Local, dir}, AddOptions{Name: "test-mixin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Remove(context.Background(), env.Name)
+	var ids []string
+	for _, r := range env.Baseline.Results {
+		if r.Status != messages.TestStatus_TEST_STATUS_PASS {
+			t.Errorf("%s: %v %s", r.Name, r.Status, r.Message)
+		}
+		ids = append(ids, r.Name)
+	}
+	for _, want := range []string{
+		"tests/test_calc.py::CalcTest::test_add",
+		"tests/test_calc.py::CalcTest::test_mean_empty",
+		"tests/test_calc.py::CalcSubclassTest::test_clamp_high",
+		"tests/test_calc.py::CalcSubclassTest::test_own",
+	} {
+		if !slices.Contains(ids, want) {
+			t.Errorf("baseline lacks %s: %v", want, ids)
+		}
+	}
+	if len(ids) != 15 {
+		t.Errorf("%d results, want 15: %v", len(ids), ids)
+	}
+
+	// Named runs, as synthesis and grading make them, find every test.
+	sb, err := rt.Create(ctx, env.Image, sandbox.Options{RepoDir: env.RepoDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(ctx)
+	rep, err := sb.RunTests(ctx, Spec(env), ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Valid || rep.ExitCode != 0 || len(rep.Results) != len(ids) || rep.Counts()[testreport.StatusPass] != len(ids) {
+		t.Fatalf("named run: valid %v (%s), exit %d, %d results %v", rep.Valid, rep.Problem, rep.ExitCode, len(rep.Results), rep.Counts())
+	}
+}
+
+// TestAddCollectionErrors registers a suite one of whose two test files
+// fails to import, as an sdist that leaves out a module its tests need:
+// refused by default, saying so; registered with AllowCollectionErrors;
+// and --min-tests refuses a suite with too few passing tests.
+func TestAddCollectionErrors(t *testing.T) {
+	b, rt := newBuilder(t)
+	ctx := context.Background()
+	files := map[string]string{
+		"pyproject.toml":   pyproject,
+		"calc/__init__.py": "def add(a, b):\n    return a + b\n",
+		"tests/test_add.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n" +
+			"def test_zero():\n    assert add(0, 0) == 0\n\n\ndef test_negative():\n    assert add(-2, -3) == -5\n",
+		// calc/_data.py is left out of the "sdist".
+		"tests/test_data.py": "from calc._data import TABLE\n\n\ndef test_table():\n    assert TABLE\n",
+	}
+	dir := writeTree(t, files)
+	tests := []struct {
+		name    string
+		opts    AddOptions
+		wantErr error
+		msg     []string
+	}{
+		{"refused by default", AddOptions{}, ErrCollection, []string{
+			"1 of 2 test files failed to collect", "tests/test_data.py", "ModuleNotFoundError: No module named 'calc._data'", "3 tests pass", "--allow-collection-errors"}},
+		{"too few tests, collection errors allowed", AddOptions{MinTests: 5, AllowCollectionErrors: true}, ErrTooFewTests, []string{
+			"3 tests pass, fewer than --min-tests 5", "1 of 2 test files failed to collect"}},
+		{"allowed", AddOptions{MinTests: 3, AllowCollectionErrors: true}, nil, nil},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.opts.Name = "test-collect-" + string(rune('a'+i))
+			env, err := b.Add(ctx, Source{Local, dir}, tt.opts)
+			if tt.wantErr == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer b.Remove(context.Background(), env.Name)
+				col := CollectionErrors(env)
+				if col.Failed != 1 || col.Files != 2 || col.FirstID != "tests/test_data.py" || !strings.Contains(col.FirstError, "calc._data") {
+					t.Fatalf("collection errors of the registered environment: %+v", col)
+				}
+				return
+			}
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("got %v, want %v", err, tt.wantErr)
+			}
+			for _, m := range tt.msg {
+				if !strings.Contains(err.Error(), m) {
+					t.Errorf("error %q does not say %q", err, m)
+				}
+			}
+			if left := imagesNamed(t, rt, tt.opts.Name); len(left) != 0 {
+				t.Errorf("images left behind: %v", left)
+			}
+		})
 	}
 }

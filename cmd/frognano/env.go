@@ -23,6 +23,7 @@ func envCmd(a *app) *cobra.Command {
 
 	var req messages.EnvAddRequest
 	var suiteTimeout time.Duration
+	var minTests int
 	add := &cobra.Command{
 		Use:   "add SOURCE",
 		Short: "Build, check and register an environment from a PyPI sdist, a Go module, a directory or an image",
@@ -42,7 +43,10 @@ Prefixes pypi:, go:, local: make the kind explicit.
 The test command is detected (pytest for Python, go test for Go) and can be
 overridden. An environment whose sdist has no tests, whose dependencies do not
 install, or whose suite cannot run, hangs or passes nothing is rejected with
-the reason, and nothing is left registered.`,
+the reason, and nothing is left registered. So is one whose suite has test
+files that fail to collect (an sdist that leaves out a module its tests
+import; --allow-collection-errors registers it anyway, with a warning) or
+fewer than --min-tests passing tests (default ` + fmt.Sprint(environment.DefaultMinTests) + `).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if _, err := environment.ParseSource(args[0]); err != nil {
@@ -55,6 +59,7 @@ the reason, and nothing is left registered.`,
 			defer c.close()
 			req.Source = args[0]
 			req.SuiteTimeoutSeconds = suiteTimeout.Seconds()
+			req.MinTests = int32(max(minTests, 1))
 			res, err := c.askWithProgress(c.pid(environment.ActorName), &req, 2*time.Hour, cmd.ErrOrStderr())
 			if err != nil {
 				return err
@@ -62,6 +67,9 @@ the reason, and nothing is left registered.`,
 			env := res.(*messages.EnvAddReply).Environment
 			fmt.Fprintf(cmd.OutOrStdout(), "registered %s: %s, %d tests at baseline (%s), image %s, in %.0fs\n",
 				env.Name, env.Language, len(env.Baseline.GetResults()), summarize(env.Baseline), env.Image, env.SetupSeconds)
+			if col := environment.CollectionErrors(env); col.Failed > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "\nWARNING: %s.\nTasks from %s use only the tests that ran.\n", col, env.Name)
+			}
 			return nil
 		},
 	}
@@ -71,6 +79,8 @@ the reason, and nothing is left registered.`,
 	add.Flags().StringSliceVar(&req.TestArgs, "test-args", nil, "runner options (default for pytest: --continue-on-collection-errors,-q)")
 	add.Flags().StringVar(&req.RepoDir, "repo-dir", "", "repository directory inside an image source (default /repo)")
 	add.Flags().DurationVar(&suiteTimeout, "suite-timeout", 10*time.Minute, "longest the baseline test run may take")
+	add.Flags().IntVar(&minTests, "min-tests", environment.DefaultMinTests, "refuse a suite with fewer tests passing at baseline")
+	add.Flags().BoolVar(&req.AllowCollectionErrors, "allow-collection-errors", false, "register a suite even though some of its test files fail to collect (import errors)")
 
 	ls := &cobra.Command{
 		Use:   "ls",

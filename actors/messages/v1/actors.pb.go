@@ -1992,8 +1992,14 @@ type EnvAddRequest struct {
 	TestArgs            []string               `protobuf:"bytes,5,rep,name=test_args,json=testArgs,proto3" json:"test_args,omitempty"`
 	RepoDir             string                 `protobuf:"bytes,6,opt,name=repo_dir,json=repoDir,proto3" json:"repo_dir,omitempty"`
 	SuiteTimeoutSeconds float64                `protobuf:"fixed64,7,opt,name=suite_timeout_seconds,json=suiteTimeoutSeconds,proto3" json:"suite_timeout_seconds,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// min_tests is the fewest tests that must pass at baseline (0: one);
+	// `frognano env add` sends its --min-tests, by default 5.
+	MinTests int32 `protobuf:"varint,8,opt,name=min_tests,json=minTests,proto3" json:"min_tests,omitempty"`
+	// allow_collection_errors registers a suite some of whose test files
+	// fail to import; without it such a suite is refused.
+	AllowCollectionErrors bool `protobuf:"varint,9,opt,name=allow_collection_errors,json=allowCollectionErrors,proto3" json:"allow_collection_errors,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *EnvAddRequest) Reset() {
@@ -2073,6 +2079,20 @@ func (x *EnvAddRequest) GetSuiteTimeoutSeconds() float64 {
 		return x.SuiteTimeoutSeconds
 	}
 	return 0
+}
+
+func (x *EnvAddRequest) GetMinTests() int32 {
+	if x != nil {
+		return x.MinTests
+	}
+	return 0
+}
+
+func (x *EnvAddRequest) GetAllowCollectionErrors() bool {
+	if x != nil {
+		return x.AllowCollectionErrors
+	}
+	return false
 }
 
 // EnvProgress is sent to the requester of an EnvAddRequest as stages start.
@@ -2902,7 +2922,7 @@ const file_actors_proto_rawDesc = "" +
 	"\rRolloutResult\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12%\n" +
 	"\x0etrajectory_ids\x18\x02 \x03(\tR\rtrajectoryIds\x12\x18\n" +
-	"\arewards\x18\x03 \x03(\x01R\arewards\"\xe6\x01\n" +
+	"\arewards\x18\x03 \x03(\x01R\arewards\"\xbb\x02\n" +
 	"\rEnvAddRequest\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
@@ -2910,7 +2930,9 @@ const file_actors_proto_rawDesc = "" +
 	"\ftest_command\x18\x04 \x03(\tR\vtestCommand\x12\x1b\n" +
 	"\ttest_args\x18\x05 \x03(\tR\btestArgs\x12\x19\n" +
 	"\brepo_dir\x18\x06 \x01(\tR\arepoDir\x122\n" +
-	"\x15suite_timeout_seconds\x18\a \x01(\x01R\x13suiteTimeoutSeconds\"#\n" +
+	"\x15suite_timeout_seconds\x18\a \x01(\x01R\x13suiteTimeoutSeconds\x12\x1b\n" +
+	"\tmin_tests\x18\b \x01(\x05R\bminTests\x126\n" +
+	"\x17allow_collection_errors\x18\t \x01(\bR\x15allowCollectionErrors\"#\n" +
 	"\vEnvProgress\x12\x14\n" +
 	"\x05stage\x18\x01 \x01(\tR\x05stage\"R\n" +
 	"\vEnvAddReply\x12C\n" +
