@@ -112,6 +112,10 @@ type Params struct {
 	Bugs         []int
 	Modes        []string
 	Environments []string
+	// Exclude are environments the estimator never draws from nor asks
+	// synthesis for, whatever the store holds: the held-out set's
+	// (actors/evaluate), which no run may train on.
+	Exclude []string
 	// LearningRate and L2 of the difficulty model.
 	LearningRate, L2 float64
 	// MaxBatch bounds a batch request.
@@ -354,6 +358,9 @@ func (e *Estimator) syncPool(ctx context.Context, force bool) error {
 	e.pool = make(map[string]*poolTask, len(tasks))
 	e.ids = e.ids[:0]
 	for _, t := range tasks {
+		if slices.Contains(e.p.Exclude, t.GetEnvironment()) {
+			continue // held out: never trained on
+		}
 		f := FeaturesOf(t)
 		e.pool[t.GetId()] = &poolTask{task: t, f: f, spec: SpecKey(f.spec())}
 		e.ids = append(e.ids, t.GetId())

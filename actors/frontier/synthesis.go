@@ -66,7 +66,11 @@ func (e *Estimator) environments(fallback []string) []string {
 		}
 	}
 	if len(envs) == 0 {
-		envs = fallback
+		for _, env := range fallback {
+			if !slices.Contains(e.p.Exclude, env) {
+				envs = append(envs, env)
+			}
+		}
 	}
 	slices.Sort(envs)
 	return envs

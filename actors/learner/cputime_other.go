@@ -4,5 +4,5 @@ package learner
 
 import "time"
 
-// cpuTime is unknown off Unix.
-func cpuTime() time.Duration { return 0 }
+// CPUTime is unknown off Unix.
+func CPUTime() time.Duration { return 0 }

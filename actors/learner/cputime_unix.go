@@ -7,10 +7,10 @@ import (
 	"time"
 )
 
-// cpuTime is the process's user plus system CPU time so far: on a shared
+// CPUTime is the process's user plus system CPU time so far: on a shared
 // machine it says what a step cost when the wall clock includes waiting
 // for cores.
-func cpuTime() time.Duration {
+func CPUTime() time.Duration {
 	var r syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &r) != nil {
 		return 0

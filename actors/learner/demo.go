@@ -180,7 +180,7 @@ func Bench(ctx context.Context, m *model.Model, batch, seqLen, steps int, train 
 	groups := []grpo.Group{g}
 	res := BenchResult{Batch: batch, SeqLen: seqLen, Steps: steps, Backend: m.Backend().Name()}
 	for i := range steps + 1 {
-		start, cpu0 := time.Now(), cpuTime()
+		start, cpu0 := time.Now(), CPUTime()
 		sr, err := l.TrainStep(ctx, groups)
 		if err != nil {
 			return res, err
@@ -190,7 +190,7 @@ func Bench(ctx context.Context, m *model.Model, batch, seqLen, steps int, train 
 		}
 		if i > 0 {
 			res.PerStep = append(res.PerStep, time.Since(start))
-			res.CPUPerStep = append(res.CPUPerStep, cpuTime()-cpu0)
+			res.CPUPerStep = append(res.CPUPerStep, CPUTime()-cpu0)
 		}
 	}
 	sorted := append([]time.Duration(nil), res.PerStep...)

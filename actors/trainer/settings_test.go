@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -28,6 +29,8 @@ func TestSettingsValidate(t *testing.T) {
 		{"zero learning rate", func(s *Settings) { s.LR = 0 }, "learning rate"},
 		{"huge learning rate", func(s *Settings) { s.LR = 3 }, "learning rate"},
 		{"negative checkpoint interval", func(s *Settings) { s.CheckpointEvery = -1 }, "checkpoint"},
+		{"evaluation without episodes", func(s *Settings) { s.EvalTasks, s.EvalK = 8, 0 }, "evaluation"},
+		{"negative evaluation interval", func(s *Settings) { s.EvalTasks, s.EvalK, s.EvalEvery = 8, 2, -1 }, "evaluation"},
 	} {
 		s := validSettings()
 		c.edit(&s)
@@ -41,11 +44,12 @@ func TestSettingsValidate(t *testing.T) {
 func TestSettingsRoundTripThroughARunRecord(t *testing.T) {
 	s := validSettings()
 	s.Seed, s.CheckpointEvery, s.WallSeconds = 42, 3, 90.5
+	s.EvalTasks, s.EvalK, s.EvalEvery, s.EvalHints = 12, 2, 5, []int{3, 4}
 	got, err := DecodeSettings(&messages.Run{Id: "r", ConfigYaml: s.Encode()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != s {
+	if !reflect.DeepEqual(got, s) {
 		t.Fatalf("decoded %+v, want %+v", got, s)
 	}
 	if _, err := DecodeSettings(&messages.Run{Id: "plain"}); err == nil || !strings.Contains(err.Error(), "not a training run") {

@@ -76,6 +76,14 @@ type Settings struct {
 	CheckpointEvery int `json:"checkpoint_every"`
 	// Seed seeds batches, episodes and the Learner's micro-batch order.
 	Seed uint64 `json:"seed"`
+	// Held-out evaluation points (eval.go): EvalTasks tasks of the
+	// held-out set at the hint levels EvalHints (empty: all), EvalK
+	// episodes each, at the start, after the warm start, every EvalEvery
+	// steps (0: no points between) and at the end. EvalTasks 0: none.
+	EvalTasks int   `json:"eval_tasks"`
+	EvalK     int   `json:"eval_k"`
+	EvalEvery int   `json:"eval_every"`
+	EvalHints []int `json:"eval_hints"`
 	// The warm start (warmstart.go): WarmStartEpochs epochs of SFT (0:
 	// none) on verified gold-fix demonstrations of up to WarmStartTasks
 	// tasks (0: all) of the training environments WarmStartEnvs (names,
@@ -106,6 +114,8 @@ func (s Settings) Validate() error {
 		return errors.New("trainer: negative episode limits")
 	case !(s.LR > 0) || s.LR > 1:
 		return fmt.Errorf("trainer: learning rate %v: want in (0, 1]", s.LR)
+	case s.EvalTasks < 0 || s.EvalEvery < 0 || s.EvalTasks > 0 && s.EvalK < 1:
+		return fmt.Errorf("trainer: evaluation of %d tasks × %d episodes every %d steps: want tasks and steps ≥ 0 and at least 1 episode", s.EvalTasks, s.EvalK, s.EvalEvery)
 	case s.CheckpointEvery < 0:
 		return fmt.Errorf("trainer: checkpoint every %d steps: want 0 or more", s.CheckpointEvery)
 	}
@@ -144,6 +154,10 @@ type Config struct {
 	// sampler.Client), which is what training means. Tests substitute a
 	// policy whose rewards they control.
 	Policy harness.Policy
+	// HeldOut is the held-out set the run is evaluated on (tasks of
+	// environments it never trains on; see actors/evaluate); nil: no
+	// evaluation points.
+	HeldOut []*messages.Task
 	// Parallel bounds the episodes running at once (default 8).
 	Parallel int
 	// Progress receives a line per phase of every step.
@@ -160,6 +174,7 @@ type Trainer struct {
 	runs     *Runs
 	runner   *rollout.Runner
 	learner  *actor.PID // the run's Learner, once opened
+	clock    clock
 }
 
 // New returns a Trainer for the node at cfg.Node.
@@ -303,8 +318,20 @@ func (t *Trainer) Train(ctx context.Context, run *messages.Run, s Settings) (Sum
 	if maxContext > 0 && lim.MaxContext > maxContext {
 		lim.MaxContext = maxContext
 	}
+	t.clock.reset(run)
+	if run.GetStep() == 0 {
+		if err := t.record(ctx, run, s, lim, PhaseStart); err != nil {
+			return SummaryOf(run, s.Steps), err
+		}
+	}
+	pending := warmStartPending(run, s)
 	if err := t.warmStart(ctx, run, s, lim); err != nil {
 		return SummaryOf(run, s.Steps), fmt.Errorf("warm start: %w", err)
+	}
+	if pending && run.GetStep() == 0 {
+		if err := t.record(ctx, run, s, lim, PhaseWarmStart); err != nil {
+			return SummaryOf(run, s.Steps), err
+		}
 	}
 	for step := int(run.GetStep()) + 1; step <= s.Steps; step++ {
 		if err := ctx.Err(); err != nil {
@@ -312,6 +339,11 @@ func (t *Trainer) Train(ctx context.Context, run *messages.Run, s Settings) (Sum
 		}
 		if err := t.step(ctx, run, s, lim, step); err != nil {
 			return SummaryOf(run, s.Steps), fmt.Errorf("step %d: %w", step, err)
+		}
+	}
+	if int(run.GetStep()) >= s.Steps && s.Steps > 0 {
+		if err := t.record(ctx, run, s, lim, PhaseEnd); err != nil {
+			return SummaryOf(run, s.Steps), err
 		}
 	}
 	// The run's end writes the full training state (once the weights have
@@ -545,6 +577,24 @@ func (t *Trainer) step(ctx context.Context, run *messages.Run, s Settings, lim h
 	} else {
 		m[MetricNoSignal]++
 	}
+	sm := map[string]float64{"solve_rate": 0, "effective_fraction": 0}
+	if n := episodes - infra; n > 0 {
+		sm["solve_rate"] = float64(solved) / float64(n)
+	}
+	if len(results) > 0 {
+		sm["effective_fraction"] = float64(effectv) / float64(len(results))
+	}
+	if ls != nil && ls.GetSkipped() == "" {
+		sm["loss"], sm["grad_norm"] = ls.GetLoss(), ls.GetGradNorm()
+	}
+	for _, task := range tasks {
+		sm[fmt.Sprintf("batch_hint_%d", task.GetDifficulty().GetHintLevel())] += 1 / float64(len(tasks))
+	}
+	eval := s.EvalEvery > 0 && step%s.EvalEvery == 0 && step < s.Steps
+	if err := t.point(ctx, run, s, lim, PhaseStep, eval, sm); err != nil {
+		return fmt.Errorf("held-out evaluation: %w", err)
+	}
+	t.clock.tick(run)
 	run.UpdatedUnixNano = time.Now().UnixNano()
 	if err := t.runs.Put(ctx, run); err != nil {
 		return fmt.Errorf("recording the step: %w", err)

@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -37,7 +38,7 @@ func TestWarmStartSettings(t *testing.T) {
 		t.Fatalf("no warm start: %v", err)
 	}
 	back, err := DecodeSettings(&messages.Run{Id: "r", ConfigYaml: ok.Encode()})
-	if err != nil || back != ok {
+	if err != nil || !reflect.DeepEqual(back, ok) {
 		t.Fatalf("round trip: %+v, %v", back, err)
 	}
 	if strings.Contains(off.Encode(), "warm_start") {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,9 +13,9 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/frognano/frognano/actors/environment"
+	"github.com/frognano/frognano/actors/evaluate"
 	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/rollout"
@@ -461,7 +460,7 @@ func evalTasks(c *client, f *evalFlags) ([]*messages.Task, []*messages.Environme
 				skipped = append(skipped, map[string]string{"instance_id": r.InstanceID, "reason": fmt.Sprintf("no registered environment %q or with image %q (register the image: frognano env add image:%s --repo-dir /testbed)", r.Environment, r.ImageName, r.ImageName)})
 				continue
 			}
-			tasks = append(tasks, r.task(e))
+			tasks = append(tasks, r.Task(e))
 			if r.TestPatch != "" {
 				testPatches[r.InstanceID] = r.TestPatch
 			}
@@ -488,90 +487,11 @@ func evalTasks(c *client, f *evalFlags) ([]*messages.Task, []*messages.Environme
 	return kept, out, testPatches, skipped, nil
 }
 
-// instance is one line of SWE-bench / SWE-smith style JSONL: test lists as
-// arrays (SWE-smith, frognano) or as JSON-encoded strings (SWE-bench).
-type instance struct {
-	InstanceID       string           `json:"instance_id"`
-	Environment      string           `json:"environment"`
-	Patch            string           `json:"patch"`
-	TestPatch        string           `json:"test_patch"`
-	BugPatch         string           `json:"bug_patch"`
-	ProblemStatement string           `json:"problem_statement"`
-	FailToPass       stringList       `json:"FAIL_TO_PASS"`
-	PassToPass       stringList       `json:"PASS_TO_PASS"`
-	ImageName        string           `json:"image_name"`
-	Language         string           `json:"language"`
-	Difficulty       *json.RawMessage `json:"difficulty"`
-}
-
-type stringList []string
-
-func (s *stringList) UnmarshalJSON(b []byte) error {
-	var list []string
-	if err := json.Unmarshal(b, &list); err == nil {
-		*s = list
-		return nil
-	}
-	var enc string
-	if err := json.Unmarshal(b, &enc); err != nil {
-		return fmt.Errorf("want a list of test ids or a JSON-encoded list: %w", err)
-	}
-	return json.Unmarshal([]byte(enc), (*[]string)(s))
-}
-
-func readInstances(path string) ([]instance, error) {
+func readInstances(path string) ([]evaluate.Instance, error) {
 	fh, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer fh.Close()
-	var out []instance
-	sc := bufio.NewScanner(fh)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" {
-			continue
-		}
-		var in instance
-		if err := json.Unmarshal([]byte(line), &in); err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
-		}
-		switch {
-		case in.InstanceID == "":
-			return nil, fmt.Errorf("%s:%d: no instance_id", path, n)
-		case len(in.FailToPass) == 0:
-			return nil, fmt.Errorf("%s:%d: instance %s has no FAIL_TO_PASS tests", path, n, in.InstanceID)
-		case strings.TrimSpace(in.ProblemStatement) == "":
-			return nil, fmt.Errorf("%s:%d: instance %s has no problem_statement", path, n, in.InstanceID)
-		}
-		out = append(out, in)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%s holds no instances", path)
-	}
-	return out, nil
-}
-
-// task turns an instance into a task of environment e.
-func (in instance) task(e *messages.Environment) *messages.Task {
-	t := &messages.Task{
-		Id: in.InstanceID, Environment: e.Name, Language: e.Language, BugPatch: in.BugPatch, GoldPatch: in.Patch,
-		ProblemStatement: in.ProblemStatement, FailToPass: in.FailToPass, PassToPass: in.PassToPass,
-		ProtectedFiles: e.TestFiles, Image: in.ImageName, Difficulty: &messages.DifficultyFeatures{},
-	}
-	if in.Difficulty != nil {
-		var d synth.RecordDifficulty
-		if json.Unmarshal(*in.Difficulty, &d) == nil {
-			t.Difficulty = &messages.DifficultyFeatures{Operators: d.Operators, Edits: d.Edits, Files: d.Files, LinesTouched: d.LinesTouched,
-				FailingTests: d.FailingTests, HintLevel: d.HintLevel, TestDistance: d.TestDistance, Mode: d.Mode}
-		}
-	}
-	if in.Language != "" {
-		t.Language = in.Language
-	}
-	return proto.Clone(t).(*messages.Task)
+	return evaluate.ReadInstances(fh, path)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/frognano/frognano/actors/diag"
 	"github.com/frognano/frognano/actors/environment"
+	"github.com/frognano/frognano/actors/evaluate"
 	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/rollout"
@@ -39,6 +41,7 @@ func runCmd(a *app) *cobra.Command {
 	var tasks int32
 	var runID string
 	var parallel int
+	var hints []int
 	s := trainer.Settings{}
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -131,6 +134,19 @@ one.`,
 				if err := s.Validate(); err != nil {
 					return err
 				}
+				if s.EvalTasks > 0 {
+					training := strings.Split(s.WarmStartEnvs, ",")
+					if envSource != "" {
+						src, err := environment.ParseSource(envSource)
+						if err != nil {
+							return err
+						}
+						training = append(training, environment.DefaultName(src))
+					}
+					if err := evaluate.CheckDisjoint(training); err != nil {
+						return err
+					}
+				}
 				run.ConfigYaml = s.Encode()
 			}
 			run.Status = "running"
@@ -190,24 +206,35 @@ one.`,
 				fmt.Fprintf(out, "environment %s: %s, image %s, baseline %s\n", env.Name, env.Language, env.Image, summarize(env.Baseline))
 				_, synthesized := run.Metrics["tasks_synthesized"]
 				if tasks > 0 && !(resumed && synthesized) {
-					synthStart := time.Now()
-					res, err := c.synthesize(&messages.SynthesizeRequest{Environment: env.Name, Count: tasks, Bugs: 1,
-						Seed: uint64(started.UnixNano()), Target: &messages.DifficultyFeatures{HintLevel: int32(synth.HintLocation)}}, cmd.ErrOrStderr())
-					if err != nil {
+					for i, hint := range hints {
+						synthStart := time.Now()
+						res, err := c.synthesize(&messages.SynthesizeRequest{Environment: env.Name, Count: tasks, Bugs: 1,
+							Seed: uint64(started.UnixNano()) + uint64(i), Target: &messages.DifficultyFeatures{HintLevel: int32(hint)}}, cmd.ErrOrStderr())
+						if err != nil {
+							finish("failed")
+							return err
+						}
+						run.Metrics["tasks_synthesized"] += float64(len(res.TaskIds))
+						run.Metrics["synth_candidates"] += float64(res.GetProgress().GetCandidates())
+						run.Metrics["seconds_synth"] += time.Since(synthStart).Seconds()
+						fmt.Fprintf(out, "synthesized %d validated tasks at hint level %d from %d candidates in %.1fs (frognano tasks ls --env %s)\n",
+							len(res.TaskIds), hint, res.GetProgress().GetCandidates(), res.WallSeconds, env.Name)
+					}
+				}
+				var heldOut []*messages.Task
+				if s.EvalTasks > 0 {
+					if heldOut, err = heldOutTasks(c, cmd.ErrOrStderr()); err != nil {
 						finish("failed")
 						return err
 					}
-					run.Metrics["tasks_synthesized"] = float64(len(res.TaskIds))
-					run.Metrics["synth_candidates"] = float64(res.GetProgress().GetCandidates())
-					run.Metrics["seconds_synth"] += time.Since(synthStart).Seconds()
-					fmt.Fprintf(out, "synthesized %d validated tasks from %d candidates in %.1fs (frognano tasks ls --env %s)\n",
-						len(res.TaskIds), res.GetProgress().GetCandidates(), res.WallSeconds, env.Name)
+					fmt.Fprintf(out, "held-out set: %d tasks of %s (never trained on); %d at hint levels %v evaluated × %d episodes at the start, after the warm start, every %d steps and at the end\n",
+						len(heldOut), strings.Join(evaluate.HeldOutEnvironments, ", "), min(s.EvalTasks, len(heldOut)), s.EvalHints, s.EvalK, s.EvalEvery)
 				}
 				if err := runs.Put(ctx, run); err != nil {
 					return err
 				}
 				if s.Steps > int(run.Step) || (s.WarmStartEpochs > 0 && run.Metrics[trainer.MetricWarmStartDone] == 0) {
-					sum, err := train(ctx, a, c, run, s, parallel, out, nil)
+					sum, err := train(ctx, a, c, run, s, parallel, out, nil, heldOut)
 					printSummary(out, sum, run)
 					if err != nil {
 						if ctx.Err() != nil {
@@ -245,6 +272,11 @@ one.`,
 	fl.Uint64Var(&s.Seed, "seed", 0, "seed of batches, episodes and the Learner (0: from the clock)")
 	fl.StringVar(&s.Model, "model", "", "model the Learner trains (model store name or path; default the store's default, which the node's Sampler serves)")
 	fl.IntVar(&parallel, "parallel", 8, "episodes (sandboxes) running at once")
+	fl.IntSliceVar(&hints, "hint-levels", []int{synth.HintLocation}, "hint levels of the --tasks tasks synthesized before training (--tasks at each)")
+	fl.IntVar(&s.EvalTasks, "eval-tasks", 0, "held-out evaluation: tasks of the held-out set (environments never trained on) played at the start, after the warm start, every --eval-every steps and at the end (0: none)")
+	fl.IntVar(&s.EvalK, "eval-k", 2, "held-out evaluation: episodes per task")
+	fl.IntVar(&s.EvalEvery, "eval-every", 0, "held-out evaluation: every this many steps between start and end (0: only there)")
+	fl.IntSliceVar(&s.EvalHints, "eval-hints", nil, "held-out evaluation: only tasks at these hint levels (default: all)")
 	fl.IntVar(&s.WarmStartEpochs, "warm-start-epochs", 0, "warm start: epochs of supervised fine-tuning on verified gold-fix demonstrations of the training environment's tasks, before the first GRPO step (0: no warm start)")
 	fl.IntVar(&s.WarmStartTasks, "warm-start-tasks", 32, "warm start: tasks whose gold fix is played and graded as a demonstration (0: all of the environment's)")
 	fl.Float64Var(&s.WarmStartLR, "warm-start-lr", 3e-4, "warm start: AdamW peak learning rate of the SFT steps (short warm-up, cosine decay to a tenth)")
@@ -279,7 +311,7 @@ func openRun(ctx context.Context, runs *trainer.Runs, id string, now time.Time) 
 // sandboxes of this machine's containerd (the embedded node's connection,
 // or a new one), with the Sampler's model's tokenizer; policy nil is the
 // node's Sampler.
-func train(ctx context.Context, a *app, c *client, run *messages.Run, s trainer.Settings, parallel int, out io.Writer, policy harness.Policy) (trainer.Summary, error) {
+func train(ctx context.Context, a *app, c *client, run *messages.Run, s trainer.Settings, parallel int, out io.Writer, policy harness.Policy, heldOut []*messages.Task) (trainer.Summary, error) {
 	fail := func(err error) (trainer.Summary, error) { return trainer.SummaryOf(run, s.Steps), err }
 	tok, err := loadTokenizer("", orDefaultModel(s.Model))
 	if err != nil {
@@ -328,7 +360,7 @@ func train(ctx context.Context, a *app, c *client, run *messages.Run, s trainer.
 	sbs := &rollout.Workers{Root: c.system.Root, Spawn: spawn, Environments: envs, Runtime: rt, Logger: c.log}
 	defer sbs.Close()
 	t, err := trainer.New(trainer.Config{Root: c.system.Root, Node: c.manager.Address, Sandboxes: sbs, Tokenizer: tok,
-		Policy: policy, Parallel: parallel, Progress: out, Logger: c.log})
+		Policy: policy, Parallel: parallel, Progress: out, Logger: c.log, HeldOut: heldOut})
 	if err != nil {
 		return fail(err)
 	}
@@ -354,6 +386,21 @@ func printSummary(out io.Writer, s trainer.Summary, run *messages.Run) {
 		s.Updates, s.NoSignal, loss, s.LearnerStep, s.PolicyVersion)
 	fmt.Fprintf(out, "  seconds: synth %.1f, frontier batches %.1f, rollouts %.1f, outcomes %.1f, learning %.1f, sampler swaps %.1f\n",
 		run.GetMetrics()["seconds_synth"], s.SecondsBatch, s.SecondsRollout, s.SecondsReport, s.SecondsLearn, s.SecondsSwap)
+	if hasHeldOut(run) {
+		fmt.Fprintln(out, "learning curve (held-out environments, never trained on):")
+		if err := trainer.WriteCurve(out, run); err != nil {
+			fmt.Fprintln(out, "  cannot print the curve:", err)
+		}
+	}
+}
+
+func hasHeldOut(run *messages.Run) bool {
+	for _, p := range run.GetCurve() {
+		if len(p.GetHeldOut()) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // ensureEnvironment returns the environment for source, registering it first
@@ -372,4 +419,18 @@ func ensureEnvironment(c *client, source string, progress io.Writer) (*messages.
 		return nil, err
 	}
 	return res.(*messages.EnvAddReply).Environment, nil
+}
+
+// heldOutTasks registers the held-out environments where needed and
+// returns the held-out set as their tasks.
+func heldOutTasks(c *client, progress io.Writer) ([]*messages.Task, error) {
+	envs := map[string]*messages.Environment{}
+	for _, src := range evaluate.HeldOutSources {
+		e, err := ensureEnvironment(c, src, progress)
+		if err != nil {
+			return nil, fmt.Errorf("held-out environment %s: %w", src, err)
+		}
+		envs[e.GetName()] = e
+	}
+	return evaluate.HeldOut(envs)
 }

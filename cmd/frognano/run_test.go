@@ -305,7 +305,7 @@ func goldChild(data, runID string) error {
 		sampler: &sampler.Client{Root: c.system.Root, PID: c.pid(sampler.ActorName)},
 	}
 	run := &messages.Run{Id: runID, Status: "running", ConfigYaml: goldSettings.Encode(), Metrics: map[string]float64{}, StartedUnixNano: time.Now().UnixNano()}
-	_, err = train(ctx, &app{load: load}, c, run, goldSettings, 2, os.Stdout, policy)
+	_, err = train(ctx, &app{load: load}, c, run, goldSettings, 2, os.Stdout, policy, nil)
 	return err
 }
 

@@ -1146,8 +1146,11 @@ type Run struct {
 	StartedUnixNano int64                  `protobuf:"varint,5,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
 	UpdatedUnixNano int64                  `protobuf:"varint,6,opt,name=updated_unix_nano,json=updatedUnixNano,proto3" json:"updated_unix_nano,omitempty"`
 	Metrics         map[string]float64     `protobuf:"bytes,7,rep,name=metrics,proto3" json:"metrics,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// curve is the run's learning curve: a point after every step, with the
+	// held-out scores at evaluation points.
+	Curve         []*RunPoint `protobuf:"bytes,8,rep,name=curve,proto3" json:"curve,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Run) Reset() {
@@ -1229,6 +1232,213 @@ func (x *Run) GetMetrics() map[string]float64 {
 	return nil
 }
 
+func (x *Run) GetCurve() []*RunPoint {
+	if x != nil {
+		return x.Curve
+	}
+	return nil
+}
+
+// RunPoint is a training run's state at one point: what its learning curve
+// plots.
+type RunPoint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Step          int64                  `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`  // loop steps done (0: the start)
+	Phase         string                 `protobuf:"bytes,2,opt,name=phase,proto3" json:"phase,omitempty"` // "start", "warm_start", "step", "end"
+	PolicyVersion int64                  `protobuf:"varint,3,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	WallSeconds   float64                `protobuf:"fixed64,4,opt,name=wall_seconds,json=wallSeconds,proto3" json:"wall_seconds,omitempty"` // since the run started (summed over resumes)
+	CpuSeconds    float64                `protobuf:"fixed64,5,opt,name=cpu_seconds,json=cpuSeconds,proto3" json:"cpu_seconds,omitempty"`    // CPU time of the node's process, the same way
+	// metrics are the step's training figures: solve_rate, effective_fraction,
+	// loss, grad_norm, pool mix (pool_hint_N), …
+	Metrics map[string]float64 `protobuf:"bytes,6,rep,name=metrics,proto3" json:"metrics,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	// held_out is set at evaluation points: pass@1 per hint level and mode.
+	HeldOut []*HeldOutScore `protobuf:"bytes,7,rep,name=held_out,json=heldOut,proto3" json:"held_out,omitempty"`
+	// task_pass1 is each held-out task's pass@1 at this point (for paired
+	// differences between points).
+	TaskPass1     map[string]float64 `protobuf:"bytes,8,rep,name=task_pass1,json=taskPass1,proto3" json:"task_pass1,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunPoint) Reset() {
+	*x = RunPoint{}
+	mi := &file_records_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunPoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunPoint) ProtoMessage() {}
+
+func (x *RunPoint) ProtoReflect() protoreflect.Message {
+	mi := &file_records_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunPoint.ProtoReflect.Descriptor instead.
+func (*RunPoint) Descriptor() ([]byte, []int) {
+	return file_records_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RunPoint) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *RunPoint) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *RunPoint) GetPolicyVersion() int64 {
+	if x != nil {
+		return x.PolicyVersion
+	}
+	return 0
+}
+
+func (x *RunPoint) GetWallSeconds() float64 {
+	if x != nil {
+		return x.WallSeconds
+	}
+	return 0
+}
+
+func (x *RunPoint) GetCpuSeconds() float64 {
+	if x != nil {
+		return x.CpuSeconds
+	}
+	return 0
+}
+
+func (x *RunPoint) GetMetrics() map[string]float64 {
+	if x != nil {
+		return x.Metrics
+	}
+	return nil
+}
+
+func (x *RunPoint) GetHeldOut() []*HeldOutScore {
+	if x != nil {
+		return x.HeldOut
+	}
+	return nil
+}
+
+func (x *RunPoint) GetTaskPass1() map[string]float64 {
+	if x != nil {
+		return x.TaskPass1
+	}
+	return nil
+}
+
+// HeldOutScore is pass@1 on the held-out subset at one hint level (-1: all).
+type HeldOutScore struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	HintLevel     int32                  `protobuf:"varint,1,opt,name=hint_level,json=hintLevel,proto3" json:"hint_level,omitempty"`
+	Mode          string                 `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	Tasks         int32                  `protobuf:"varint,3,opt,name=tasks,proto3" json:"tasks,omitempty"`
+	Episodes      int32                  `protobuf:"varint,4,opt,name=episodes,proto3" json:"episodes,omitempty"`
+	Pass1         float64                `protobuf:"fixed64,5,opt,name=pass1,proto3" json:"pass1,omitempty"`
+	Pass1Low      float64                `protobuf:"fixed64,6,opt,name=pass1_low,json=pass1Low,proto3" json:"pass1_low,omitempty"` // 95% bootstrap interval over tasks
+	Pass1High     float64                `protobuf:"fixed64,7,opt,name=pass1_high,json=pass1High,proto3" json:"pass1_high,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeldOutScore) Reset() {
+	*x = HeldOutScore{}
+	mi := &file_records_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeldOutScore) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeldOutScore) ProtoMessage() {}
+
+func (x *HeldOutScore) ProtoReflect() protoreflect.Message {
+	mi := &file_records_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeldOutScore.ProtoReflect.Descriptor instead.
+func (*HeldOutScore) Descriptor() ([]byte, []int) {
+	return file_records_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *HeldOutScore) GetHintLevel() int32 {
+	if x != nil {
+		return x.HintLevel
+	}
+	return 0
+}
+
+func (x *HeldOutScore) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *HeldOutScore) GetTasks() int32 {
+	if x != nil {
+		return x.Tasks
+	}
+	return 0
+}
+
+func (x *HeldOutScore) GetEpisodes() int32 {
+	if x != nil {
+		return x.Episodes
+	}
+	return 0
+}
+
+func (x *HeldOutScore) GetPass1() float64 {
+	if x != nil {
+		return x.Pass1
+	}
+	return 0
+}
+
+func (x *HeldOutScore) GetPass1Low() float64 {
+	if x != nil {
+		return x.Pass1Low
+	}
+	return 0
+}
+
+func (x *HeldOutScore) GetPass1High() float64 {
+	if x != nil {
+		return x.Pass1High
+	}
+	return 0
+}
+
 type ModelConfig struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Architecture     string                 `protobuf:"bytes,1,opt,name=architecture,proto3" json:"architecture,omitempty"`
@@ -1249,7 +1459,7 @@ type ModelConfig struct {
 
 func (x *ModelConfig) Reset() {
 	*x = ModelConfig{}
-	mi := &file_records_proto_msgTypes[11]
+	mi := &file_records_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1471,7 @@ func (x *ModelConfig) String() string {
 func (*ModelConfig) ProtoMessage() {}
 
 func (x *ModelConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[11]
+	mi := &file_records_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1484,7 @@ func (x *ModelConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelConfig.ProtoReflect.Descriptor instead.
 func (*ModelConfig) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{11}
+	return file_records_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ModelConfig) GetArchitecture() string {
@@ -1376,7 +1586,7 @@ type TensorMeta struct {
 
 func (x *TensorMeta) Reset() {
 	*x = TensorMeta{}
-	mi := &file_records_proto_msgTypes[12]
+	mi := &file_records_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1388,7 +1598,7 @@ func (x *TensorMeta) String() string {
 func (*TensorMeta) ProtoMessage() {}
 
 func (x *TensorMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[12]
+	mi := &file_records_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1401,7 +1611,7 @@ func (x *TensorMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TensorMeta.ProtoReflect.Descriptor instead.
 func (*TensorMeta) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{12}
+	return file_records_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TensorMeta) GetName() string {
@@ -1464,7 +1674,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_records_proto_msgTypes[13]
+	mi := &file_records_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1476,7 +1686,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[13]
+	mi := &file_records_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1489,7 +1699,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{13}
+	return file_records_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Checkpoint) GetRunId() string {
@@ -1573,7 +1783,7 @@ type Environment struct {
 
 func (x *Environment) Reset() {
 	*x = Environment{}
-	mi := &file_records_proto_msgTypes[14]
+	mi := &file_records_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +1795,7 @@ func (x *Environment) String() string {
 func (*Environment) ProtoMessage() {}
 
 func (x *Environment) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[14]
+	mi := &file_records_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +1808,7 @@ func (x *Environment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Environment.ProtoReflect.Descriptor instead.
 func (*Environment) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{14}
+	return file_records_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Environment) GetName() string {
@@ -1813,7 +2023,7 @@ const file_records_proto_rawDesc = "" +
 	"\x12generation_seconds\x18\f \x01(\x01R\x11generationSeconds\x12'\n" +
 	"\x0fsandbox_seconds\x18\r \x01(\x01R\x0esandboxSeconds\x12\x15\n" +
 	"\x06run_id\x18\x0e \x01(\tR\x05runId\x12*\n" +
-	"\x11created_unix_nano\x18\x0f \x01(\x03R\x0fcreatedUnixNano\"\xb8\x02\n" +
+	"\x11created_unix_nano\x18\x0f \x01(\x03R\x0fcreatedUnixNano\"\xee\x02\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vconfig_yaml\x18\x02 \x01(\tR\n" +
@@ -1822,10 +2032,38 @@ const file_records_proto_rawDesc = "" +
 	"\x04step\x18\x04 \x01(\x03R\x04step\x12*\n" +
 	"\x11started_unix_nano\x18\x05 \x01(\x03R\x0fstartedUnixNano\x12*\n" +
 	"\x11updated_unix_nano\x18\x06 \x01(\x03R\x0fupdatedUnixNano\x12@\n" +
-	"\ametrics\x18\a \x03(\v2&.frognano.messages.v1.Run.MetricsEntryR\ametrics\x1a:\n" +
+	"\ametrics\x18\a \x03(\v2&.frognano.messages.v1.Run.MetricsEntryR\ametrics\x124\n" +
+	"\x05curve\x18\b \x03(\v2\x1e.frognano.messages.v1.RunPointR\x05curve\x1a:\n" +
 	"\fMetricsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\x88\x03\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xed\x03\n" +
+	"\bRunPoint\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x14\n" +
+	"\x05phase\x18\x02 \x01(\tR\x05phase\x12%\n" +
+	"\x0epolicy_version\x18\x03 \x01(\x03R\rpolicyVersion\x12!\n" +
+	"\fwall_seconds\x18\x04 \x01(\x01R\vwallSeconds\x12\x1f\n" +
+	"\vcpu_seconds\x18\x05 \x01(\x01R\n" +
+	"cpuSeconds\x12E\n" +
+	"\ametrics\x18\x06 \x03(\v2+.frognano.messages.v1.RunPoint.MetricsEntryR\ametrics\x12=\n" +
+	"\bheld_out\x18\a \x03(\v2\".frognano.messages.v1.HeldOutScoreR\aheldOut\x12L\n" +
+	"\n" +
+	"task_pass1\x18\b \x03(\v2-.frognano.messages.v1.RunPoint.TaskPass1EntryR\ttaskPass1\x1a:\n" +
+	"\fMetricsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\x1a<\n" +
+	"\x0eTaskPass1Entry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xc5\x01\n" +
+	"\fHeldOutScore\x12\x1d\n" +
+	"\n" +
+	"hint_level\x18\x01 \x01(\x05R\thintLevel\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\tR\x04mode\x12\x14\n" +
+	"\x05tasks\x18\x03 \x01(\x05R\x05tasks\x12\x1a\n" +
+	"\bepisodes\x18\x04 \x01(\x05R\bepisodes\x12\x14\n" +
+	"\x05pass1\x18\x05 \x01(\x01R\x05pass1\x12\x1b\n" +
+	"\tpass1_low\x18\x06 \x01(\x01R\bpass1Low\x12\x1d\n" +
+	"\n" +
+	"pass1_high\x18\a \x01(\x01R\tpass1High\"\x88\x03\n" +
 	"\vModelConfig\x12\"\n" +
 	"\farchitecture\x18\x01 \x01(\tR\farchitecture\x12\x1f\n" +
 	"\vhidden_size\x18\x02 \x01(\x05R\n" +
@@ -1915,7 +2153,7 @@ func file_records_proto_rawDescGZIP() []byte {
 }
 
 var file_records_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_records_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_records_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_records_proto_goTypes = []any{
 	(TestStatus)(0),            // 0: frognano.messages.v1.TestStatus
 	(Role)(0),                  // 1: frognano.messages.v1.Role
@@ -1931,11 +2169,15 @@ var file_records_proto_goTypes = []any{
 	(*Turn)(nil),               // 11: frognano.messages.v1.Turn
 	(*Trajectory)(nil),         // 12: frognano.messages.v1.Trajectory
 	(*Run)(nil),                // 13: frognano.messages.v1.Run
-	(*ModelConfig)(nil),        // 14: frognano.messages.v1.ModelConfig
-	(*TensorMeta)(nil),         // 15: frognano.messages.v1.TensorMeta
-	(*Checkpoint)(nil),         // 16: frognano.messages.v1.Checkpoint
-	(*Environment)(nil),        // 17: frognano.messages.v1.Environment
-	nil,                        // 18: frognano.messages.v1.Run.MetricsEntry
+	(*RunPoint)(nil),           // 14: frognano.messages.v1.RunPoint
+	(*HeldOutScore)(nil),       // 15: frognano.messages.v1.HeldOutScore
+	(*ModelConfig)(nil),        // 16: frognano.messages.v1.ModelConfig
+	(*TensorMeta)(nil),         // 17: frognano.messages.v1.TensorMeta
+	(*Checkpoint)(nil),         // 18: frognano.messages.v1.Checkpoint
+	(*Environment)(nil),        // 19: frognano.messages.v1.Environment
+	nil,                        // 20: frognano.messages.v1.Run.MetricsEntry
+	nil,                        // 21: frognano.messages.v1.RunPoint.MetricsEntry
+	nil,                        // 22: frognano.messages.v1.RunPoint.TaskPass1Entry
 }
 var file_records_proto_depIdxs = []int32{
 	0,  // 0: frognano.messages.v1.TestResult.status:type_name -> frognano.messages.v1.TestStatus
@@ -1947,17 +2189,21 @@ var file_records_proto_depIdxs = []int32{
 	10, // 6: frognano.messages.v1.Turn.tool_calls:type_name -> frognano.messages.v1.ToolCall
 	11, // 7: frognano.messages.v1.Trajectory.turns:type_name -> frognano.messages.v1.Turn
 	4,  // 8: frognano.messages.v1.Trajectory.report:type_name -> frognano.messages.v1.TestReport
-	18, // 9: frognano.messages.v1.Run.metrics:type_name -> frognano.messages.v1.Run.MetricsEntry
-	2,  // 10: frognano.messages.v1.TensorMeta.dtype:type_name -> frognano.messages.v1.DType
-	14, // 11: frognano.messages.v1.Checkpoint.model:type_name -> frognano.messages.v1.ModelConfig
-	15, // 12: frognano.messages.v1.Checkpoint.tensors:type_name -> frognano.messages.v1.TensorMeta
-	15, // 13: frognano.messages.v1.Checkpoint.optimizer:type_name -> frognano.messages.v1.TensorMeta
-	4,  // 14: frognano.messages.v1.Environment.baseline:type_name -> frognano.messages.v1.TestReport
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	20, // 9: frognano.messages.v1.Run.metrics:type_name -> frognano.messages.v1.Run.MetricsEntry
+	14, // 10: frognano.messages.v1.Run.curve:type_name -> frognano.messages.v1.RunPoint
+	21, // 11: frognano.messages.v1.RunPoint.metrics:type_name -> frognano.messages.v1.RunPoint.MetricsEntry
+	15, // 12: frognano.messages.v1.RunPoint.held_out:type_name -> frognano.messages.v1.HeldOutScore
+	22, // 13: frognano.messages.v1.RunPoint.task_pass1:type_name -> frognano.messages.v1.RunPoint.TaskPass1Entry
+	2,  // 14: frognano.messages.v1.TensorMeta.dtype:type_name -> frognano.messages.v1.DType
+	16, // 15: frognano.messages.v1.Checkpoint.model:type_name -> frognano.messages.v1.ModelConfig
+	17, // 16: frognano.messages.v1.Checkpoint.tensors:type_name -> frognano.messages.v1.TensorMeta
+	17, // 17: frognano.messages.v1.Checkpoint.optimizer:type_name -> frognano.messages.v1.TensorMeta
+	4,  // 18: frognano.messages.v1.Environment.baseline:type_name -> frognano.messages.v1.TestReport
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_records_proto_init() }
@@ -1971,7 +2217,7 @@ func file_records_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_records_proto_rawDesc), len(file_records_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   16,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -5,6 +5,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/frognano/frognano/actors/evaluate"
 	"github.com/frognano/frognano/actors/frontier"
 	"github.com/frognano/frognano/runtime/node"
 )
@@ -20,8 +21,16 @@ func frontierActor(log *slog.Logger) node.NamedActor {
 			db := n.DB()
 			return frontier.Props(frontier.ActorConfig{
 				Tasks: db.Tasks(), State: db.Frontier(), Environments: db.Environments(),
-				Params: frontier.DefaultParams(), Synthesis: true, Logger: log.With("component", "frontier"),
+				Params: frontierParams(), Synthesis: true, Logger: log.With("component", "frontier"),
 			})
 		},
 	}
+}
+
+// frontierParams are the defaults, with the held-out environments
+// excluded from every run's pool and synthesis.
+func frontierParams() frontier.Params {
+	p := frontier.DefaultParams()
+	p.Exclude = evaluate.HeldOutEnvironments
+	return p
 }

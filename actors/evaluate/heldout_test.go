@@ -1,0 +1,83 @@
+package evaluate
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	messages "github.com/frognano/frognano/actors/messages/v1"
+)
+
+// The committed set is what issue "Learning that shows" asks for: at least
+// 40 tasks from at least 4 held-out environments, a Go module among them,
+// every one of them an environment of HeldOutEnvironments, ids unique.
+func TestHeldOutSet(t *testing.T) {
+	ins, err := HeldOutInstances()
+	if err != nil {
+		t.Fatal(err)
+	}
+	envs, langs, seen := map[string]int{}, map[string]bool{}, map[string]bool{}
+	for _, in := range ins {
+		if !slices.Contains(HeldOutEnvironments, in.Environment) {
+			t.Errorf("%s: environment %s is not held out", in.InstanceID, in.Environment)
+		}
+		if seen[in.InstanceID] {
+			t.Errorf("%s twice", in.InstanceID)
+		}
+		seen[in.InstanceID] = true
+		envs[in.Environment]++
+		langs[in.Language] = true
+		if in.Patch == "" || in.BugPatch == "" {
+			t.Errorf("%s: no gold or bug patch", in.InstanceID)
+		}
+	}
+	if len(ins) < 40 || len(envs) < 4 || !langs["go"] || !langs["python"] {
+		t.Fatalf("%d tasks from %v (languages %v)", len(ins), envs, langs)
+	}
+	if len(HeldOutSources) != len(HeldOutEnvironments) {
+		t.Fatalf("%d sources for %d environments", len(HeldOutSources), len(HeldOutEnvironments))
+	}
+}
+
+func TestHeldOutTasks(t *testing.T) {
+	envs := map[string]*messages.Environment{}
+	for _, name := range HeldOutEnvironments {
+		envs[name] = &messages.Environment{Name: name, Image: "img/" + name, TestFiles: []string{"tests/x.py"}}
+	}
+	tasks, err := HeldOut(envs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		if task.GetImage() != "img/"+task.GetEnvironment() || len(task.GetProtectedFiles()) != 1 || task.GetDifficulty().GetHintLevel() == 0 {
+			t.Fatalf("task %s: image %s, protected %v, difficulty %v", task.GetId(), task.GetImage(), task.GetProtectedFiles(), task.GetDifficulty())
+		}
+	}
+	delete(envs, "uuid-v1.6.0")
+	if _, err := HeldOut(envs); err == nil || !strings.Contains(err.Error(), "uuid-v1.6.0 of") {
+		t.Fatalf("a missing environment: %v", err)
+	}
+}
+
+func TestCheckDisjoint(t *testing.T) {
+	if err := CheckDisjoint([]string{"six-1.16.0", ""}); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckDisjoint([]string{"six-1.16.0", "isodate-0.6.1"}); err == nil || !strings.Contains(err.Error(), "isodate-0.6.1 is in the held-out set") {
+		t.Fatalf("training on a held-out environment: %v", err)
+	}
+}
+
+func TestReadInstancesRefusesBadLines(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"", "holds no instances"},
+		{"{", "x:1"},
+		{`{"instance_id":"a","problem_statement":"p"}`, "no FAIL_TO_PASS"},
+		{`{"instance_id":"a","FAIL_TO_PASS":"[\"t\"]"}`, "no problem_statement"},
+		{`{"FAIL_TO_PASS":["t"],"problem_statement":"p"}`, "no instance_id"},
+	} {
+		if _, err := ReadInstances(strings.NewReader(c.in), "x"); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: got %v, want %q", c.in, err, c.want)
+		}
+	}
+}

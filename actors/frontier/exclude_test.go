@@ -1,0 +1,36 @@
+package frontier
+
+import (
+	"context"
+	"slices"
+	"testing"
+)
+
+// Held-out environments never reach a batch nor a synthesis request,
+// whatever the task store holds.
+func TestExcludedEnvironments(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, task("train1", "six", "off_by_one", 1, 4), task("train2", "six", "flip_comparison", 1, 4),
+		task("held1", "heldout", "off_by_one", 1, 4), task("held2", "heldout", "flip_comparison", 1, 3))
+	e := f.open(t, Params{Exclude: []string{"heldout"}})
+	for seed := range uint64(20) {
+		batch, err := e.SelectBatch(ctx, 4, 0, seed, "patch")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, task := range batch {
+			if task.GetEnvironment() == "heldout" {
+				t.Fatalf("seed %d: batch holds held-out task %s", seed, task.GetId())
+			}
+		}
+	}
+	if envs := e.environments([]string{"six", "heldout"}); slices.Contains(envs, "heldout") {
+		t.Fatalf("synthesis may use %v", envs)
+	}
+	// With only held-out tasks stored, synthesis falls back to the
+	// caller's environments, still without the held-out ones.
+	g := newFixture(t, task("held1", "heldout", "off_by_one", 1, 4))
+	if envs := g.open(t, Params{Exclude: []string{"heldout"}}).environments([]string{"six", "heldout"}); !slices.Equal(envs, []string{"six"}) {
+		t.Fatalf("synthesis may use %v, want [six]", envs)
+	}
+}

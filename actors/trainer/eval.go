@@ -1,0 +1,252 @@
+package trainer
+
+// Evaluation points: the run's policy on a fixed, seeded subset of the
+// held-out set (tasks from environments the run never trains on) at the
+// start, after the warm start, every Settings.EvalEvery steps and at the
+// end. Held-out episodes are stored as trajectories of run RUN/eval; their
+// outcomes never reach the frontier and are never trained on. Every point
+// of the curve, evaluated or not, is kept in the run record (Run.curve),
+// so the curve survives the process and a resumed run does not evaluate a
+// point twice.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/frognano/frognano/actors/harness"
+	"github.com/frognano/frognano/actors/learner"
+	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/rollout"
+)
+
+// EvalRunID is the run id of a run's held-out episodes.
+func EvalRunID(runID string) string { return runID + "/eval" }
+
+// Phases of curve points.
+const (
+	PhaseStart     = "start"
+	PhaseWarmStart = "warm_start"
+	PhaseStep      = "step"
+	PhaseEnd       = "end"
+)
+
+// heldOutSubset is the run's evaluation tasks: those of cfg.HeldOut at
+// the settings' hint levels, a seeded draw of s.EvalTasks, the same at
+// every point of the run (and after a resume).
+func heldOutSubset(all []*messages.Task, s Settings) []*messages.Task {
+	var tasks []*messages.Task
+	for _, t := range all {
+		if len(s.EvalHints) == 0 || slices.Contains(s.EvalHints, int(t.GetDifficulty().GetHintLevel())) {
+			tasks = append(tasks, t)
+		}
+	}
+	sort.Slice(tasks, func(i, j int) bool { return tasks[i].GetId() < tasks[j].GetId() })
+	r := rand.New(rand.NewPCG(s.Seed, 0x5eed_e7a1))
+	r.Shuffle(len(tasks), func(i, j int) { tasks[i], tasks[j] = tasks[j], tasks[i] })
+	if s.EvalTasks > 0 && len(tasks) > s.EvalTasks {
+		tasks = tasks[:s.EvalTasks]
+	}
+	return tasks
+}
+
+// evaluating says whether the run measures held-out points at all.
+func (t *Trainer) evaluating(s Settings) bool { return s.EvalTasks > 0 && len(t.cfg.HeldOut) > 0 }
+
+// hasPoint says whether the curve already holds a point of this phase at
+// this step with held-out scores.
+func hasPoint(run *messages.Run, phase string, step int64) bool {
+	for _, p := range run.GetCurve() {
+		if p.GetPhase() == phase && p.GetStep() == step && len(p.GetHeldOut()) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// point adds a point of the curve to the run record (not yet stored):
+// the run's figures now, and the held-out scores when eval is set.
+func (t *Trainer) point(ctx context.Context, run *messages.Run, s Settings, lim harness.Limits, phase string, eval bool, stepMetrics map[string]float64) error {
+	m := run.GetMetrics()
+	p := &messages.RunPoint{
+		Step: run.GetStep(), Phase: phase, PolicyVersion: int64(m[MetricPolicyVersion]),
+		WallSeconds: t.clock.wall(), CpuSeconds: t.clock.cpu(), Metrics: stepMetrics,
+	}
+	if eval && t.evaluating(s) {
+		if hasPoint(run, phase, p.Step) {
+			return nil
+		}
+		if err := t.evaluate(ctx, run, s, lim, p); err != nil {
+			return err
+		}
+		p.WallSeconds, p.CpuSeconds = t.clock.wall(), t.clock.cpu()
+	}
+	run.Curve = append(run.Curve, p)
+	return nil
+}
+
+// evaluate plays s.EvalK episodes of every task of the held-out subset
+// with the current policy and fills p's scores.
+func (t *Trainer) evaluate(ctx context.Context, run *messages.Run, s Settings, lim harness.Limits, p *messages.RunPoint) error {
+	tasks := heldOutSubset(t.cfg.HeldOut, s)
+	if len(tasks) == 0 {
+		return fmt.Errorf("held-out set: no task at hint levels %v", s.EvalHints)
+	}
+	start := time.Now()
+	tag := fmt.Sprintf("held-out (%s, step %d)", p.GetPhase(), p.GetStep())
+	t.printf("%s: %d task(s) × %d episodes at policy v%d", tag, len(tasks), s.EvalK, p.GetPolicyVersion())
+	es := s
+	es.Group = s.EvalK
+	seed := s.Seed ^ 0xe7a1 // the same episodes' seeds at every point
+	results, err := t.rollouts(ctx, tag, EvalRunID(run.GetId()), tasks, es, lim, p.GetPolicyVersion(), seed)
+	if err != nil {
+		return err
+	}
+	outs := make([]*rollout.TaskOutcome, 0, len(results))
+	p.TaskPass1 = map[string]float64{}
+	for i, r := range results {
+		o := &rollout.TaskOutcome{TaskID: r.TaskID, Environment: tasks[i].GetEnvironment(), HintLevel: int(tasks[i].GetDifficulty().GetHintLevel()), Mode: s.Mode}
+		for _, e := range r.Episodes {
+			o.Add(e)
+		}
+		o.Finish(s.EvalK)
+		outs = append(outs, o)
+		if o.Samples > 0 {
+			p.TaskPass1[r.TaskID] = o.PassAt1
+		}
+	}
+	for _, b := range rollout.Buckets(outs, s.EvalK, s.Seed) {
+		h := int32(-1)
+		if b.HintLevel != nil {
+			h = int32(*b.HintLevel)
+		}
+		p.HeldOut = append(p.HeldOut, &messages.HeldOutScore{HintLevel: h, Mode: b.Mode, Tasks: int32(b.Tasks), Episodes: int32(b.Episodes),
+			Pass1: b.PassAt1.Mean, Pass1Low: b.PassAt1.Low, Pass1High: b.PassAt1.High})
+	}
+	t.printf("%s: %s in %.0fs", tag, FormatScores(p.GetHeldOut()), time.Since(start).Seconds())
+	return nil
+}
+
+// FormatScores prints held-out scores on one line, all tasks first.
+func FormatScores(scores []*messages.HeldOutScore) string {
+	var parts []string
+	for _, sc := range scores {
+		name := "all"
+		if sc.GetHintLevel() >= 0 {
+			name = fmt.Sprintf("hint %d", sc.GetHintLevel())
+		}
+		parts = append(parts, fmt.Sprintf("%s pass@1 %.3f [%.3f, %.3f] (%d tasks)", name, sc.GetPass1(), sc.GetPass1Low(), sc.GetPass1High(), sc.GetTasks()))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Keys of the run record's metrics the curve's clock keeps.
+const (
+	MetricWallSeconds = "wall_seconds" // the run's wall time, summed over the processes that ran it
+	MetricCPUSeconds  = "cpu_seconds"  // their CPU time, the same way
+)
+
+// clock measures a run's time across resumes: what earlier processes
+// recorded plus what this one has spent since Train began.
+type clock struct {
+	wall0, cpu0 float64 // the record's values when Train began
+	start       time.Time
+	startCPU    time.Duration
+}
+
+func (c *clock) reset(run *messages.Run) {
+	m := run.GetMetrics()
+	c.wall0, c.cpu0, c.start, c.startCPU = m[MetricWallSeconds], m[MetricCPUSeconds], time.Now(), learner.CPUTime()
+}
+
+func (c *clock) wall() float64 { return c.wall0 + time.Since(c.start).Seconds() }
+func (c *clock) cpu() float64 {
+	return c.cpu0 + (learner.CPUTime() - c.startCPU).Seconds()
+}
+
+// tick writes the clock into the record.
+func (c *clock) tick(run *messages.Run) {
+	run.Metrics[MetricWallSeconds], run.Metrics[MetricCPUSeconds] = c.wall(), c.cpu()
+}
+
+// record adds a point with held-out scores for phase (once: a resumed run
+// skips points it has) and stores the run.
+func (t *Trainer) record(ctx context.Context, run *messages.Run, s Settings, lim harness.Limits, phase string) error {
+	if !t.evaluating(s) || hasPoint(run, phase, run.GetStep()) {
+		return nil
+	}
+	if err := t.point(ctx, run, s, lim, phase, true, nil); err != nil {
+		return fmt.Errorf("held-out evaluation: %w", err)
+	}
+	t.clock.tick(run)
+	run.UpdatedUnixNano = time.Now().UnixNano()
+	if err := t.runs.Put(ctx, run); err != nil {
+		return fmt.Errorf("recording the %s evaluation: %w", phase, err)
+	}
+	return nil
+}
+
+// WriteCurve prints a run's learning curve: one row per point with
+// held-out scores (every evaluation) and the training figures of the steps
+// between them.
+func WriteCurve(w io.Writer, run *messages.Run) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PHASE\tSTEP\tPOLICY\tWALL s\tCPU s\tTRAIN SOLVE RATE\tHELD-OUT PASS@1 [95% CI]")
+	var solved, steps float64
+	for _, p := range run.GetCurve() {
+		if p.GetPhase() == PhaseStep {
+			solved += p.GetMetrics()["solve_rate"]
+			steps++
+		}
+		if len(p.GetHeldOut()) == 0 {
+			continue
+		}
+		train := "-"
+		if steps > 0 {
+			train = fmt.Sprintf("%.3f (%d steps)", solved/steps, int(steps))
+		}
+		fmt.Fprintf(tw, "%s\t%d\tv%d\t%.0f\t%.0f\t%s\t%s\n", p.GetPhase(), p.GetStep(), p.GetPolicyVersion(), p.GetWallSeconds(), p.GetCpuSeconds(), train, FormatScores(p.GetHeldOut()))
+		solved, steps = 0, 0
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if g, from, to, ok := Gain(run, 1); ok {
+		_, err := fmt.Fprintf(w, "held-out pass@1, %s (v%d) − %s (v%d), paired over %d tasks: %+.3f [%+.3f, %+.3f]\n",
+			to.GetPhase(), to.GetPolicyVersion(), from.GetPhase(), from.GetPolicyVersion(), g.Tasks, g.Mean, g.Low, g.High)
+		return err
+	}
+	return nil
+}
+
+// Gain is the paired difference of held-out pass@1 between a run's first
+// and last evaluation points, task by task, with a 95% bootstrap interval
+// over tasks; ok is false before two points exist.
+func Gain(run *messages.Run, seed uint64) (est rollout.Estimate, from, to *messages.RunPoint, ok bool) {
+	for _, p := range run.GetCurve() {
+		if len(p.GetHeldOut()) == 0 {
+			continue
+		}
+		if from == nil {
+			from = p
+		}
+		to = p
+	}
+	if from == nil || to == from {
+		return est, from, to, false
+	}
+	var diffs []float64
+	for id, a := range from.GetTaskPass1() {
+		if b, ok := to.GetTaskPass1()[id]; ok {
+			diffs = append(diffs, b-a)
+		}
+	}
+	sort.Float64s(diffs) // map order must not move the bootstrap
+	return rollout.Bootstrap(diffs, 2000, seed), from, to, len(diffs) > 0
+}

@@ -1,0 +1,82 @@
+package trainer
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	messages "github.com/frognano/frognano/actors/messages/v1"
+)
+
+func heldOutTask(id string, hint int32) *messages.Task {
+	return &messages.Task{Id: id, Difficulty: &messages.DifficultyFeatures{HintLevel: hint}}
+}
+
+// The subset is a seeded draw at the asked hint levels, the same at every
+// call (every evaluation point and every resume of the run).
+func TestHeldOutSubset(t *testing.T) {
+	var all []*messages.Task
+	for i := range 30 {
+		all = append(all, heldOutTask(fmt.Sprintf("t%02d", i), int32(i%5)))
+	}
+	s := Settings{Seed: 7, EvalTasks: 5, EvalHints: []int{3, 4}}
+	a, b := heldOutSubset(all, s), heldOutSubset(append([]*messages.Task(nil), all[15:]...), s)
+	if len(a) != 5 {
+		t.Fatalf("%d tasks, want 5", len(a))
+	}
+	for _, x := range a {
+		if h := x.GetDifficulty().GetHintLevel(); h != 3 && h != 4 {
+			t.Fatalf("task %s at hint %d", x.GetId(), h)
+		}
+	}
+	if fmt.Sprint(ids(a)) != fmt.Sprint(ids(heldOutSubset(all, s))) {
+		t.Fatal("two draws of one run differ")
+	}
+	if fmt.Sprint(ids(a)) == fmt.Sprint(ids(b)) {
+		t.Fatal("the draw does not depend on the set")
+	}
+	s.Seed = 8
+	if fmt.Sprint(ids(a)) == fmt.Sprint(ids(heldOutSubset(all, s))) {
+		t.Fatal("the draw does not depend on the seed")
+	}
+}
+
+func ids(ts []*messages.Task) []string {
+	var out []string
+	for _, t := range ts {
+		out = append(out, t.GetId())
+	}
+	return out
+}
+
+// The gain pairs tasks between the first and last evaluation points; a
+// task missing from either is left out.
+func TestGainAndCurve(t *testing.T) {
+	run := &messages.Run{Id: "r", Curve: []*messages.RunPoint{
+		{Phase: PhaseStart, HeldOut: []*messages.HeldOutScore{{HintLevel: -1, Tasks: 3, Pass1: 0.25}},
+			TaskPass1: map[string]float64{"a": 0, "b": 0.5, "c": 0.25}},
+		{Phase: PhaseStep, Step: 1, Metrics: map[string]float64{"solve_rate": 0.5}},
+		{Phase: PhaseStep, Step: 2, Metrics: map[string]float64{"solve_rate": 0.25}},
+		{Phase: PhaseEnd, Step: 2, PolicyVersion: 2, HeldOut: []*messages.HeldOutScore{{HintLevel: 4, Tasks: 2, Pass1: 0.75}},
+			TaskPass1: map[string]float64{"a": 1, "b": 0.5, "d": 1}},
+	}}
+	g, from, to, ok := Gain(run, 1)
+	if !ok || from.GetPhase() != PhaseStart || to.GetPhase() != PhaseEnd || g.Tasks != 2 || g.Mean != 0.5 || g.Low > g.Mean || g.High < g.Mean {
+		t.Fatalf("gain %+v from %s to %s (%v)", g, from.GetPhase(), to.GetPhase(), ok)
+	}
+	var b strings.Builder
+	if err := WriteCurve(&b, run); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"start", "end", "0.375 (2 steps)", "hint 4 pass@1 0.750", "paired over 2 tasks: +0.500"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the curve lacks %q:\n%s", want, b.String())
+		}
+	}
+	if _, _, _, ok := Gain(&messages.Run{Curve: run.Curve[:1]}, 1); ok {
+		t.Error("a gain from one point")
+	}
+	if !hasPoint(run, PhaseEnd, 2) || hasPoint(run, PhaseStep, 1) || hasPoint(run, PhaseEnd, 3) {
+		t.Error("hasPoint")
+	}
+}
