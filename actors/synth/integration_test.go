@@ -414,6 +414,9 @@ func TestForkServerMatchesRunTests(t *testing.T) {
 			want := len(named)
 			if tests == nil {
 				want = len(env.Baseline.GetResults())
+				if _, ok := f["tests/test_calc.py::CalcTest::test_mean"]; !ok {
+					t.Errorf("%s: the whole suite does not name an inherited test by its node id: %v", step.name, f)
+				}
 			}
 			fails := forked.Counts()[testreport.StatusFail]
 			if len(f) != want || (tests == nil && fails != 2*step.failures) || (tests != nil && fails != step.failures) {

@@ -25,7 +25,7 @@ const (
 )
 
 // TestStatus is the outcome of one test, parsed from machine-readable output
-// (JUnit XML, go test -json), never from human-readable text.
+// (frognano's pytest plugin, go test -json), never from human-readable text.
 type TestStatus int32
 
 const (
