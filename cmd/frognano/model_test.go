@@ -3,10 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/frognano/frognano/kernels/model/modeltest"
+	"github.com/frognano/frognano/kernels/modelstore"
 )
 
 // runCLI runs the frognano command line in this process.
@@ -67,7 +71,7 @@ func TestModelCommandErrors(t *testing.T) {
 		msg  string
 	}{
 		{[]string{"generate", "hi"}, "frognano model pull smollm2-135m"},
-		{[]string{"generate", "--model", "nope", "hi"}, "can pull: smollm2-135m"},
+		{[]string{"generate", "--model", "nope", "hi"}, "can pull: qwen2.5-coder-0.5b, qwen2.5-coder-1.5b, smollm2-135m"},
 		{[]string{"generate", "--max-tokens", "0", "hi"}, "--max-tokens must be positive"},
 		{[]string{"generate", "--top-p", "2", "hi"}, "--top-p"},
 		{[]string{"model", "pull", "gpt-5"}, "cannot pull \"gpt-5\""},
@@ -79,8 +83,50 @@ func TestModelCommandErrors(t *testing.T) {
 		}
 	}
 	out, _, err := runCLI(t, "", "model", "ls")
-	if err != nil || !strings.Contains(out, "no models in") {
+	if err != nil || !strings.Contains(out, "no models in") || !strings.Contains(out, "qwen2.5-coder-0.5b") {
 		t.Errorf("model ls on an empty store: %q, %v", out, err)
+	}
+	if _, _, err := runCLI(t, "", "model", "show", "qwen2.5-coder-1.5b"); err == nil || !strings.Contains(err.Error(), "frognano model pull qwen2.5-coder-1.5b") {
+		t.Errorf("model show of a model not pulled: %v", err)
+	}
+	// A model without a chat template is refused before anything is rendered.
+	noTemplate, _ := modeltest.Llama.WriteGGUF(t, modeltest.Llama.RandomWeights(1), modeltest.GGUFOptions{NoChatTemplate: true})
+	if _, _, err := runCLI(t, "", "generate", "--model", noTemplate, "hi"); err == nil || !strings.Contains(err.Error(), "no usable chat template: the model has none") {
+		t.Errorf("generate with a model without a chat template: %v", err)
+	}
+}
+
+// TestModelShow lists and shows a store entry: its manifest, provenance
+// and what the GGUF holds.
+func TestModelShow(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("FROGNANO_MODELS", dir)
+	src := modeltest.Llama.WriteRandomGGUF(t, 1)
+	raw, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(dir, "tiny"), 0o755)
+	os.WriteFile(filepath.Join(dir, "tiny", "tiny.gguf"), raw, 0o644)
+	m := modelstore.Manifest{Name: "tiny", File: "tiny.gguf", Size: int64(len(raw)), SHA256: strings.Repeat("ab", 32),
+		Source: "pypi:tiny-part1…2==1.0 (2 parts, concatenated)", Parts: []string{"pypi:tiny-part1==1.0#a sha256:x", "pypi:tiny-part2==1.0#b sha256:y"},
+		Provenance: &modelstore.Provenance{Upstream: "Tiny by nobody", License: "MIT (upstream)", Publisher: "unknown (a test)"}}
+	b, _ := json.Marshal(m)
+	os.WriteFile(filepath.Join(dir, "tiny", modelstore.ManifestName), b, 0o644)
+
+	out, _, err := runCLI(t, "", "model", "show", "tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"licence        MIT (upstream)", "publisher      unknown (a test)", "part 2         pypi:tiny-part2==1.0#b",
+		"architecture   llama: 2 layers", "chat template  ChatML", "tensors"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("model show lacks %q:\n%s", want, out)
+		}
+	}
+	out, _, err = runCLI(t, "", "model", "ls")
+	if err != nil || !strings.Contains(out, "MIT (upstream)") || !strings.Contains(out, "unknown") || !strings.Contains(out, "LICENCE") {
+		t.Errorf("model ls: %q, %v", out, err)
 	}
 }
 

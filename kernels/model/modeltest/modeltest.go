@@ -174,7 +174,13 @@ type GGUFOptions struct {
 	Arch     string                     // general.architecture, overriding Spec.Arch
 	Override map[string]gguf.TensorType // type of single tensors, by GGUF name (zero bytes for a type frognano cannot dequantise)
 	Drop     string                     // a tensor, by GGUF name, to leave out
+	// NoChatTemplate leaves tokenizer.chat_template out; otherwise the file
+	// carries ChatMLTemplate, as instruct models do.
+	NoChatTemplate bool
 }
+
+// ChatMLTemplate is the plain ChatML chat template test models carry.
+const ChatMLTemplate = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 
 // WriteRandomGGUF writes a model of random weights drawn from seed and
 // returns its path: the one-line fixture for tests that need any model.
@@ -219,6 +225,9 @@ func (s Spec) WriteGGUF(t testing.TB, w Weights, o GGUFOptions) (string, Weights
 	set("tokenizer.ggml.merges", merges)
 	set("tokenizer.ggml.bos_token_id", uint32(len(tokens)-3))
 	set("tokenizer.ggml.eos_token_id", uint32(len(tokens)-2))
+	if !o.NoChatTemplate {
+		set("tokenizer.chat_template", ChatMLTemplate)
+	}
 	held := Weights{}
 	for _, name := range sortedNames(w) {
 		x := w[name]
