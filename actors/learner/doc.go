@@ -20,6 +20,12 @@
 // has equal rewards changes nothing either. Otherwise the step count and
 // the policy version go up by one.
 //
+// SFTStep(demonstrations) is the warm start's update (sft.go): the loss is
+// the mean negative log-likelihood of the batch's policy tokens, and AdamW
+// runs at the request's rate and schedule; micro-batches, the non-finite
+// skip, numbering, publication and checkpoints are TrainStep's (the shared
+// pass and apply).
+//
 // # Publication contract (Learner → Samplers)
 //
 // Every published version is stored before anyone hears of it:
