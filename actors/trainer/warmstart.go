@@ -338,6 +338,11 @@ func (t *Trainer) demonstrations(ctx context.Context, run *messages.Run, s Setti
 			endings[tr.GetTermination()]++
 			continue
 		}
+		if len(tr.GetTokenIds()) == 0 { // a stored one: the list holds summaries
+			if tr, err = t.store.Get(ctx, tr.GetId()); err != nil {
+				return nil, fmt.Errorf("reading demonstration %s: %w", byTask[task.GetId()].GetId(), err)
+			}
+		}
 		out = append(out, &messages.Trajectory{Id: tr.GetId(), TaskId: tr.GetTaskId(), TokenIds: tr.GetTokenIds(), PolicyMask: tr.GetPolicyMask()})
 	}
 	m := run.Metrics
