@@ -2,6 +2,9 @@ package trainer
 
 import (
 	"fmt"
+	"image/png"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -78,5 +81,37 @@ func TestGainAndCurve(t *testing.T) {
 	}
 	if !hasPoint(run, PhaseEnd, 2) || hasPoint(run, PhaseStep, 1) || hasPoint(run, PhaseEnd, 3) {
 		t.Error("hasPoint")
+	}
+}
+
+// The plot is a PNG of the curve's panels; an empty curve draws too.
+func TestPlotCurve(t *testing.T) {
+	run := &messages.Run{Id: "r"}
+	for step := range 6 {
+		p := &messages.RunPoint{Phase: PhaseStep, Step: int64(step), CpuSeconds: float64(100 * step),
+			Metrics: map[string]float64{"solve_rate": float64(step) / 10, "effective_fraction": 0.5, "loss": 0.1, batchHint + "4": 1}}
+		if step%2 == 0 {
+			p.Phase = PhaseStart
+			p.HeldOut = []*messages.HeldOutScore{{HintLevel: 4, Pass1: float64(step) / 10, Pass1Low: 0, Pass1High: 0.8}, {HintLevel: -1, Pass1: 0.1, Pass1Low: 0, Pass1High: 0.3}}
+		}
+		run.Curve = append(run.Curve, p)
+	}
+	for _, r := range []*messages.Run{run, {Id: "empty"}} {
+		path := filepath.Join(t.TempDir(), "runs", r.GetId(), "curve.png")
+		if err := PlotCurve(r, path); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := img.Bounds(); b.Dx() < 1000 || b.Dy() < 1000 {
+			t.Fatalf("a %v image", b)
+		}
 	}
 }

@@ -588,7 +588,7 @@ func (t *Trainer) step(ctx context.Context, run *messages.Run, s Settings, lim h
 		sm["loss"], sm["grad_norm"] = ls.GetLoss(), ls.GetGradNorm()
 	}
 	for _, task := range tasks {
-		sm[fmt.Sprintf("batch_hint_%d", task.GetDifficulty().GetHintLevel())] += 1 / float64(len(tasks))
+		sm[fmt.Sprintf("%s%d", batchHint, task.GetDifficulty().GetHintLevel())] += 1 / float64(len(tasks))
 	}
 	eval := s.EvalEvery > 0 && step%s.EvalEvery == 0 && step < s.Steps
 	if err := t.point(ctx, run, s, lim, PhaseStep, eval, sm); err != nil {

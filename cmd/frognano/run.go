@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -42,6 +43,7 @@ func runCmd(a *app) *cobra.Command {
 	var runID string
 	var parallel int
 	var hints []int
+	var plotPath string
 	s := trainer.Settings{}
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -236,6 +238,7 @@ one.`,
 				if s.Steps > int(run.Step) || (s.WarmStartEpochs > 0 && run.Metrics[trainer.MetricWarmStartDone] == 0) {
 					sum, err := train(ctx, a, c, run, s, parallel, out, nil, heldOut)
 					printSummary(out, sum, run)
+					writePlot(a, out, run, plotPath)
 					if err != nil {
 						if ctx.Err() != nil {
 							finish("stopped") // interrupted: --run resumes it
@@ -272,6 +275,7 @@ one.`,
 	fl.Uint64Var(&s.Seed, "seed", 0, "seed of batches, episodes and the Learner (0: from the clock)")
 	fl.StringVar(&s.Model, "model", "", "model the Learner trains (model store name or path; default the store's default, which the node's Sampler serves)")
 	fl.IntVar(&parallel, "parallel", 8, "episodes (sandboxes) running at once")
+	fl.StringVar(&plotPath, "plot", "", "write the learning curve as a PNG here (default DATA_DIR/runs/RUN/curve.png)")
 	fl.IntSliceVar(&hints, "hint-levels", []int{synth.HintLocation}, "hint levels of the --tasks tasks synthesized before training (--tasks at each)")
 	fl.IntVar(&s.EvalTasks, "eval-tasks", 0, "held-out evaluation: tasks of the held-out set (environments never trained on) played at the start, after the warm start, every --eval-every steps and at the end (0: none)")
 	fl.IntVar(&s.EvalK, "eval-k", 2, "held-out evaluation: episodes per task")
@@ -433,4 +437,25 @@ func heldOutTasks(c *client, progress io.Writer) ([]*messages.Task, error) {
 		envs[e.GetName()] = e
 	}
 	return evaluate.HeldOut(envs)
+}
+
+// writePlot draws a run's curve next to its record (or at path) and says
+// where; a run without points draws nothing.
+func writePlot(a *app, out io.Writer, run *messages.Run, path string) {
+	if len(run.GetCurve()) == 0 {
+		return
+	}
+	if path == "" {
+		cfg, err := a.load()
+		if err != nil {
+			fmt.Fprintln(out, "no plot:", err)
+			return
+		}
+		path = filepath.Join(cfg.Node.DataDir, "runs", run.GetId(), "curve.png")
+	}
+	if err := trainer.PlotCurve(run, path); err != nil {
+		fmt.Fprintln(out, "no plot:", err)
+		return
+	}
+	fmt.Fprintf(out, "learning curve plotted: %s\n", path)
 }
