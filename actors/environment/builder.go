@@ -265,7 +265,7 @@ func (b *Builder) install(ctx context.Context, sb *sandbox.Sandbox, lang string)
 python3 -m venv --system-site-packages /venv
 cd /repo
 /venv/bin/pip install --disable-pip-version-check --no-input -q -e '.[test,tests,testing]'
-for r in requirements-test.txt requirements_test.txt test-requirements.txt requirements-dev.txt requirements/test.txt; do
+for r in requirements-test.txt requirements_test.txt test-requirements.txt test_requirements.txt requirements-tests.txt requirements-dev.txt requirements/test.txt tests/requirements.txt; do
   if [ -f "$r" ]; then /venv/bin/pip install --disable-pip-version-check --no-input -q -r "$r" || echo "frognano: could not install $r" >&2; fi
 done
 /venv/bin/python -c 'import pytest' 2>/dev/null || /venv/bin/pip install --disable-pip-version-check --no-input -q pytest
