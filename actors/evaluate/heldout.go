@@ -45,9 +45,7 @@ func HeldOut(envs map[string]*messages.Environment) ([]*messages.Task, error) {
 		if e == nil {
 			return nil, fmt.Errorf("held-out set: environment %s of %s is not registered (frognano env add: one of %s)", in.Environment, in.InstanceID, strings.Join(HeldOutSources, ", "))
 		}
-		t := in.Task(e)
-		t.Image = e.GetImage()
-		out = append(out, t)
+		out = append(out, in.Task(e))
 	}
 	return out, nil
 }

@@ -81,12 +81,14 @@ func ReadInstances(r io.Reader, name string) ([]Instance, error) {
 	return out, nil
 }
 
-// Task turns an instance into a task of environment e.
+// Task turns an instance into a task of environment e, in e's image (an
+// instance's image_name names the image of the machine that exported it;
+// the environment registered here has its own).
 func (in Instance) Task(e *messages.Environment) *messages.Task {
 	t := &messages.Task{
 		Id: in.InstanceID, Environment: e.Name, Language: e.Language, BugPatch: in.BugPatch, GoldPatch: in.Patch,
 		ProblemStatement: in.ProblemStatement, FailToPass: in.FailToPass, PassToPass: in.PassToPass,
-		ProtectedFiles: e.TestFiles, Image: in.ImageName, Difficulty: &messages.DifficultyFeatures{},
+		ProtectedFiles: e.TestFiles, Image: e.Image, Difficulty: &messages.DifficultyFeatures{},
 	}
 	if in.Difficulty != nil {
 		var d synth.RecordDifficulty

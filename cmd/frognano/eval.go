@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strings"
@@ -36,6 +37,7 @@ type evalFlags struct {
 	model, models, servedModel, tokenizer string
 	envs                                  []string
 	tasksFile                             string
+	heldOut                               bool
 	limit, k, hint, parallel, batch       int
 	mode, jsonOut, runID                  string
 	seed                                  uint64
@@ -48,7 +50,7 @@ type evalFlags struct {
 func evalCmd(a *app) *cobra.Command {
 	var f evalFlags
 	cmd := &cobra.Command{
-		Use:   "eval --model M (--env E[,E…] | --tasks FILE) -k K",
+		Use:   "eval --model M (--env E[,E…] | --tasks FILE | --held-out) -k K",
 		Short: "Measure a model's solve rate: pass@1 and pass@k with confidence intervals per difficulty bucket",
 		Long: `eval runs k episodes of every task (in --mode agent: the tool loop; patch: one
 answer of search/replace edits), each in a fresh sandbox owned by its own
@@ -70,7 +72,10 @@ or an OpenAI-compatible server's URL (http://HOST:PORT, with
 SWE-smith style JSONL (as frognano tasks export writes) and runs the
 instances whose environment is registered (by its name, or by an image
 registered with frognano env add image:REF) and whose image exists locally;
-the others are listed as skipped.`,
+the others are listed as skipped. --held-out runs the committed held-out set
+(actors/evaluate: 48 tasks of four environments no run trains on, hint
+levels 1, 3 and 4; --hint-level picks one), registering its environments the
+first time.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runEval(cmd, a, &f) },
 	}
@@ -81,6 +86,7 @@ the others are listed as skipped.`,
 	fl.StringVar(&f.tokenizer, "tokenizer", modelstore.Default, "with a URL --model: the model whose tokenizer renders prompts (store name, .gguf or Hugging Face directory)")
 	fl.StringSliceVar(&f.envs, "env", nil, "evaluate the tasks stored for this environment (repeat or comma-separate for several)")
 	fl.StringVar(&f.tasksFile, "tasks", "", "evaluate the instances of this JSONL file")
+	fl.BoolVar(&f.heldOut, "held-out", false, "evaluate the held-out set (environments no run trains on; registered here when missing)")
 	fl.IntVar(&f.limit, "limit", 0, "evaluate at most this many tasks (0: all)")
 	fl.IntVarP(&f.k, "k", "k", 8, "episodes per task (and the k of pass@k)")
 	fl.StringVar(&f.mode, "mode", "agent", "agent (tool loop) or patch (one answer of search/replace edits)")
@@ -105,8 +111,8 @@ func (f *evalFlags) validate() (harness.Mode, error) {
 	switch {
 	case err != nil:
 		return "", fmt.Errorf("--mode: %w", err)
-	case (len(f.envs) == 0) == (f.tasksFile == ""):
-		return "", errors.New("give --env ENV or --tasks FILE (one of the two)")
+	case btoi(len(f.envs) > 0)+btoi(f.tasksFile != "")+btoi(f.heldOut) != 1:
+		return "", errors.New("give one of --env ENV, --tasks FILE and --held-out")
 	case f.k < 1:
 		return "", errors.New("-k must be at least 1")
 	case f.limit < 0:
@@ -422,7 +428,18 @@ func evalTasks(c *client, f *evalFlags) ([]*messages.Task, []*messages.Environme
 		skipped     []map[string]string
 		testPatches = map[string]string{}
 	)
-	if len(f.envs) > 0 {
+	if f.heldOut {
+		held, err := heldOutTasks(c, io.Discard)
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
+		for _, t := range held {
+			if _, err := getEnv(t.GetEnvironment()); err != nil {
+				return nil, nil, nil, nil, err
+			}
+		}
+		tasks = held
+	} else if len(f.envs) > 0 {
 		for _, name := range f.envs {
 			if _, err := getEnv(name); err != nil {
 				return nil, nil, nil, nil, fmt.Errorf("--env %s: %w", name, err)
@@ -494,4 +511,11 @@ func readInstances(path string) ([]evaluate.Instance, error) {
 	}
 	defer fh.Close()
 	return evaluate.ReadInstances(fh, path)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

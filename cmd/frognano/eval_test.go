@@ -110,7 +110,8 @@ func TestEvalAndTrajCommands(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"eval", "--model", gguf, "-k", "2"}, "give --env ENV or --tasks FILE"},
+		{[]string{"eval", "--model", gguf, "-k", "2"}, "give one of --env ENV, --tasks FILE and --held-out"},
+		{[]string{"eval", "--model", gguf, "--env", "cli-mathy", "--held-out"}, "give one of --env ENV, --tasks FILE and --held-out"},
 		{[]string{"eval", "--model", gguf, "--env", "cli-mathy", "-k", "0"}, "-k must be at least 1"},
 		{[]string{"eval", "--model", gguf, "--env", "cli-mathy", "--mode", "chat"}, `mode "chat"`},
 		{[]string{"eval", "--model", gguf, "--env", "cli-mathy", "--hint-level", "0"}, "none of the 1 tasks is at hint level 0"},
