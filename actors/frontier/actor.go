@@ -176,7 +176,11 @@ func (a *frontierActor) Receive(ctx actor.Context) {
 		if err == nil {
 			a.active[name] = time.Now()
 			var tasks []*messages.Task
-			if tasks, err = est.SelectBatch(bg, int(m.GetTasks()), m.GetPolicyVersion(), m.GetSeed(), m.GetMode()); err == nil {
+			sel := est.SelectBatch
+			if m.GetUniform() {
+				sel = est.SelectUniform
+			}
+			if tasks, err = sel(bg, int(m.GetTasks()), m.GetPolicyVersion(), m.GetSeed(), m.GetMode()); err == nil {
 				ctx.Respond(&messages.TaskBatch{Tasks: tasks, PolicyVersion: est.PolicyVersion()})
 				a.plan(ctx, name)
 				return

@@ -503,6 +503,18 @@ type candidate struct {
 // the draw from the batch sequence number. The batch may be shorter than n
 // only when the pool has fewer than n active tasks.
 func (e *Estimator) SelectBatch(ctx context.Context, n int, version int64, seed uint64, mode string) ([]*messages.Task, error) {
+	return e.selectBatch(ctx, n, version, seed, mode, false)
+}
+
+// SelectUniform is the baseline the frontier is measured against: n tasks
+// drawn uniformly, without replacement, from the whole pool (retired tasks
+// too), whatever the posteriors say. The batch is recorded like
+// SelectBatch's, so outcomes and synthesis control work the same way.
+func (e *Estimator) SelectUniform(ctx context.Context, n int, version int64, seed uint64, mode string) ([]*messages.Task, error) {
+	return e.selectBatch(ctx, n, version, seed, mode, true)
+}
+
+func (e *Estimator) selectBatch(ctx context.Context, n int, version int64, seed uint64, mode string, uniform bool) ([]*messages.Task, error) {
 	if n < 1 || n > e.p.MaxBatch {
 		return nil, fmt.Errorf("%w: batch of %d tasks, want 1 to %d", ErrBadRequest, n, e.p.MaxBatch)
 	}
@@ -566,7 +578,11 @@ func (e *Estimator) SelectBatch(ctx context.Context, n int, version int64, seed 
 	}
 	slices.SortFunc(active, byScore)
 	var chosen []string
-	if e.p.RevisitEvery > 0 && seq%e.p.RevisitEvery == 0 && len(revisit) > 0 {
+	if uniform {
+		ids := slices.Clone(e.ids)
+		rng.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+		chosen = ids[:min(n, len(ids))]
+	} else if e.p.RevisitEvery > 0 && seq%e.p.RevisitEvery == 0 && len(revisit) > 0 {
 		slices.SortFunc(revisit, byScore)
 		chosen = append(chosen, revisit[0].id)
 		st.Counters[CountRevisits]++
@@ -579,8 +595,10 @@ func (e *Estimator) SelectBatch(ctx context.Context, n int, version int64, seed 
 			open = append(open, c)
 		}
 	}
-	chosen = e.spread(chosen, open, n)
-	if len(chosen) < n && len(capped) > 0 {
+	if !uniform {
+		chosen = e.spread(chosen, open, n)
+	}
+	if !uniform && len(chosen) < n && len(capped) > 0 {
 		slices.SortStableFunc(capped, func(x, y candidate) int { return cmp.Compare(x.picks, y.picks) })
 		for _, c := range capped {
 			if len(chosen) == n {

@@ -34,3 +34,34 @@ func TestExcludedEnvironments(t *testing.T) {
 		t.Fatalf("synthesis may use %v, want [six]", envs)
 	}
 }
+
+// The uniform baseline draws from the whole pool, whatever the posteriors
+// say: over many batches every task comes up about equally often, the one
+// the frontier would never pick (solved every time) included.
+func TestSelectUniform(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, task("a", "env", "off_by_one", 1, 4), task("b", "env", "flip_comparison", 1, 4),
+		task("c", "env", "swap_arithmetic", 1, 3), task("d", "env", "negate_condition", 1, 3))
+	e := f.open(t, Params{})
+	if _, err := e.Record(ctx, outcomes("a", 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	for seed := range uint64(400) {
+		batch, err := e.SelectUniform(ctx, 2, 0, seed+1, "patch")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(batch) != 2 || batch[0].GetId() == batch[1].GetId() {
+			t.Fatalf("batch %v", batch)
+		}
+		for _, task := range batch {
+			counts[task.GetId()]++
+		}
+	}
+	for _, id := range []string{"a", "b", "c", "d"} {
+		if counts[id] < 150 || counts[id] > 250 {
+			t.Fatalf("uniform draws %v: want about 200 each", counts)
+		}
+	}
+}

@@ -29,6 +29,7 @@ func TestSettingsValidate(t *testing.T) {
 		{"zero learning rate", func(s *Settings) { s.LR = 0 }, "learning rate"},
 		{"huge learning rate", func(s *Settings) { s.LR = 3 }, "learning rate"},
 		{"negative checkpoint interval", func(s *Settings) { s.CheckpointEvery = -1 }, "checkpoint"},
+		{"unknown sampler", func(s *Settings) { s.Sampler = "greedy" }, "sampler"},
 		{"evaluation without episodes", func(s *Settings) { s.EvalTasks, s.EvalK = 8, 0 }, "evaluation"},
 		{"negative evaluation interval", func(s *Settings) { s.EvalTasks, s.EvalK, s.EvalEvery = 8, 2, -1 }, "evaluation"},
 	} {

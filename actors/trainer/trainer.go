@@ -76,6 +76,11 @@ type Settings struct {
 	CheckpointEvery int `json:"checkpoint_every"`
 	// Seed seeds batches, episodes and the Learner's micro-batch order.
 	Seed uint64 `json:"seed"`
+	// Sampler picks each step's tasks: SamplerFrontier ("" too), the
+	// FrontierEstimator's selection, or SamplerUniform, tasks drawn
+	// uniformly from the same pool (the baseline arm of the learning
+	// benchmark).
+	Sampler string `json:"sampler,omitempty"`
 	// Held-out evaluation points (eval.go): EvalTasks tasks of the
 	// held-out set at the hint levels EvalHints (empty: all), EvalK
 	// episodes each, at the start, after the warm start, every EvalEvery
@@ -98,6 +103,12 @@ type Settings struct {
 	WarmStartEnvs    string  `json:"warm_start_envs,omitempty"`
 }
 
+// Samplers of a run's batches.
+const (
+	SamplerFrontier = "frontier"
+	SamplerUniform  = "uniform"
+)
+
 // Validate reports settings the loop cannot run with.
 func (s Settings) Validate() error {
 	_, err := harness.ParseMode(s.Mode)
@@ -114,6 +125,8 @@ func (s Settings) Validate() error {
 		return errors.New("trainer: negative episode limits")
 	case !(s.LR > 0) || s.LR > 1:
 		return fmt.Errorf("trainer: learning rate %v: want in (0, 1]", s.LR)
+	case s.Sampler != "" && s.Sampler != SamplerFrontier && s.Sampler != SamplerUniform:
+		return fmt.Errorf("trainer: sampler %q: want %q or %q", s.Sampler, SamplerFrontier, SamplerUniform)
 	case s.EvalTasks < 0 || s.EvalEvery < 0 || s.EvalTasks > 0 && s.EvalK < 1:
 		return fmt.Errorf("trainer: evaluation of %d tasks × %d episodes every %d steps: want tasks and steps ≥ 0 and at least 1 episode", s.EvalTasks, s.EvalK, s.EvalEvery)
 	case s.CheckpointEvery < 0:
@@ -457,7 +470,7 @@ func (t *Trainer) step(ctx context.Context, run *messages.Run, s Settings, lim h
 	// 1. A batch from the frontier, waiting for the synthesizer when the
 	// pool is empty.
 	start := time.Now()
-	tasks, err := t.batch(ctx, tag, run.GetId(), s.TasksPerStep, version, seed, s.Mode)
+	tasks, err := t.batch(ctx, tag, run.GetId(), s.TasksPerStep, version, seed, s.Mode, s.Sampler == SamplerUniform)
 	if err != nil {
 		return err
 	}
@@ -605,11 +618,11 @@ func (t *Trainer) step(ctx context.Context, run *messages.Run, s Settings, lim h
 // batch asks the run's frontier estimator for n tasks; while the pool is
 // empty it waits for the tasks the frontier asks the synthesizer for. mode
 // tells the frontier the harness mode the batch is played in.
-func (t *Trainer) batch(ctx context.Context, tag, runID string, n int, version int64, seed uint64, mode string) ([]*messages.Task, error) {
+func (t *Trainer) batch(ctx context.Context, tag, runID string, n int, version int64, seed uint64, mode string, uniform bool) ([]*messages.Task, error) {
 	const poll, patience = 10 * time.Second, 30 * time.Minute
 	deadline := time.Now().Add(patience)
 	for {
-		res, err := t.ask(t.frontier, &messages.BatchRequest{Tasks: int32(n), PolicyVersion: version, Seed: seed, Mode: mode, Run: runID}, 5*time.Minute)
+		res, err := t.ask(t.frontier, &messages.BatchRequest{Tasks: int32(n), PolicyVersion: version, Seed: seed, Mode: mode, Run: runID, Uniform: uniform}, 5*time.Minute)
 		if err != nil {
 			return nil, fmt.Errorf("frontier: %w", err)
 		}

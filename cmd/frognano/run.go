@@ -277,6 +277,7 @@ one.`,
 	fl.IntVar(&parallel, "parallel", 8, "episodes (sandboxes) running at once")
 	fl.StringVar(&plotPath, "plot", "", "write the learning curve as a PNG here (default DATA_DIR/runs/RUN/curve.png)")
 	fl.IntSliceVar(&hints, "hint-levels", []int{synth.HintLocation}, "hint levels of the --tasks tasks synthesized before training (--tasks at each)")
+	fl.StringVar(&s.Sampler, "sampler", trainer.SamplerFrontier, "how each step's tasks are picked: frontier (the FrontierEstimator: learnability p(1-p), difficulty model) or uniform (uniformly from the same pool: the baseline arm)")
 	fl.IntVar(&s.EvalTasks, "eval-tasks", 0, "held-out evaluation: tasks of the held-out set (environments never trained on) played at the start, after the warm start, every --eval-every steps and at the end (0: none)")
 	fl.IntVar(&s.EvalK, "eval-k", 2, "held-out evaluation: episodes per task")
 	fl.IntVar(&s.EvalEvery, "eval-every", 0, "held-out evaluation: every this many steps between start and end (0: only there)")

@@ -1323,7 +1323,10 @@ type BatchRequest struct {
 	Mode          string                 `protobuf:"bytes,4,opt,name=mode,proto3" json:"mode,omitempty"` // harness mode the batch will be played in ("": unchanged)
 	// run: the training run whose policy versions these are; each run has its
 	// own estimator ("": the node's default estimator).
-	Run           string `protobuf:"bytes,5,opt,name=run,proto3" json:"run,omitempty"`
+	Run string `protobuf:"bytes,5,opt,name=run,proto3" json:"run,omitempty"`
+	// uniform draws the batch uniformly from the pool instead of at the
+	// frontier: the baseline arm of frognano run --sampler uniform.
+	Uniform       bool `protobuf:"varint,6,opt,name=uniform,proto3" json:"uniform,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1391,6 +1394,13 @@ func (x *BatchRequest) GetRun() string {
 		return x.Run
 	}
 	return ""
+}
+
+func (x *BatchRequest) GetUniform() bool {
+	if x != nil {
+		return x.Uniform
+	}
+	return false
 }
 
 type TaskBatch struct {
@@ -2871,13 +2881,14 @@ const file_actors_proto_rawDesc = "" +
 	"\vcpu_seconds\x18\x05 \x01(\x01R\n" +
 	"cpuSeconds\x12)\n" +
 	"\x10coverage_seconds\x18\x06 \x01(\x01R\x0fcoverageSeconds\x12\x1b\n" +
-	"\ttest_runs\x18\a \x01(\x05R\btestRuns\"\x85\x01\n" +
+	"\ttest_runs\x18\a \x01(\x05R\btestRuns\"\x9f\x01\n" +
 	"\fBatchRequest\x12\x14\n" +
 	"\x05tasks\x18\x01 \x01(\x05R\x05tasks\x12%\n" +
 	"\x0epolicy_version\x18\x02 \x01(\x03R\rpolicyVersion\x12\x12\n" +
 	"\x04seed\x18\x03 \x01(\x04R\x04seed\x12\x12\n" +
 	"\x04mode\x18\x04 \x01(\tR\x04mode\x12\x10\n" +
-	"\x03run\x18\x05 \x01(\tR\x03run\"d\n" +
+	"\x03run\x18\x05 \x01(\tR\x03run\x12\x18\n" +
+	"\auniform\x18\x06 \x01(\bR\auniform\"d\n" +
 	"\tTaskBatch\x120\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x1a.frognano.messages.v1.TaskR\x05tasks\x12%\n" +
 	"\x0epolicy_version\x18\x02 \x01(\x03R\rpolicyVersion\"\xa5\x01\n" +
