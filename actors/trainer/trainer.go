@@ -337,11 +337,12 @@ func (t *Trainer) Train(ctx context.Context, run *messages.Run, s Settings) (Sum
 			return SummaryOf(run, s.Steps), err
 		}
 	}
-	pending := warmStartPending(run, s)
 	if err := t.warmStart(ctx, run, s, lim); err != nil {
 		return SummaryOf(run, s.Steps), fmt.Errorf("warm start: %w", err)
 	}
-	if pending && run.GetStep() == 0 {
+	// A run killed between its warm start and this point measures it on
+	// resume (record skips a point the curve has).
+	if s.WarmStartEpochs > 0 && run.GetStep() == 0 {
 		if err := t.record(ctx, run, s, lim, PhaseWarmStart); err != nil {
 			return SummaryOf(run, s.Steps), err
 		}
