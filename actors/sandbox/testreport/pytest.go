@@ -113,7 +113,7 @@ func ParsePytestReport(r io.Reader) ([]Result, error) {
 	for _, id := range order {
 		t := tests[id]
 		// A test whose setup passed and that reached no verdict: the run
-		// stopped inside it (pytest.exit, a crash the finish line hides).
+		// stopped inside it (pytest.exit, an interrupt).
 		if t.res.Status == StatusPass && !t.call && !t.res.Collection {
 			t.res.Status, t.res.Message = StatusError, "setup passed but the test never ran"
 		}
