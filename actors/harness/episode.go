@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -297,10 +298,18 @@ func (e *episode) appendEnv(ids []int32) {
 // BOS first when the model wants one. Message contents are encoded as
 // ordinary text (see encodeWith).
 func (e *episode) encodePrompt(msgs []tokenizer.Message, tools bool) ([]int32, error) {
-	opts := tokenizer.ChatOptions{AddGenerationPrompt: true}
+	var schemas []json.RawMessage
 	if tools {
-		opts.Tools = Schemas()
+		schemas = Schemas()
 	}
+	// The model's own format (a Qwen2.5 template's tools section has its
+	// own example call); a template frognano cannot read renders ChatML's
+	// defaults.
+	f, err := tokenizer.ParseChatTemplate(e.tok.ChatTemplate())
+	if err != nil {
+		f = tokenizer.ChatFormat{ToolCallExample: tokenizer.DefaultToolCallExample}
+	}
+	opts := f.Options(schemas, true)
 	contents := make([]string, len(msgs))
 	held := make([]tokenizer.Message, len(msgs))
 	for i, m := range msgs {

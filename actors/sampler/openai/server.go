@@ -379,11 +379,7 @@ func chatPrompt(req *ChatRequest, tok *tokenizer.Tokenizer) (ids []int32, tools 
 			schemas = append(schemas, t)
 		}
 	}
-	text, err := tokenizer.RenderChat(msgs, tokenizer.ChatOptions{
-		DefaultSystem:       tokenizer.DefaultSystemFor(tok.ChatTemplate()),
-		Tools:               schemas,
-		AddGenerationPrompt: true,
-	})
+	text, err := tokenizer.RenderChat(msgs, chatFormat(tok).Options(schemas, true))
 	if err != nil {
 		return nil, false, badRequest("messages", "%v", err)
 	}
@@ -699,4 +695,15 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		Choices: []CompletionChoice{choice},
 		Usage:   &Usage{PromptTokens: out.prompt, CompletionTokens: len(out.ids), TotalTokens: out.prompt + len(out.ids)},
 	})
+}
+
+// chatFormat is how tok's model renders a conversation (its default system
+// turn, its tools section's example call); a template frognano cannot read
+// renders as SmolLM2's did before formats were read.
+func chatFormat(tok *tokenizer.Tokenizer) tokenizer.ChatFormat {
+	f, err := tokenizer.ParseChatTemplate(tok.ChatTemplate())
+	if err != nil {
+		return tokenizer.ChatFormat{DefaultSystem: tokenizer.DefaultSystemFor(tok.ChatTemplate()), ToolCallExample: tokenizer.DefaultToolCallExample}
+	}
+	return f
 }
