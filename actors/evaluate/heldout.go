@@ -4,9 +4,11 @@ import (
 	"bytes"
 	_ "embed"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
+	"github.com/frognano/frognano/actors/environment"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 )
 
@@ -50,13 +52,59 @@ func HeldOut(envs map[string]*messages.Environment) ([]*messages.Task, error) {
 	return out, nil
 }
 
-// CheckDisjoint refuses training environments that are held out: a run
-// that trained on them would be measured on what it learned from.
-func CheckDisjoint(training []string) error {
-	for _, e := range training {
-		if slices.Contains(HeldOutEnvironments, e) {
-			return fmt.Errorf("environment %s is in the held-out set (%s): a run may not train on it", e, strings.Join(HeldOutEnvironments, ", "))
+// repository is what a source names whatever its version: a PyPI
+// project (normalised as PEP 503 does) or a Go module path without its
+// major-version suffix. "" for sources of other kinds.
+func repository(kind, ref string) string {
+	switch environment.Kind(kind) {
+	case environment.PyPI:
+		name, _, _ := strings.Cut(ref, "==")
+		return "pypi:" + strings.ToLower(pep503.ReplaceAllString(strings.TrimSpace(name), "-"))
+	case environment.GoMod:
+		mod, _, _ := strings.Cut(ref, "@")
+		return "go:" + goMajor.ReplaceAllString(strings.TrimSpace(mod), "")
+	}
+	return ""
+}
+
+var (
+	pep503  = regexp.MustCompile(`[-_.]+`)
+	goMajor = regexp.MustCompile(`/v[0-9]+$`)
+)
+
+// heldOutRepositories are the repositories of HeldOutSources.
+var heldOutRepositories = func() map[string]bool {
+	m := map[string]bool{}
+	for _, src := range HeldOutSources {
+		s, err := environment.ParseSource(src)
+		if err != nil {
+			panic(err)
 		}
+		m[repository(string(s.Kind), s.Ref)] = true
+	}
+	return m
+}()
+
+// HeldOutSource says whether a source (as frognano env add takes it)
+// names a held-out repository, at any version.
+func HeldOutSource(src string) bool {
+	s, err := environment.ParseSource(src)
+	return err == nil && heldOutRepositories[repository(string(s.Kind), s.Ref)]
+}
+
+// HeldOutEnvironment says whether a registered environment is held out:
+// one of HeldOutEnvironments, or any version of their repositories under
+// any name.
+func HeldOutEnvironment(e *messages.Environment) bool {
+	return slices.Contains(HeldOutEnvironments, e.GetName()) || heldOutRepositories[repository(e.GetSourceKind(), e.GetSource())]
+}
+
+// CheckTraining refuses a training environment that is held out: a run
+// that trained on it would be measured on what it learned from. e is the
+// environment's record, or nil when only its name is known.
+func CheckTraining(name string, e *messages.Environment) error {
+	if (e != nil && HeldOutEnvironment(e)) || slices.Contains(HeldOutEnvironments, name) {
+		return fmt.Errorf("environment %s is a held-out repository (%s): no run may train on any version of it", name, strings.Join(HeldOutSources, ", "))
 	}
 	return nil
 }

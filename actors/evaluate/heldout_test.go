@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/frognano/frognano/actors/environment"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 )
 
@@ -59,12 +60,39 @@ func TestHeldOutTasks(t *testing.T) {
 	}
 }
 
-func TestCheckDisjoint(t *testing.T) {
-	if err := CheckDisjoint([]string{"six-1.16.0", ""}); err != nil {
-		t.Fatal(err)
+// Held out means the repository, at any version and under any name.
+func TestHeldOutRepositories(t *testing.T) {
+	for src, held := range map[string]bool{
+		"inflection==0.5.1": true, "inflection==0.5.0": true, "Inflection==0.3.1": true, "isodate==0.6.0": true,
+		"wcwidth==0.2.5": true, "github.com/google/uuid@v1.5.0": true, "github.com/google/uuid/v2@v2.0.0": true,
+		"six==1.16.0": false, "github.com/gofrs/uuid@v4.4.0": false, "isodate-extra==1.0": false,
+	} {
+		if got := HeldOutSource(src); got != held {
+			t.Errorf("HeldOutSource(%q) = %v, want %v", src, got, held)
+		}
 	}
-	if err := CheckDisjoint([]string{"six-1.16.0", "isodate-0.6.1"}); err == nil || !strings.Contains(err.Error(), "isodate-0.6.1 is in the held-out set") {
-		t.Fatalf("training on a held-out environment: %v", err)
+	// Each source registers under the name the list gives.
+	for i, src := range HeldOutSources {
+		s, err := environment.ParseSource(src)
+		if err != nil || environment.DefaultName(s) != HeldOutEnvironments[i] {
+			t.Errorf("%s registers as %s (%v), the list says %s", src, environment.DefaultName(s), err, HeldOutEnvironments[i])
+		}
+	}
+	for _, c := range []struct {
+		name string
+		e    *messages.Environment
+		held bool
+	}{
+		{"six-1.16.0", &messages.Environment{Name: "six-1.16.0", SourceKind: "pypi", Source: "six==1.16.0"}, false},
+		{"six-1.16.0", nil, false},
+		{"isodate-0.6.1", nil, true},
+		{"my-inflection", &messages.Environment{Name: "my-inflection", SourceKind: "pypi", Source: "inflection==0.5.0"}, true},
+		{"u", &messages.Environment{Name: "u", SourceKind: "gomod", Source: "github.com/google/uuid@v1.3.0"}, true},
+	} {
+		err := CheckTraining(c.name, c.e)
+		if (err != nil) != c.held || c.held && !strings.Contains(err.Error(), "held-out repository") {
+			t.Errorf("CheckTraining(%s, %v) = %v, want held out %v", c.name, c.e, err, c.held)
+		}
 	}
 }
 

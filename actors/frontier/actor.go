@@ -32,6 +32,8 @@ type ActorConfig struct {
 	// neither Params nor the pool name any.
 	Environments persistence.EnvironmentStore
 	Params       Params
+	// Exclude names environments no estimator trains on (Config.Exclude).
+	Exclude func(env string) bool
 	// Synthesizer receives SynthesizeRequest (default: the node's
 	// synthesizer actor). nil Synthesizer with Synthesis false disables
 	// synthesis control.
@@ -225,7 +227,7 @@ func (a *frontierActor) transient(name string) (*Estimator, error) {
 		return est, nil
 	}
 	return Open(context.Background(), Config{
-		Name: name, Tasks: a.cfg.Tasks, State: a.cfg.State, Params: a.cfg.Params, Logger: a.cfg.Logger.With("estimator", name),
+		Name: name, Tasks: a.cfg.Tasks, State: a.cfg.State, Params: a.cfg.Params, Exclude: a.cfg.Exclude, Logger: a.cfg.Logger.With("estimator", name),
 	})
 }
 

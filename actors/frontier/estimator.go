@@ -112,10 +112,6 @@ type Params struct {
 	Bugs         []int
 	Modes        []string
 	Environments []string
-	// Exclude are environments the estimator never draws from nor asks
-	// synthesis for, whatever the store holds: the held-out set's
-	// (actors/evaluate), which no run may train on.
-	Exclude []string
 	// LearningRate and L2 of the difficulty model.
 	LearningRate, L2 float64
 	// MaxBatch bounds a batch request.
@@ -224,7 +220,11 @@ type Config struct {
 	Tasks  persistence.TaskStore
 	State  persistence.FrontierStore
 	Params Params
-	Logger *slog.Logger
+	// Exclude, when set, names environments the estimator never draws from
+	// nor asks synthesis for, whatever the store holds: the held-out set's
+	// (actors/evaluate), which no run may train on.
+	Exclude func(env string) bool
+	Logger  *slog.Logger
 	// Now is the clock (default time.Now); simulations pass a fake one.
 	Now func() time.Time
 }
@@ -357,8 +357,15 @@ func (e *Estimator) syncPool(ctx context.Context, force bool) error {
 	}
 	e.pool = make(map[string]*poolTask, len(tasks))
 	e.ids = e.ids[:0]
+	excluded := map[string]bool{}
 	for _, t := range tasks {
-		if slices.Contains(e.p.Exclude, t.GetEnvironment()) {
+		env := t.GetEnvironment()
+		x, ok := excluded[env]
+		if !ok {
+			x = e.excluded(env)
+			excluded[env] = x
+		}
+		if x {
 			continue // held out: never trained on
 		}
 		f := FeaturesOf(t)
@@ -924,3 +931,6 @@ func findRequest(st *messages.FrontierState, id string) *messages.SynthesisRecor
 	}
 	return nil
 }
+
+// excluded says whether env is one the estimator must not train on.
+func (e *Estimator) excluded(env string) bool { return e.cfg.Exclude != nil && e.cfg.Exclude(env) }

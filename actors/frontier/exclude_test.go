@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 )
 
 // Held-out environments never reach a batch nor a synthesis request,
@@ -12,7 +13,7 @@ func TestExcludedEnvironments(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t, task("train1", "six", "off_by_one", 1, 4), task("train2", "six", "flip_comparison", 1, 4),
 		task("held1", "heldout", "off_by_one", 1, 4), task("held2", "heldout", "flip_comparison", 1, 3))
-	e := f.open(t, Params{Exclude: []string{"heldout"}})
+	e := f.openExcluding(t, "heldout")
 	for seed := range uint64(20) {
 		batch, err := e.SelectBatch(ctx, 4, 0, seed, "patch")
 		if err != nil {
@@ -30,7 +31,7 @@ func TestExcludedEnvironments(t *testing.T) {
 	// With only held-out tasks stored, synthesis falls back to the
 	// caller's environments, still without the held-out ones.
 	g := newFixture(t, task("held1", "heldout", "off_by_one", 1, 4))
-	if envs := g.open(t, Params{Exclude: []string{"heldout"}}).environments([]string{"six", "heldout"}); !slices.Equal(envs, []string{"six"}) {
+	if envs := g.openExcluding(t, "heldout").environments([]string{"six", "heldout"}); !slices.Equal(envs, []string{"six"}) {
 		t.Fatalf("synthesis may use %v, want [six]", envs)
 	}
 }
@@ -64,4 +65,14 @@ func TestSelectUniform(t *testing.T) {
 			t.Fatalf("uniform draws %v: want about 200 each", counts)
 		}
 	}
+}
+
+func (f *fixture) openExcluding(t *testing.T, env string) *Estimator {
+	t.Helper()
+	e, err := Open(context.Background(), Config{Tasks: f.mem.Tasks(), State: f.state, Logger: quiet,
+		Now: func() time.Time { return f.clock }, Exclude: func(e string) bool { return e == env }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }

@@ -67,7 +67,7 @@ func (e *Estimator) environments(fallback []string) []string {
 	}
 	if len(envs) == 0 {
 		for _, env := range fallback {
-			if !slices.Contains(e.p.Exclude, env) {
+			if !e.excluded(env) {
 				envs = append(envs, env)
 			}
 		}

@@ -2,11 +2,10 @@ package synth
 
 import (
 	"fmt"
-	"regexp"
-	"strconv"
 	"strings"
 
 	"github.com/frognano/frognano/actors/harness"
+	"github.com/frognano/frognano/actors/synth/mutate"
 )
 
 // writeLines is the HintLines sentence: where each bug sits, by line.
@@ -27,56 +26,25 @@ func writeLines(b *strings.Builder, locs []Location) {
 	}
 }
 
-var bugHunk = regexp.MustCompile(`^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@`)
-
-// bugLines are, per file, the lines of the buggy file that a bug patch
-// wrote: for each hunk, its first and last added line, or the line after
-// the removal for a hunk that only removes.
-func bugLines(bugPatch string) map[string][][2]int {
-	out := map[string][][2]int{}
-	var (
-		file string
-		line int // the next line of the buggy file
-		cur  [2]int
-		in   bool
-	)
-	flush := func() {
-		if in && cur[0] > 0 {
-			out[file] = append(out[file], cur)
+// mutationLines are the lines of the buggy file that mutation mu wrote
+// (for a deletion, the line that follows it), given all the replacements
+// made in its file (earlier ones shift its lines).
+func mutationLines(mu mutate.Mutation, all []mutate.Replacement) [2]int {
+	var out [2]int
+	for _, r := range mu.Edit.Replacements {
+		shift := 0
+		for _, o := range all {
+			if o.Start < r.Start {
+				shift += strings.Count(o.New, "\n") - strings.Count(o.Old, "\n")
+			}
 		}
-		cur, in = [2]int{}, false
-	}
-	for l := range strings.Lines(bugPatch) {
-		l = strings.TrimSuffix(l, "\n")
-		switch {
-		case strings.HasPrefix(l, "+++ "):
-			flush()
-			file = strings.TrimPrefix(strings.TrimPrefix(l, "+++ "), "b/")
-		case strings.HasPrefix(l, "--- ") && !in, strings.HasPrefix(l, "diff --git "):
-			flush()
-		case strings.HasPrefix(l, "@@"):
-			flush()
-			if m := bugHunk.FindStringSubmatch(l); m != nil {
-				line, _ = strconv.Atoi(m[1])
-				in = true
-			}
-		case !in:
-		case strings.HasPrefix(l, "+"):
-			if cur[0] == 0 {
-				cur[0] = line
-			}
-			cur[1] = line
-			line++
-		case strings.HasPrefix(l, "-"):
-			if cur[0] == 0 {
-				cur = [2]int{line, line}
-			}
-		case strings.HasPrefix(l, `\`):
-		default:
-			line++
+		from := mu.File.Line(r.Start) + shift
+		to := from + strings.Count(strings.TrimSuffix(r.New, "\n"), "\n")
+		if out[0] == 0 || from < out[0] {
+			out[0] = from
 		}
+		out[1] = max(out[1], to)
 	}
-	flush()
 	return out
 }
 

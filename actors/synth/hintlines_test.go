@@ -2,20 +2,36 @@ package synth
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/frognano/frognano/actors/synth/mutate"
 )
 
-func TestBugLines(t *testing.T) {
-	patch := "diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n" +
-		"@@ -4,3 +4,3 @@\n def f(x):\n-    if x < 0:\n+    if x <= 0:\n         return 0\n" +
-		"@@ -20,4 +20,3 @@\n def g(y):\n     y += 1\n-    y *= 2\n     return y\n" +
-		"diff --git a/n.py b/n.py\n--- a/n.py\n+++ b/n.py\n@@ -1,2 +1,4 @@\n import os\n+A = 1\n+B = 2\n x = 0\n"
-	got := fmt.Sprint(bugLines(patch))
-	want := "map[m.py:[[5 5] [22 22]] n.py:[[2 3]]]"
-	if got != want {
-		t.Fatalf("bugLines = %s, want %s", got, want)
+// A bug's lines are where its mutation wrote in the buggy file: two bugs
+// in one function each name their own line, and a bug after a deletion
+// that removed a line is shifted by it.
+func TestMutationLines(t *testing.T) {
+	src := "def f(x):\n    if x < 0:\n        return 0\n    y = x + 1\n    return y\n\n\ndef g(z):\n    return z * 2\n"
+	f, err := mutate.NewFile("m.py", []byte(src), mutate.Python)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(s string) int { return strings.Index(src, s) }
+	flip := mutate.Replacement{Start: at("<"), End: at("<") + 1, Old: "<", New: ">="}
+	del := mutate.Replacement{Start: at("    y = x + 1\n"), End: at("    y = x + 1\n") + len("    y = x + 1\n"), Old: "    y = x + 1\n", New: ""}
+	twice := mutate.Replacement{Start: at("* 2"), End: at("* 2") + 3, Old: "* 2", New: "* 3"}
+	all := []mutate.Replacement{flip, del, twice}
+	mu := func(r mutate.Replacement) mutate.Mutation {
+		return mutate.Mutation{File: f, Edit: mutate.Edit{Replacements: []mutate.Replacement{r}}}
+	}
+	for _, c := range []struct {
+		r    mutate.Replacement
+		want [2]int
+	}{{flip, [2]int{2, 2}}, {del, [2]int{4, 4}}, {twice, [2]int{8, 8}}} {
+		if got := mutationLines(mu(c.r), all); got != c.want {
+			t.Errorf("%q → %q: lines %v, want %v", c.r.Old, c.r.New, got, c.want)
+		}
 	}
 }
 
@@ -27,7 +43,7 @@ func TestTemplateWriterLines(t *testing.T) {
 		in := statementIn
 		in.HintLevel = level
 		in.Locations = []Location{statementIn.Locations[0]}
-		in.Locations[0].Lines = bugLines(statementIn.BugPatch)["calc/__init__.py"][0]
+		in.Locations[0].Lines = [2]int{5, 5}
 		got, err := TemplateWriter{}.WriteStatement(context.Background(), in)
 		if err != nil {
 			t.Fatal(err)

@@ -545,7 +545,6 @@ func (r *run) assemble(ctx context.Context, w *worker, c candidate, o outcome) (
 	if r.req.HintLevel >= HintSearch && !searchHintUnique(c.Gold, buggy) {
 		return nil, ReasonNoSearchHint
 	}
-	hunks := bugLines(c.Patch)
 	var sites []bugSite
 	for _, mu := range c.Mutations {
 		loc := Location{Path: mu.File.Path, Function: mu.Site.Func.Name}
@@ -555,13 +554,7 @@ func (r *run) assemble(ctx context.Context, w *worker, c candidate, o outcome) (
 			loc.Module = pythonModule(mu.File.Path)
 		}
 		loc.StartLine, loc.Source = buggySource(mu, byFile[mu.File], buggy[mu.File.Path])
-		end := loc.StartLine + strings.Count(loc.Source, "\n")
-		for _, h := range hunks[loc.Path] {
-			if loc.Source == "" || h[1] >= loc.StartLine && h[0] <= end {
-				loc.Lines = h
-				break
-			}
-		}
+		loc.Lines = mutationLines(mu, byFile[mu.File])
 		in.Locations = append(in.Locations, loc)
 		sites = append(sites, bugSite{path: loc.Path, module: loc.Module, function: loc.Function})
 	}

@@ -37,9 +37,15 @@ const (
 	PhaseEnd       = "end"
 )
 
+// EvalSeed seeds the held-out subset, its episodes and its intervals: a
+// constant, not the run's seed, so that every run (the frontier and the
+// uniform arm of a comparison, runs of other seeds) is measured on the same
+// tasks and episode seeds.
+const EvalSeed = 0x5eed_e7a1
+
 // heldOutSubset is the run's evaluation tasks: those of cfg.HeldOut at
-// the settings' hint levels, a seeded draw of s.EvalTasks, the same at
-// every point of the run (and after a resume).
+// the settings' hint levels, a draw of s.EvalTasks seeded by EvalSeed, the
+// same at every point of every run with these settings.
 func heldOutSubset(all []*messages.Task, s Settings) []*messages.Task {
 	var tasks []*messages.Task
 	for _, t := range all {
@@ -48,7 +54,7 @@ func heldOutSubset(all []*messages.Task, s Settings) []*messages.Task {
 		}
 	}
 	sort.Slice(tasks, func(i, j int) bool { return tasks[i].GetId() < tasks[j].GetId() })
-	r := rand.New(rand.NewPCG(s.Seed, 0x5eed_e7a1))
+	r := rand.New(rand.NewPCG(EvalSeed, 0))
 	r.Shuffle(len(tasks), func(i, j int) { tasks[i], tasks[j] = tasks[j], tasks[i] })
 	if s.EvalTasks > 0 && len(tasks) > s.EvalTasks {
 		tasks = tasks[:s.EvalTasks]
@@ -71,12 +77,18 @@ func hasPoint(run *messages.Run, phase string, step int64) bool {
 }
 
 // point adds a point of the curve to the run record (not yet stored):
-// the run's figures now, and the held-out scores when eval is set.
+// the run's figures now, and the held-out scores when eval is set. A
+// step's evaluation fills that step's point rather than adding one.
 func (t *Trainer) point(ctx context.Context, run *messages.Run, s Settings, lim harness.Limits, phase string, eval bool, stepMetrics map[string]float64) error {
 	m := run.GetMetrics()
 	p := &messages.RunPoint{
 		Step: run.GetStep(), Phase: phase, PolicyVersion: int64(m[MetricPolicyVersion]),
 		WallSeconds: t.clock.wall(), CpuSeconds: t.clock.cpu(), Metrics: stepMetrics,
+	}
+	if n := len(run.GetCurve()); phase == PhaseStep && n > 0 {
+		if last := run.Curve[n-1]; last.GetPhase() == phase && last.GetStep() == p.Step {
+			p = last
+		}
 	}
 	if eval && t.evaluating(s) {
 		if hasPoint(run, phase, p.Step) {
@@ -87,7 +99,9 @@ func (t *Trainer) point(ctx context.Context, run *messages.Run, s Settings, lim 
 		}
 		p.WallSeconds, p.CpuSeconds = t.clock.wall(), t.clock.cpu()
 	}
-	run.Curve = append(run.Curve, p)
+	if n := len(run.GetCurve()); n == 0 || run.Curve[n-1] != p {
+		run.Curve = append(run.Curve, p)
+	}
 	return nil
 }
 
@@ -103,7 +117,7 @@ func (t *Trainer) evaluate(ctx context.Context, run *messages.Run, s Settings, l
 	t.printf("%s: %d task(s) × %d episodes at policy v%d", tag, len(tasks), s.EvalK, p.GetPolicyVersion())
 	es := s
 	es.Group = s.EvalK
-	seed := s.Seed ^ 0xe7a1 // the same episodes' seeds at every point
+	seed := uint64(EvalSeed) // the same episodes' seeds at every point
 	results, err := t.rollouts(ctx, tag, EvalRunID(run.GetId()), tasks, es, lim, p.GetPolicyVersion(), seed)
 	if err != nil {
 		return err
@@ -121,7 +135,7 @@ func (t *Trainer) evaluate(ctx context.Context, run *messages.Run, s Settings, l
 			p.TaskPass1[r.TaskID] = o.PassAt1
 		}
 	}
-	for _, b := range rollout.Buckets(outs, s.EvalK, s.Seed) {
+	for _, b := range rollout.Buckets(outs, s.EvalK, EvalSeed) {
 		h := int32(-1)
 		if b.HintLevel != nil {
 			h = int32(*b.HintLevel)
@@ -133,7 +147,7 @@ func (t *Trainer) evaluate(ctx context.Context, run *messages.Run, s Settings, l
 	return nil
 }
 
-// FormatScores prints held-out scores on one line, all tasks first.
+// FormatScores prints held-out scores on one line, in Buckets' order.
 func FormatScores(scores []*messages.HeldOutScore) string {
 	var parts []string
 	for _, sc := range scores {
@@ -249,4 +263,11 @@ func Gain(run *messages.Run, seed uint64) (est rollout.Estimate, from, to *messa
 	}
 	sort.Float64s(diffs) // map order must not move the bootstrap
 	return rollout.Bootstrap(diffs, 2000, seed), from, to, len(diffs) > 0
+}
+
+// EvalPending says whether a run whose steps are done still lacks its
+// end point (a run killed during its last evaluation): frognano run
+// --run ID then trains nothing more and measures it.
+func EvalPending(run *messages.Run, s Settings) bool {
+	return s.EvalTasks > 0 && s.Steps > 0 && int(run.GetStep()) >= s.Steps && !hasPoint(run, PhaseEnd, run.GetStep())
 }

@@ -16,7 +16,7 @@ func heldOutTask(id string, hint int32) *messages.Task {
 }
 
 // The subset is a seeded draw at the asked hint levels, the same at every
-// call (every evaluation point and every resume of the run).
+// call (every evaluation point, every resume, every run).
 func TestHeldOutSubset(t *testing.T) {
 	var all []*messages.Task
 	for i := range 30 {
@@ -39,8 +39,8 @@ func TestHeldOutSubset(t *testing.T) {
 		t.Fatal("the draw does not depend on the set")
 	}
 	s.Seed = 8
-	if fmt.Sprint(ids(a)) == fmt.Sprint(ids(heldOutSubset(all, s))) {
-		t.Fatal("the draw does not depend on the seed")
+	if fmt.Sprint(ids(a)) != fmt.Sprint(ids(heldOutSubset(all, s))) {
+		t.Fatal("the draw depends on the run's seed: two arms would be measured on different tasks")
 	}
 }
 

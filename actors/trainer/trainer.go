@@ -604,14 +604,18 @@ func (t *Trainer) step(ctx context.Context, run *messages.Run, s Settings, lim h
 	for _, task := range tasks {
 		sm[fmt.Sprintf("%s%d", batchHint, task.GetDifficulty().GetHintLevel())] += 1 / float64(len(tasks))
 	}
-	eval := s.EvalEvery > 0 && step%s.EvalEvery == 0 && step < s.Steps
-	if err := t.point(ctx, run, s, lim, PhaseStep, eval, sm); err != nil {
-		return fmt.Errorf("held-out evaluation: %w", err)
+	if err := t.point(ctx, run, s, lim, PhaseStep, false, sm); err != nil {
+		return err
 	}
 	t.clock.tick(run)
 	run.UpdatedUnixNano = time.Now().UnixNano()
 	if err := t.runs.Put(ctx, run); err != nil {
 		return fmt.Errorf("recording the step: %w", err)
+	}
+	// The held-out evaluation comes after the step is recorded: a run
+	// killed during it loses that point, never the step.
+	if s.EvalEvery > 0 && step%s.EvalEvery == 0 && step < s.Steps {
+		return t.record(ctx, run, s, lim, PhaseStep)
 	}
 	return nil
 }

@@ -136,18 +136,8 @@ one.`,
 				if err := s.Validate(); err != nil {
 					return err
 				}
-				if s.EvalTasks > 0 {
-					training := strings.Split(s.WarmStartEnvs, ",")
-					if envSource != "" {
-						src, err := environment.ParseSource(envSource)
-						if err != nil {
-							return err
-						}
-						training = append(training, environment.DefaultName(src))
-					}
-					if err := evaluate.CheckDisjoint(training); err != nil {
-						return err
-					}
+				if evaluate.HeldOutSource(envSource) {
+					return evaluate.CheckTraining(envSource, nil)
 				}
 				run.ConfigYaml = s.Encode()
 			}
@@ -204,6 +194,12 @@ one.`,
 					finish("failed")
 					return err
 				}
+				// No run trains on a held-out repository, under any name
+				// (a resumed run is checked again: settings predate checks).
+				if err := checkTraining(c, env, s); err != nil {
+					finish("failed")
+					return err
+				}
 				run.Metrics["env_baseline_tests"] = float64(len(env.Baseline.GetResults()))
 				fmt.Fprintf(out, "environment %s: %s, image %s, baseline %s\n", env.Name, env.Language, env.Image, summarize(env.Baseline))
 				_, synthesized := run.Metrics["tasks_synthesized"]
@@ -235,7 +231,7 @@ one.`,
 				if err := runs.Put(ctx, run); err != nil {
 					return err
 				}
-				if s.Steps > int(run.Step) || (s.WarmStartEpochs > 0 && run.Metrics[trainer.MetricWarmStartDone] == 0) {
+				if s.Steps > int(run.Step) || (s.WarmStartEpochs > 0 && run.Metrics[trainer.MetricWarmStartDone] == 0) || trainer.EvalPending(run, s) {
 					sum, err := train(ctx, a, c, run, s, parallel, out, nil, heldOut)
 					printSummary(out, sum, run)
 					writePlot(a, out, run, plotPath)
@@ -459,4 +455,25 @@ func writePlot(a *app, out io.Writer, run *messages.Run, path string) {
 		return
 	}
 	fmt.Fprintf(out, "learning curve plotted: %s\n", path)
+}
+
+// checkTraining refuses a run whose training environment or warm-start
+// environments are held out.
+func checkTraining(c *client, env *messages.Environment, s trainer.Settings) error {
+	if err := evaluate.CheckTraining(env.GetName(), env); err != nil {
+		return err
+	}
+	for _, name := range strings.Split(s.WarmStartEnvs, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		var e *messages.Environment
+		if r, err := c.askActor(c.pid(environment.ActorName), &messages.EnvGetRequest{Name: name}, time.Minute); err == nil {
+			e = r.(*messages.EnvAddReply).GetEnvironment()
+		}
+		if err := evaluate.CheckTraining(name, e); err != nil {
+			return fmt.Errorf("--warm-start-envs: %w", err)
+		}
+	}
+	return nil
 }

@@ -1,12 +1,14 @@
 package services
 
 import (
+	"context"
 	"log/slog"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/frognano/frognano/actors/evaluate"
 	"github.com/frognano/frognano/actors/frontier"
+	"github.com/frognano/frognano/persistence"
 	"github.com/frognano/frognano/runtime/node"
 )
 
@@ -21,16 +23,20 @@ func frontierActor(log *slog.Logger) node.NamedActor {
 			db := n.DB()
 			return frontier.Props(frontier.ActorConfig{
 				Tasks: db.Tasks(), State: db.Frontier(), Environments: db.Environments(),
-				Params: frontierParams(), Synthesis: true, Logger: log.With("component", "frontier"),
+				Params: frontier.DefaultParams(), Exclude: heldOut(db.Environments()), Synthesis: true, Logger: log.With("component", "frontier"),
 			})
 		},
 	}
 }
 
-// frontierParams are the defaults, with the held-out environments
-// excluded from every run's pool and synthesis.
-func frontierParams() frontier.Params {
-	p := frontier.DefaultParams()
-	p.Exclude = evaluate.HeldOutEnvironments
-	return p
+// heldOut says whether an environment is held out (actors/evaluate): by
+// its record's source when it is registered, else by its name.
+func heldOut(envs persistence.EnvironmentStore) func(string) bool {
+	return func(name string) bool {
+		e, err := envs.Get(context.Background(), name)
+		if err != nil {
+			return evaluate.CheckTraining(name, nil) != nil
+		}
+		return evaluate.HeldOutEnvironment(e)
+	}
 }
