@@ -26,7 +26,7 @@ import (
 	"github.com/frognano/frognano/actors/rollout"
 )
 
-// EvalRunID is the run id of a run's held-out episodes.
+// EvalRunID prefixes the run ids of a run's held-out episodes.
 func EvalRunID(runID string) string { return runID + "/eval" }
 
 // Phases of curve points.
@@ -117,8 +117,12 @@ func (t *Trainer) evaluate(ctx context.Context, run *messages.Run, s Settings, l
 	t.printf("%s: %d task(s) × %d episodes at policy v%d", tag, len(tasks), s.EvalK, p.GetPolicyVersion())
 	es := s
 	es.Group = s.EvalK
-	seed := uint64(EvalSeed) // the same episodes' seeds at every point
-	results, err := t.rollouts(ctx, tag, EvalRunID(run.GetId()), tasks, es, lim, p.GetPolicyVersion(), seed)
+	// The same episode seeds at every point (common random numbers for the
+	// paired differences); each attempt at a point stores its episodes
+	// under a run of its own, so no trajectory id is used twice.
+	seed := uint64(EvalSeed)
+	runID := fmt.Sprintf("%s/%s-%d.%d", EvalRunID(run.GetId()), p.GetPhase(), p.GetStep(), int(run.GetMetrics()[MetricEvalAttempts]))
+	results, err := t.rollouts(ctx, tag, runID, tasks, es, lim, p.GetPolicyVersion(), seed)
 	if err != nil {
 		return err
 	}
@@ -164,6 +168,9 @@ func FormatScores(scores []*messages.HeldOutScore) string {
 const (
 	MetricWallSeconds = "wall_seconds" // the run's wall time, summed over the processes that ran it
 	MetricCPUSeconds  = "cpu_seconds"  // their CPU time, the same way
+	// MetricEvalAttempts counts evaluations started; attempt n of a point
+	// stores its episodes under RUN/eval/PHASE-STEP.n.
+	MetricEvalAttempts = "eval_attempts"
 )
 
 // clock measures a run's time across resumes: what earlier processes
@@ -194,6 +201,10 @@ func (c *clock) tick(run *messages.Run) {
 func (t *Trainer) record(ctx context.Context, run *messages.Run, s Settings, lim harness.Limits, phase string) error {
 	if !t.evaluating(s) || hasPoint(run, phase, run.GetStep()) {
 		return nil
+	}
+	run.Metrics[MetricEvalAttempts]++
+	if err := t.runs.Put(ctx, run); err != nil {
+		return fmt.Errorf("recording the %s evaluation: %w", phase, err)
 	}
 	if err := t.point(ctx, run, s, lim, phase, true, nil); err != nil {
 		return fmt.Errorf("held-out evaluation: %w", err)
