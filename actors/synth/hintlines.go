@@ -2,6 +2,8 @@ package synth
 
 import (
 	"fmt"
+	"slices"
+	"sort"
 	"strings"
 
 	"github.com/frognano/frognano/actors/harness"
@@ -57,4 +59,27 @@ func searchHintUnique(gold string, buggy map[string][]byte) bool {
 	}
 	src, ok := buggy[e.Path]
 	return ok && strings.Count(string(src), e.Search) == 1
+}
+
+// bugEdits are candidate c's replacements per file, sorted, and the files
+// as the bugs leave them.
+func bugEdits(c candidate) (map[*mutate.File][]mutate.Replacement, map[string][]byte) {
+	byFile := map[*mutate.File][]mutate.Replacement{}
+	for _, mu := range c.Mutations {
+		byFile[mu.File] = append(byFile[mu.File], mu.Edit.Replacements...)
+	}
+	buggy := make(map[string][]byte, len(byFile))
+	for f, rs := range byFile {
+		rs = slices.Clone(rs)
+		sort.Slice(rs, func(i, j int) bool { return rs[i].Start < rs[j].Start })
+		byFile[f] = rs
+		buggy[f.Path] = mutate.ApplyReplacements(f.Src, rs)
+	}
+	return byFile, buggy
+}
+
+// buggyOf is the files candidate c's bugs change, as they leave them.
+func buggyOf(c candidate) map[string][]byte {
+	_, buggy := bugEdits(c)
+	return buggy
 }

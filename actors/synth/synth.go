@@ -441,8 +441,10 @@ func (r *run) validateAll(ctx context.Context, workers []*worker, cands []candid
 		if !r.budgetLeft() {
 			return
 		}
-		o := w.validate(ctx, c, screenOnly)
-		if o.canceled {
+		var o outcome
+		if r.req.HintLevel >= HintSearch && !searchHintUnique(c.Gold, buggyOf(c)) {
+			o.reason = ReasonNoSearchHint // decided before any test runs
+		} else if o = w.validate(ctx, c, screenOnly); o.canceled {
 			return
 		}
 		var task *messages.Task
@@ -521,17 +523,7 @@ func TaskID(env, bugKey string) string {
 // assemble turns a validated candidate into a task: statement, features.
 func (r *run) assemble(ctx context.Context, w *worker, c candidate, o outcome) (*messages.Task, string) {
 	env := r.env
-	buggy := map[string][]byte{}
-	byFile := map[*mutate.File][]mutate.Replacement{}
-	for _, mu := range c.Mutations {
-		byFile[mu.File] = append(byFile[mu.File], mu.Edit.Replacements...)
-	}
-	for f, rs := range byFile {
-		rs = slices.Clone(rs)
-		sort.Slice(rs, func(i, j int) bool { return rs[i].Start < rs[j].Start })
-		byFile[f] = rs
-		buggy[f.Path] = mutate.ApplyReplacements(f.Src, rs)
-	}
+	byFile, buggy := bugEdits(c)
 	in := StatementInput{Repo: repoName(env), Language: env.GetLanguage(), HintLevel: r.req.HintLevel, PassToPass: len(o.p2p), BugPatch: c.Patch}
 	msgs := map[string]string{}
 	for _, res := range o.full.Results {
@@ -541,9 +533,6 @@ func (r *run) assemble(ctx context.Context, w *worker, c candidate, o outcome) (
 	}
 	for _, id := range o.f2p {
 		in.Failing = append(in.Failing, FailingTest{ID: id, Message: msgs[id]})
-	}
-	if r.req.HintLevel >= HintSearch && !searchHintUnique(c.Gold, buggy) {
-		return nil, ReasonNoSearchHint
 	}
 	var sites []bugSite
 	for _, mu := range c.Mutations {
