@@ -66,6 +66,7 @@ func TestPatchSearchHint(t *testing.T) {
 		{"def add(a, b):\n    return a + b\n>>>>>>> REPLACE\n", 1, EndPatchApplied},
 		{"def add(a, b):\n    return a * b\n>>>>>>> REPLACE\n", 0, EndPatchApplied},
 		{"def add(a, b):\n    return a + b\n", 0, EndEditFailed},
+		{"", 0, EndNoOutput}, // nothing written: not an edit that failed
 	} {
 		r, _ := runner(t, c.turn)
 		ws := newMemWorkspace()
@@ -77,6 +78,9 @@ func TestPatchSearchHint(t *testing.T) {
 			t.Fatalf("%q: ending %s (%s), reward %v", c.turn, res.Ending, res.Detail, res.Reward)
 		}
 		checkAligned(t, res)
+		if c.turn == "" {
+			continue
+		}
 		answer := res.Turns[2].Content
 		want := "calc.py\n<<<<<<< SEARCH\ndef add(a, b):\n    return a - b\n=======\n" + c.turn
 		if res.Turns[2].Role != messages.Role_ROLE_ASSISTANT || answer != want {

@@ -437,15 +437,15 @@ func (e *episode) patch() error {
 	if end != "" {
 		return e.end(end, detail)
 	}
-	if prefill != "" {
-		t.text = prefill + t.text
-		e.res.Turns[len(e.res.Turns)-1].Content = t.text
-	}
 	if strings.TrimSpace(t.text) == "" {
 		if t.finish == FinishContext {
 			return e.end(EndContextFull, "the context filled up before the model wrote anything")
 		}
 		return e.end(EndNoOutput, fmt.Sprintf("the model emitted %d tokens and no text", len(t.ids)))
+	}
+	if prefill != "" {
+		t.text = prefill + t.text
+		e.res.Turns[len(e.res.Turns)-1].Content = t.text
 	}
 	def := ""
 	if len(ex) == 1 {
