@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -127,7 +128,7 @@ func (t *Trainer) evaluate(ctx context.Context, run *messages.Run, s Settings, l
 		return err
 	}
 	outs := make([]*rollout.TaskOutcome, 0, len(results))
-	p.TaskPass1 = map[string]float64{}
+	p.TaskPass1, p.TaskHint = map[string]float64{}, map[string]int32{}
 	for i, r := range results {
 		o := &rollout.TaskOutcome{TaskID: r.TaskID, Environment: tasks[i].GetEnvironment(), HintLevel: int(tasks[i].GetDifficulty().GetHintLevel()), Mode: s.Mode}
 		for _, e := range r.Episodes {
@@ -137,6 +138,7 @@ func (t *Trainer) evaluate(ctx context.Context, run *messages.Run, s Settings, l
 		outs = append(outs, o)
 		if o.Samples > 0 {
 			p.TaskPass1[r.TaskID] = o.PassAt1
+			p.TaskHint[r.TaskID] = int32(o.HintLevel)
 		}
 	}
 	for _, b := range rollout.Buckets(outs, s.EvalK, EvalSeed) {
@@ -242,18 +244,30 @@ func WriteCurve(w io.Writer, run *messages.Run) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if g, from, to, ok := Gain(run, 1); ok {
-		_, err := fmt.Fprintf(w, "held-out pass@1, %s (v%d) − %s (v%d), paired over %d tasks: %+.3f [%+.3f, %+.3f]\n",
-			to.GetPhase(), to.GetPolicyVersion(), from.GetPhase(), from.GetPolicyVersion(), g.Tasks, g.Mean, g.Low, g.High)
-		return err
+	g, from, to, ok := Gain(run, -1, EvalSeed)
+	if !ok {
+		return nil
 	}
-	return nil
+	fmt.Fprintf(w, "held-out pass@1, %s (v%d) − %s (v%d), paired over tasks, 95%% bootstrap interval: all %+.3f [%+.3f, %+.3f] (%d tasks)",
+		to.GetPhase(), to.GetPolicyVersion(), from.GetPhase(), from.GetPolicyVersion(), g.Mean, g.Low, g.High, g.Tasks)
+	levels := map[int32]bool{}
+	for _, h := range to.GetTaskHint() {
+		levels[h] = true
+	}
+	for _, h := range slices.Sorted(maps.Keys(levels)) {
+		if g, _, _, ok := Gain(run, h, EvalSeed); ok && g.Tasks > 0 {
+			fmt.Fprintf(w, "; hint %d %+.3f [%+.3f, %+.3f] (%d)", h, g.Mean, g.Low, g.High, g.Tasks)
+		}
+	}
+	_, err := fmt.Fprintln(w)
+	return err
 }
 
 // Gain is the paired difference of held-out pass@1 between a run's first
 // and last evaluation points, task by task, with a 95% bootstrap interval
-// over tasks; ok is false before two points exist.
-func Gain(run *messages.Run, seed uint64) (est rollout.Estimate, from, to *messages.RunPoint, ok bool) {
+// over tasks, for the tasks at hint level hint (-1: all); ok is false
+// before two points exist.
+func Gain(run *messages.Run, hint int32, seed uint64) (est rollout.Estimate, from, to *messages.RunPoint, ok bool) {
 	for _, p := range run.GetCurve() {
 		if len(p.GetHeldOut()) == 0 {
 			continue
@@ -268,7 +282,7 @@ func Gain(run *messages.Run, seed uint64) (est rollout.Estimate, from, to *messa
 	}
 	var diffs []float64
 	for id, a := range from.GetTaskPass1() {
-		if b, ok := to.GetTaskPass1()[id]; ok {
+		if b, ok := to.GetTaskPass1()[id]; ok && (hint < 0 || to.GetTaskHint()[id] == hint) {
 			diffs = append(diffs, b-a)
 		}
 	}

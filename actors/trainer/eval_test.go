@@ -57,13 +57,13 @@ func ids(ts []*messages.Task) []string {
 func TestGainAndCurve(t *testing.T) {
 	run := &messages.Run{Id: "r", Curve: []*messages.RunPoint{
 		{Phase: PhaseStart, HeldOut: []*messages.HeldOutScore{{HintLevel: -1, Tasks: 3, Pass1: 0.25}},
-			TaskPass1: map[string]float64{"a": 0, "b": 0.5, "c": 0.25}},
+			TaskPass1: map[string]float64{"a": 0, "b": 0.5, "c": 0.25}, TaskHint: map[string]int32{"a": 4, "b": 3, "c": 4}},
 		{Phase: PhaseStep, Step: 1, Metrics: map[string]float64{"solve_rate": 0.5}},
 		{Phase: PhaseStep, Step: 2, Metrics: map[string]float64{"solve_rate": 0.25}},
 		{Phase: PhaseEnd, Step: 2, PolicyVersion: 2, HeldOut: []*messages.HeldOutScore{{HintLevel: 4, Tasks: 2, Pass1: 0.75}},
-			TaskPass1: map[string]float64{"a": 1, "b": 0.5, "d": 1}},
+			TaskPass1: map[string]float64{"a": 1, "b": 0.5, "d": 1}, TaskHint: map[string]int32{"a": 4, "b": 3, "d": 4}},
 	}}
-	g, from, to, ok := Gain(run, 1)
+	g, from, to, ok := Gain(run, -1, 1)
 	if !ok || from.GetPhase() != PhaseStart || to.GetPhase() != PhaseEnd || g.Tasks != 2 || g.Mean != 0.5 || g.Low > g.Mean || g.High < g.Mean {
 		t.Fatalf("gain %+v from %s to %s (%v)", g, from.GetPhase(), to.GetPhase(), ok)
 	}
@@ -71,12 +71,12 @@ func TestGainAndCurve(t *testing.T) {
 	if err := WriteCurve(&b, run); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"start", "end", "0.375 (2 steps)", "hint 4 pass@1 0.750", "paired over 2 tasks: +0.500"} {
+	for _, want := range []string{"start", "end", "0.375 (2 steps)", "hint 4 pass@1 0.750", "all +0.500", "hint 3 +0.000", "hint 4 +1.000 [+1.000, +1.000] (1)"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("the curve lacks %q:\n%s", want, b.String())
 		}
 	}
-	if _, _, _, ok := Gain(&messages.Run{Curve: run.Curve[:1]}, 1); ok {
+	if _, _, _, ok := Gain(&messages.Run{Curve: run.Curve[:1]}, -1, 1); ok {
 		t.Error("a gain from one point")
 	}
 	if !hasPoint(run, PhaseEnd, 2) || hasPoint(run, PhaseStep, 1) || hasPoint(run, PhaseEnd, 3) {

@@ -1255,7 +1255,9 @@ type RunPoint struct {
 	HeldOut []*HeldOutScore `protobuf:"bytes,7,rep,name=held_out,json=heldOut,proto3" json:"held_out,omitempty"`
 	// task_pass1 is each held-out task's pass@1 at this point (for paired
 	// differences between points).
-	TaskPass1     map[string]float64 `protobuf:"bytes,8,rep,name=task_pass1,json=taskPass1,proto3" json:"task_pass1,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	TaskPass1 map[string]float64 `protobuf:"bytes,8,rep,name=task_pass1,json=taskPass1,proto3" json:"task_pass1,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	// task_hint is each held-out task's hint level (per-level differences).
+	TaskHint      map[string]int32 `protobuf:"bytes,9,rep,name=task_hint,json=taskHint,proto3" json:"task_hint,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1342,6 +1344,13 @@ func (x *RunPoint) GetHeldOut() []*HeldOutScore {
 func (x *RunPoint) GetTaskPass1() map[string]float64 {
 	if x != nil {
 		return x.TaskPass1
+	}
+	return nil
+}
+
+func (x *RunPoint) GetTaskHint() map[string]int32 {
+	if x != nil {
+		return x.TaskHint
 	}
 	return nil
 }
@@ -2036,7 +2045,7 @@ const file_records_proto_rawDesc = "" +
 	"\x05curve\x18\b \x03(\v2\x1e.frognano.messages.v1.RunPointR\x05curve\x1a:\n" +
 	"\fMetricsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xed\x03\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xf5\x04\n" +
 	"\bRunPoint\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\tR\x05phase\x12%\n" +
@@ -2047,13 +2056,17 @@ const file_records_proto_rawDesc = "" +
 	"\ametrics\x18\x06 \x03(\v2+.frognano.messages.v1.RunPoint.MetricsEntryR\ametrics\x12=\n" +
 	"\bheld_out\x18\a \x03(\v2\".frognano.messages.v1.HeldOutScoreR\aheldOut\x12L\n" +
 	"\n" +
-	"task_pass1\x18\b \x03(\v2-.frognano.messages.v1.RunPoint.TaskPass1EntryR\ttaskPass1\x1a:\n" +
+	"task_pass1\x18\b \x03(\v2-.frognano.messages.v1.RunPoint.TaskPass1EntryR\ttaskPass1\x12I\n" +
+	"\ttask_hint\x18\t \x03(\v2,.frognano.messages.v1.RunPoint.TaskHintEntryR\btaskHint\x1a:\n" +
 	"\fMetricsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\x1a<\n" +
 	"\x0eTaskPass1Entry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xc5\x01\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\x1a;\n" +
+	"\rTaskHintEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xc5\x01\n" +
 	"\fHeldOutScore\x12\x1d\n" +
 	"\n" +
 	"hint_level\x18\x01 \x01(\x05R\thintLevel\x12\x12\n" +
@@ -2153,7 +2166,7 @@ func file_records_proto_rawDescGZIP() []byte {
 }
 
 var file_records_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_records_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_records_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_records_proto_goTypes = []any{
 	(TestStatus)(0),            // 0: frognano.messages.v1.TestStatus
 	(Role)(0),                  // 1: frognano.messages.v1.Role
@@ -2178,6 +2191,7 @@ var file_records_proto_goTypes = []any{
 	nil,                        // 20: frognano.messages.v1.Run.MetricsEntry
 	nil,                        // 21: frognano.messages.v1.RunPoint.MetricsEntry
 	nil,                        // 22: frognano.messages.v1.RunPoint.TaskPass1Entry
+	nil,                        // 23: frognano.messages.v1.RunPoint.TaskHintEntry
 }
 var file_records_proto_depIdxs = []int32{
 	0,  // 0: frognano.messages.v1.TestResult.status:type_name -> frognano.messages.v1.TestStatus
@@ -2194,16 +2208,17 @@ var file_records_proto_depIdxs = []int32{
 	21, // 11: frognano.messages.v1.RunPoint.metrics:type_name -> frognano.messages.v1.RunPoint.MetricsEntry
 	15, // 12: frognano.messages.v1.RunPoint.held_out:type_name -> frognano.messages.v1.HeldOutScore
 	22, // 13: frognano.messages.v1.RunPoint.task_pass1:type_name -> frognano.messages.v1.RunPoint.TaskPass1Entry
-	2,  // 14: frognano.messages.v1.TensorMeta.dtype:type_name -> frognano.messages.v1.DType
-	16, // 15: frognano.messages.v1.Checkpoint.model:type_name -> frognano.messages.v1.ModelConfig
-	17, // 16: frognano.messages.v1.Checkpoint.tensors:type_name -> frognano.messages.v1.TensorMeta
-	17, // 17: frognano.messages.v1.Checkpoint.optimizer:type_name -> frognano.messages.v1.TensorMeta
-	4,  // 18: frognano.messages.v1.Environment.baseline:type_name -> frognano.messages.v1.TestReport
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	23, // 14: frognano.messages.v1.RunPoint.task_hint:type_name -> frognano.messages.v1.RunPoint.TaskHintEntry
+	2,  // 15: frognano.messages.v1.TensorMeta.dtype:type_name -> frognano.messages.v1.DType
+	16, // 16: frognano.messages.v1.Checkpoint.model:type_name -> frognano.messages.v1.ModelConfig
+	17, // 17: frognano.messages.v1.Checkpoint.tensors:type_name -> frognano.messages.v1.TensorMeta
+	17, // 18: frognano.messages.v1.Checkpoint.optimizer:type_name -> frognano.messages.v1.TensorMeta
+	4,  // 19: frognano.messages.v1.Environment.baseline:type_name -> frognano.messages.v1.TestReport
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_records_proto_init() }
@@ -2217,7 +2232,7 @@ func file_records_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_records_proto_rawDesc), len(file_records_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
