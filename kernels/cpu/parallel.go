@@ -1,8 +1,9 @@
 package cpu
 
 import (
-	"runtime"
 	"sync"
+
+	"github.com/frognano/frognano/kernels/cpu/blas"
 )
 
 // minParallelWork is the least work, in rough float operations, worth a
@@ -13,7 +14,7 @@ var minParallelWork = 1 << 16
 
 // workers is how many pieces n items of the given cost should be split into.
 func workers(n, costPerItem int) int {
-	w := min(runtime.NumCPU(), n)
+	w := min(blas.Threads(), n)
 	if costPerItem > 0 {
 		w = min(w, n*costPerItem/minParallelWork)
 	}

@@ -1,19 +1,24 @@
 // Package blas multiplies float32 matrices for the CPU backend. It is the
 // only package outside kernels/cuda that may use cgo: with cgo enabled it
-// calls OpenBLAS (Debian: libopenblas-dev), which runs about ten times faster
-// than the Go loops here on AVX2/AVX-512 machines. Building with the purego
-// tag, or with CGO_ENABLED=0, uses the pure Go loops instead, so the CPU
-// backend builds anywhere. No C type appears in the API.
+// loads OpenBLAS at run time (dlopen) and calls its sgemm, which runs about
+// ten times faster than the Go loops here on AVX2/AVX-512 machines. It
+// prefers the current OpenBLAS that scripts/setup.sh installs in LibDir (from
+// the scipy-openblas32 wheel), then Debian's libopenblas0, then the Go loops;
+// FROGNANO_BLAS names another library, or "go". The kernels (SkylakeX on
+// AVX-512, Haswell on AVX2) are chosen from the CPU's features, whatever
+// OPENBLAS_CORETYPE says. Building with the purego tag, or with
+// CGO_ENABLED=0, uses the Go loops only, so the CPU backend builds anywhere.
+// No C type appears in the API.
 //
 // Work is split across cores in Go (MatMulT splits by columns; the attention
-// kernel by heads), each piece one single-threaded OpenBLAS call. OpenBLAS's
-// own thread pool is switched off: its workers spin after each call and
-// would compete with the goroutines that run the other kernels.
+// kernel by heads), each piece one single-threaded OpenBLAS call, over
+// Threads() cores. OpenBLAS's own thread pool is switched off: its workers
+// spin after each call and would compete with the goroutines that run the
+// other kernels.
 package blas
 
 import (
 	"fmt"
-	"runtime"
 	"sync"
 )
 
@@ -77,7 +82,7 @@ func fits(x []float32, rows, cols, ld int) bool {
 // n·flopsPerColumn is large. Ranges start at multiples of 16 so that each
 // piece's rows of b and columns of c stay aligned for SIMD loads.
 func forColumns(n, flopsPerColumn int, fn func(j0, j1 int)) {
-	chunks := min(runtime.NumCPU(), n*flopsPerColumn/minChunkFLOPs, (n+15)/16)
+	chunks := min(Threads(), n*flopsPerColumn/minChunkFLOPs, (n+15)/16)
 	if chunks <= 1 {
 		fn(0, n)
 		return

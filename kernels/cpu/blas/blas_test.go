@@ -4,9 +4,22 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 )
+
+// libs are the BLAS libraries that load here (none in a build without cgo),
+// each tested against the reference as well as the one in use.
+func libs() []Implementation {
+	var out []Implementation
+	for _, impl := range Implementations() {
+		if impl.lib != nil {
+			out = append(out, impl)
+		}
+	}
+	return out
+}
 
 func randSlice(r *rand.Rand, n int) []float32 {
 	x := make([]float32, n)
@@ -45,11 +58,19 @@ func TestMatMulT(t *testing.T) {
 		name string
 		f    func(c, a, b []float32, m, n, k int)
 	}{
-		{Impl, MatMulT},
 		{"go", func(c, a, b []float32, m, n, k int) {
 			forColumns(n, 2*m*k, func(j0, j1 int) { gemmGo(true, m, j1-j0, k, a, k, b[j0*k:], k, c[j0:], n) })
 		}},
 		{"go/serial", func(c, a, b []float32, m, n, k int) { gemmGo(true, m, n, k, a, k, b, k, c, n) }},
+	}
+	for _, impl := range libs() {
+		impls = append(impls, struct {
+			name string
+			f    func(c, a, b []float32, m, n, k int)
+		}{impl.Name, func(c, a, b []float32, m, n, k int) {
+			defer Use(impl)()
+			MatMulT(c, a, b, m, n, k)
+		}})
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, s := range shapes {
@@ -80,7 +101,16 @@ func TestGemm(t *testing.T) {
 	impls := []struct {
 		name string
 		f    func(transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int)
-	}{{Impl, Gemm}, {"go", gemmGo}}
+	}{{"go", gemmGo}}
+	for _, impl := range libs() {
+		impls = append(impls, struct {
+			name string
+			f    func(transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int)
+		}{impl.Name, func(transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+			defer Use(impl)()
+			Gemm(transB, m, n, k, a, lda, b, ldb, c, ldc)
+		}})
+	}
 	r := rand.New(rand.NewPCG(9, 9))
 	for _, s := range shapes {
 		m, n, k := s[0], s[1], s[2]
@@ -217,8 +247,8 @@ func TestMatMulTConcurrent(t *testing.T) {
 	}
 }
 
-// BenchmarkMatMulT compares the build's implementation with the Go loops on
-// SmolLM2-135M shapes.
+// BenchmarkMatMulT compares the libraries that load here with the Go loops
+// on SmolLM2-135M shapes.
 func BenchmarkMatMulT(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, s := range [][3]int{{1, 1536, 576}, {16, 1536, 576}, {128, 1536, 576}} {
@@ -228,7 +258,6 @@ func BenchmarkMatMulT(b *testing.B) {
 			name string
 			f    func()
 		}{
-			{Impl, func() { MatMulT(c, a, w, m, n, k) }},
 			{"go", func() {
 				forColumns(n, 2*m*k, func(j0, j1 int) { gemmGo(true, m, j1-j0, k, a, k, w[j0*k:], k, c[j0:], n) })
 			}},
@@ -236,6 +265,15 @@ func BenchmarkMatMulT(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/%dx%dx%d", impl.name, m, n, k), func(b *testing.B) {
 				for b.Loop() {
 					impl.f()
+				}
+				b.ReportMetric(2*float64(m*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+		for _, impl := range libs() {
+			b.Run(fmt.Sprintf("%s/%dx%dx%d", strings.ReplaceAll(impl.Name, " ", "-"), m, n, k), func(b *testing.B) {
+				defer Use(impl)()
+				for b.Loop() {
+					MatMulT(c, a, w, m, n, k)
 				}
 				b.ReportMetric(2*float64(m*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 			})

@@ -2,7 +2,6 @@ package blas
 
 import (
 	"fmt"
-	"runtime"
 	"sync"
 )
 
@@ -58,11 +57,11 @@ func MatMulTN(c, a, b []float32, m, n, k int, accumulate bool) {
 // cores: by rows of c (byRows) when there are enough of them for every
 // core, else by columns (byCols).
 func forRowsOrColumns(m, n, flops int, byRows, byCols func(lo, hi int)) {
-	if m < 32*runtime.NumCPU() {
+	if m < 32*Threads() {
 		forColumns(n, flops/n, byCols)
 		return
 	}
-	chunks := min(runtime.NumCPU(), flops/minChunkFLOPs)
+	chunks := min(Threads(), flops/minChunkFLOPs)
 	if chunks <= 1 {
 		byRows(0, m)
 		return

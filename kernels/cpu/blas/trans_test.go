@@ -44,7 +44,16 @@ func TestGemmFull(t *testing.T) {
 	impls := []struct {
 		name string
 		f    func(transA, transB, acc bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int)
-	}{{Impl, GemmFull}, {"go", gemmFullGo}}
+	}{{"go", gemmFullGo}}
+	for _, impl := range libs() {
+		impls = append(impls, struct {
+			name string
+			f    func(transA, transB, acc bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int)
+		}{impl.Name, func(transA, transB, acc bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+			defer Use(impl)()
+			GemmFull(transA, transB, acc, m, n, k, a, lda, b, ldb, c, ldc)
+		}})
+	}
 	r := rand.New(rand.NewPCG(11, 12))
 	for _, s := range shapes {
 		m, n, k := s[0], s[1], s[2]
