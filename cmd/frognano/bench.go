@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -16,12 +17,65 @@ import (
 	"github.com/frognano/frognano/actors/frontier/sim"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/synth"
+	"github.com/frognano/frognano/kernels/cpu/kbench"
 )
 
 // benchCmd groups benchmarks compared side by side.
 func benchCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Benchmarks compared side by side"}
-	cmd.AddCommand(benchFrontierCmd(), benchEnvsCmd(a))
+	cmd.AddCommand(benchFrontierCmd(), benchEnvsCmd(a), benchKernelsCmd())
+	return cmd
+}
+
+func benchKernelsCmd() *cobra.Command {
+	var (
+		opt    kbench.Options
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "kernels",
+		Short: "frognano's matrix products against NumPy's, side by side on SmolLM2-135M's shapes",
+		Long: `kernels times the matrix products of SmolLM2-135M's decode, prefill and
+training (a·bᵀ, a·b and aᵀ·b; m = 1, 16, 128, 512 and 1024 rows) with every
+BLAS frognano can load here and with NumPy, installed for the comparison in
+a throwaway venv under the temporary directory (pip install numpy
+threadpoolctl). NumPy and frognano take turns --rounds times and each
+shape's best round counts, so load from other processes weighs on both
+alike; the load average is printed with the CPU model and flags.
+OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for the run (frognano
+re-executes itself without them), so that each library picks its kernels
+for this CPU. The goal: frognano ≥ 0.9× NumPy on every shape with m ≥ 16.
+
+  frognano bench kernels
+  frognano bench kernels --go --rounds 1   # with the Go loops too (slow)`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if env := kbench.CleanEnv(os.Environ()); len(env) != len(os.Environ()) {
+				exe, err := os.Executable()
+				if err != nil {
+					return err
+				}
+				return syscall.Exec(exe, os.Args, env)
+			}
+			opt.Log = cmd.ErrOrStderr()
+			rep, err := kbench.Run(cmd.Context(), opt)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				printJSON(cmd.OutOrStdout(), rep)
+				return nil
+			}
+			return rep.WriteTable(cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&opt.Rounds, "rounds", 3, "turns NumPy and frognano take; each shape's best counts")
+	f.DurationVar(&opt.Seconds, "time", 200*time.Millisecond, "time per shape and implementation in a round")
+	f.BoolVar(&opt.Go, "go", false, "also time frognano's Go loops")
+	f.StringVar(&opt.Venv, "venv", "", "a venv that has numpy and threadpoolctl (default: a throwaway one)")
+	f.StringVar(&opt.Python, "python", "python3", "the Python that makes the throwaway venv")
+	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	return cmd
 }
 

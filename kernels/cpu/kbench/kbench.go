@@ -1,0 +1,387 @@
+// Package kbench compares frognano's matrix products with NumPy's on the
+// shapes SmolLM2-135M's prefill, decode and training use, side by side in
+// one run: `frognano bench kernels`. NumPy is installed in a throwaway
+// virtual environment, for the comparison only.
+package kbench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/frognano/frognano/kernels/cpu/blas"
+)
+
+//go:embed numpy_bench.py
+var numpyScript []byte
+
+// Shape is one product: NT is c[m,n] = a[m,k]·b[n,k]ᵀ (blas.MatMulT, the
+// forward of a Linear layer), NN is c[m,n] = a[m,k]·b[k,n] (MatMulNN, the
+// gradient of its input), TN is c[n,k] = a[m,n]ᵀ·b[m,k] (MatMulTN, the
+// gradient of its weight). Each is 2·m·n·k floating-point operations.
+type Shape struct {
+	Op      string
+	M, N, K int
+	Use     string `json:"-"` // what in SmolLM2-135M runs it
+}
+
+// MarshalJSON writes the lower-case keys the NumPy script reads.
+func (s Shape) MarshalJSON() ([]byte, error) {
+	return json.Marshal(map[string]any{"op": s.Op, "m": s.M, "n": s.N, "k": s.K})
+}
+
+// Shapes are SmolLM2-135M's products (hidden 576, MLP 1536, vocabulary
+// 49152, K/V 192): one decoding row, 16 sequences decoding together,
+// prefill of 128 and 512 tokens, and training on 4×256 tokens.
+func Shapes() []Shape {
+	var s []Shape
+	for _, m := range []int{1, 16, 128, 512, 1024} {
+		for _, nk := range []struct {
+			n, k int
+			use  string
+		}{{576, 576, "q/o proj"}, {192, 576, "k/v proj"}, {1536, 576, "gate/up"}, {576, 1536, "down"}, {49152, 576, "logits"}} {
+			if m == 1024 && nk.n == 192 {
+				continue
+			}
+			s = append(s, Shape{"NT", m, nk.n, nk.k, nk.use})
+		}
+	}
+	for _, m := range []int{128, 1024} {
+		for _, nk := range []struct {
+			n, k int
+			use  string
+		}{{576, 1536, "dx gate/up"}, {1536, 576, "dx down"}, {576, 576, "dx q/o"}, {576, 49152, "dx logits"}} {
+			s = append(s, Shape{"NN", m, nk.n, nk.k, nk.use})
+		}
+		for _, nk := range []struct {
+			n, k int
+			use  string
+		}{{1536, 576, "dW gate/up"}, {576, 1536, "dW down"}, {576, 576, "dW q/o"}, {49152, 576, "dW embedding"}} {
+			s = append(s, Shape{"TN", m, nk.n, nk.k, nk.use})
+		}
+	}
+	return s
+}
+
+// Options configure Run.
+type Options struct {
+	Rounds  int           // NumPy and frognano take turns this many times; each shape's best round counts
+	Seconds time.Duration // timed per shape and implementation in a round
+	Go      bool          // also time the Go loops (slow)
+	Python  string        // the Python that makes the venv (default python3)
+	Venv    string        // an existing venv with numpy and threadpoolctl; else a throwaway one
+	Log     io.Writer     // progress
+}
+
+// Report is a run's figures.
+type Report struct {
+	CPU, Flags       string
+	Threads          int
+	LoadBefore       string
+	LoadAfter        string
+	NumPy            string
+	NumPyBLAS        []map[string]any // threadpoolctl's view of NumPy's BLAS
+	Impls            []string         // frognano's implementations timed, the one in use first
+	Shapes           []Shape
+	NumPyGFLOPs      []float64
+	GFLOPs           [][]float64 // [impl][shape]
+	Environment      []string    // OPENBLAS_* variables in force
+	OpenBLASSkipped  []string
+	InUse            string
+	NumPyBLASSummary string
+}
+
+// Run times every shape on NumPy and on frognano's implementations, taking
+// turns, and returns the best of Rounds for each.
+func Run(ctx context.Context, opt Options) (*Report, error) {
+	if opt.Rounds < 1 {
+		opt.Rounds = 3
+	}
+	if opt.Seconds <= 0 {
+		opt.Seconds = 200 * time.Millisecond
+	}
+	if opt.Log == nil {
+		opt.Log = io.Discard
+	}
+	r := &Report{Threads: blas.Threads(), Shapes: Shapes(), InUse: blas.Impl(), OpenBLASSkipped: blas.Skipped()}
+	r.CPU, r.Flags = cpuInfo()
+	r.LoadBefore = loadAvg()
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "OPENBLAS_") || strings.HasPrefix(kv, "OMP_") || strings.HasPrefix(kv, "GOMAXPROCS=") {
+			r.Environment = append(r.Environment, kv)
+		}
+	}
+	python, cleanup, err := numpyVenv(ctx, opt)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+
+	impls := blas.Implementations()
+	active := blas.Active()
+	slices.SortStableFunc(impls, func(a, b blas.Implementation) int {
+		switch {
+		case a.Name == active.Name && b.Name != active.Name:
+			return -1
+		case b.Name == active.Name && a.Name != active.Name:
+			return 1
+		}
+		return 0
+	})
+	if !opt.Go {
+		impls = slices.DeleteFunc(impls, func(i blas.Implementation) bool { return i.Path == "" && i.Name != active.Name })
+	}
+	for _, impl := range impls {
+		r.Impls = append(r.Impls, impl.Name)
+	}
+	r.NumPyGFLOPs = make([]float64, len(r.Shapes))
+	r.GFLOPs = make([][]float64, len(impls))
+	for i := range r.GFLOPs {
+		r.GFLOPs[i] = make([]float64, len(r.Shapes))
+	}
+	for round := range opt.Rounds {
+		fmt.Fprintf(opt.Log, "round %d/%d: NumPy\n", round+1, opt.Rounds)
+		np, err := runNumPy(ctx, python, r.Shapes, opt.Seconds)
+		if err != nil {
+			return nil, err
+		}
+		r.NumPy, r.NumPyBLAS = np.NumPy, np.Threadpools
+		for i, res := range np.Results {
+			r.NumPyGFLOPs[i] = max(r.NumPyGFLOPs[i], res.GFLOPs)
+		}
+		for ii, impl := range impls {
+			fmt.Fprintf(opt.Log, "round %d/%d: frognano %s\n", round+1, opt.Rounds, impl.Name)
+			restore := blas.Use(impl)
+			for si, s := range r.Shapes {
+				if err := ctx.Err(); err != nil {
+					restore()
+					return nil, err
+				}
+				r.GFLOPs[ii][si] = max(r.GFLOPs[ii][si], timeShape(s, opt.Seconds))
+			}
+			restore()
+		}
+	}
+	r.LoadAfter = loadAvg()
+	var parts []string
+	for _, p := range r.NumPyBLAS {
+		parts = append(parts, fmt.Sprintf("%v %v %v, %v threads", p["internal_api"], p["version"], p["architecture"], p["num_threads"]))
+	}
+	r.NumPyBLASSummary = strings.Join(parts, "; ")
+	return r, nil
+}
+
+// timeShape runs one product repeatedly for about d and returns GFLOP/s.
+func timeShape(s Shape, d time.Duration) float64 {
+	rng := rand.New(rand.NewPCG(uint64(s.M), uint64(s.N*s.K)))
+	fill := func(n int) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		return x
+	}
+	var f func()
+	switch s.Op {
+	case "NT":
+		a, b, c := fill(s.M*s.K), fill(s.N*s.K), make([]float32, s.M*s.N)
+		f = func() { blas.MatMulT(c, a, b, s.M, s.N, s.K) }
+	case "NN":
+		a, b, c := fill(s.M*s.K), fill(s.K*s.N), make([]float32, s.M*s.N)
+		f = func() { blas.MatMulNN(c, a, b, s.M, s.N, s.K) }
+	default:
+		a, b, c := fill(s.M*s.N), fill(s.M*s.K), make([]float32, s.N*s.K)
+		f = func() { blas.MatMulTN(c, a, b, s.M, s.N, s.K, false) }
+	}
+	f()
+	reps, t0 := 0, time.Now()
+	for {
+		f()
+		reps++
+		if t := time.Since(t0); t >= d && reps >= 3 {
+			return 2 * float64(s.M) * float64(s.N) * float64(s.K) * float64(reps) / t.Seconds() / 1e9
+		}
+	}
+}
+
+type numpyResult struct {
+	NumPy       string           `json:"numpy"`
+	Threadpools []map[string]any `json:"threadpools"`
+	Results     []struct {
+		GFLOPs float64 `json:"gflops"`
+	} `json:"results"`
+}
+
+// CleanEnv is the environment without the OpenBLAS settings that a machine
+// may set for older builds (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE), so that
+// NumPy and frognano each run as their libraries choose.
+func CleanEnv(env []string) []string {
+	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		return strings.HasPrefix(kv, "OPENBLAS_CORETYPE=") || strings.HasPrefix(kv, "OPENBLAS_L2_SIZE=")
+	})
+}
+
+func runNumPy(ctx context.Context, python string, shapes []Shape, d time.Duration) (*numpyResult, error) {
+	spec, err := json.Marshal(map[string]any{"shapes": shapes, "seconds": d.Seconds()})
+	if err != nil {
+		return nil, err
+	}
+	script := filepath.Join(filepath.Dir(filepath.Dir(python)), "frognano_numpy_bench.py")
+	if err := os.WriteFile(script, numpyScript, 0o644); err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, python, script)
+	cmd.Env = CleanEnv(os.Environ())
+	cmd.Stdin = bytes.NewReader(spec)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("numpy benchmark: %v\n%s", err, stderr.Bytes())
+	}
+	var res numpyResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		return nil, fmt.Errorf("numpy benchmark output: %v\n%s", err, out)
+	}
+	if len(res.Results) != len(shapes) {
+		return nil, fmt.Errorf("numpy benchmark: %d results for %d shapes", len(res.Results), len(shapes))
+	}
+	return &res, nil
+}
+
+// numpyVenv returns the Python of a venv with numpy and threadpoolctl: the
+// one given, or a new one under the temporary directory, removed by cleanup.
+func numpyVenv(ctx context.Context, opt Options) (python string, cleanup func(), err error) {
+	if opt.Venv != "" {
+		return filepath.Join(opt.Venv, "bin", "python"), func() {}, nil
+	}
+	base := opt.Python
+	if base == "" {
+		base = "python3"
+	}
+	dir, err := os.MkdirTemp("", "frognano-bench-numpy-")
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup = func() { os.RemoveAll(dir) }
+	fmt.Fprintf(opt.Log, "installing numpy and threadpoolctl in a throwaway venv, %s\n", dir)
+	for _, args := range [][]string{
+		{base, "-m", "venv", dir},
+		{filepath.Join(dir, "bin", "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", "numpy", "threadpoolctl"},
+	} {
+		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+		cmd.Env = CleanEnv(os.Environ())
+		if out, err := cmd.CombinedOutput(); err != nil {
+			cleanup()
+			return "", nil, fmt.Errorf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	return filepath.Join(dir, "bin", "python"), cleanup, nil
+}
+
+// cpuInfo returns the CPU's model name and the flags that matter for
+// matrix products.
+func cpuInfo() (model, flags string) {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH, ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 1<<16), 1<<20)
+	var have []string
+	for sc.Scan() {
+		key, val, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		switch strings.TrimSpace(key) {
+		case "model name":
+			if model == "" {
+				model = strings.TrimSpace(val)
+			}
+		case "flags":
+			if have == nil {
+				set := strings.Fields(val)
+				for _, want := range []string{"avx", "avx2", "fma", "avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512cd", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16"} {
+					if slices.Contains(set, want) {
+						have = append(have, want)
+					}
+				}
+			}
+		}
+	}
+	return model, strings.Join(have, " ")
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// WriteTable prints the report: per shape, NumPy's GFLOP/s, each of
+// frognano's, and the ratio of the one in use to NumPy's, with the goal
+// (≥ 0.9× NumPy for every shape with m ≥ 16) checked at the end.
+func (r *Report) WriteTable(w io.Writer) error {
+	fmt.Fprintf(w, "CPU: %s; flags: %s; %d cores used (affinity, GOMAXPROCS, cgroup)\n", r.CPU, r.Flags, r.Threads)
+	fmt.Fprintf(w, "load average (1, 5, 15 min): %s before, %s after\n", r.LoadBefore, r.LoadAfter)
+	fmt.Fprintf(w, "environment: %s (OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset for NumPy; frognano picks its kernels from the CPU's features)\n", strings.Join(r.Environment, " "))
+	fmt.Fprintf(w, "NumPy %s: %s\n", r.NumPy, r.NumPyBLASSummary)
+	fmt.Fprintf(w, "frognano: %s in use\n", r.InUse)
+	for _, s := range r.OpenBLASSkipped {
+		fmt.Fprintf(w, "  not loaded: %s\n", s)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	header := "op\tm\tn\tk\tuse\tNumPy\t"
+	for _, name := range r.Impls {
+		header += name + "\t"
+	}
+	fmt.Fprintln(tw, header+"ratio\t")
+	worst, worstAt := 0.0, -1
+	for si, s := range r.Shapes {
+		line := fmt.Sprintf("%s\t%d\t%d\t%d\t%s\t%.1f\t", s.Op, s.M, s.N, s.K, s.Use, r.NumPyGFLOPs[si])
+		for ii := range r.Impls {
+			line += fmt.Sprintf("%.1f\t", r.GFLOPs[ii][si])
+		}
+		ratio := r.GFLOPs[0][si] / r.NumPyGFLOPs[si]
+		line += fmt.Sprintf("%.2f\t", ratio)
+		fmt.Fprintln(tw, line)
+		if s.M >= 16 && (worstAt < 0 || ratio < worst) {
+			worst, worstAt = ratio, si
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nGFLOP/s, best of the rounds; ratio = frognano in use / NumPy.")
+	if worstAt >= 0 {
+		s := r.Shapes[worstAt]
+		verdict := "met"
+		if worst < 0.9 {
+			verdict = "NOT met"
+		}
+		fmt.Fprintf(w, "goal (frognano ≥ 0.9× NumPy on every shape with m ≥ 16): %s; lowest ratio %.2f at %s %dx%dx%d\n", verdict, worst, s.Op, s.M, s.N, s.K)
+	}
+	return nil
+}
