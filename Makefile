@@ -8,7 +8,7 @@ export GOFLAGS := -ldflags=-extldflags=-Wl,-z,lazy
 MODELS ?= $(or $(FROGNANO_MODELS),$(or $(XDG_DATA_HOME),$(HOME)/.local/share)/frognano/models)
 MODEL_GGUF := $(MODELS)/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: setup build run test bench proto vet cuda-check model
+.PHONY: setup build run test bench bench-kernels proto vet cuda-check model
 
 setup:
 	bash scripts/setup.sh
@@ -46,6 +46,13 @@ bench:
 	go test ./runtime/node -run '^$$' -bench Messages -benchtime 100000x
 	go test ./persistence -run '^$$' -bench Task -benchtime 2s
 	FROGNANO_TEST_GGUF=$(MODEL_GGUF) go test ./kernels/model -run '^$$' -bench SmolLM2 -benchtime 3x
+
+# frognano's matrix products against NumPy's (installed in a throwaway venv),
+# then SmolLM2-135M's decode, prefill and training tokens/s (docs/kernels.md).
+bench-kernels: build model
+	./bin/frognano bench kernels
+	FROGNANO_TEST_GGUF=$(MODEL_GGUF) go test ./kernels/model -run '^$$' -bench SmolLM2 -benchtime 3x
+	./bin/frognano learn bench
 
 # Regenerate protobuf code (needs protoc from protobuf-compiler).
 proto:
