@@ -49,7 +49,7 @@ func TestEvalAndTrajCommands(t *testing.T) {
 		}
 		return out, errOut
 	}
-	must("env", "add", proj, "--name", "cli-mathy")
+	must("env", "add", proj, "--name", "cli-mathy", "--min-tests", "1")
 	defer cli("env", "rm", "cli-mathy")
 	must("synth", "--env", "cli-mathy", "--count", "1", "--seed", "1", "--hint-level", "2")
 

@@ -330,7 +330,7 @@ func TestTrainStepPublishesAndResumes(t *testing.T) {
 		}
 		return out
 	}
-	cli("env", "add", proj)
+	cli("env", "add", proj, "--min-tests", "1")
 	defer runCLI(t, "", "env", "rm", "pubarith", "--data-dir", data, "--log-level", "warn")
 	cli("synth", "--env", "pubarith", "--count", "1", "--seed", "1", "--hint-level", "2")
 

@@ -393,7 +393,7 @@ func TestEnvCommands(t *testing.T) {
 		os.WriteFile(filepath.Join(proj, name), []byte(body), 0o644)
 	}
 	data := t.TempDir()
-	out, code := cli(t, "env", "add", proj, "--name", "e2e-calc", "--data-dir", data, "--log-level", "warn")
+	out, code := cli(t, "env", "add", proj, "--name", "e2e-calc", "--min-tests", "1", "--data-dir", data, "--log-level", "warn")
 	if code != 0 || !strings.Contains(out, "registered e2e-calc: python, 1 tests at baseline (1 pass)") {
 		t.Fatalf("env add (exit %d):\n%s", code, out)
 	}
@@ -405,7 +405,7 @@ func TestEnvCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"tests/test_calc.py::test_add"`) || !strings.Contains(out, `"baseCommit"`) {
 		t.Fatalf("env show (exit %d):\n%s", code, out)
 	}
-	out, code = cli(t, "env", "add", proj, "--name", "e2e-calc", "--data-dir", data, "--log-level", "warn")
+	out, code = cli(t, "env", "add", proj, "--name", "e2e-calc", "--min-tests", "1", "--data-dir", data, "--log-level", "warn")
 	if code == 0 || !strings.Contains(out, "already exists") {
 		t.Fatalf("second env add (exit %d):\n%s", code, out)
 	}
