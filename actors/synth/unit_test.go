@@ -463,7 +463,7 @@ func TestSynthesizeRefusesBadInput(t *testing.T) {
 	}{
 		{"no passing test", env("python", failing), Request{Count: 1}, ErrNoPassingTests, ReasonNoPassingTests},
 		{"count 0", env("python", passing), Request{}, ErrBadRequest, ""},
-		{"hint level 3", env("python", passing), Request{Count: 1, HintLevel: 3}, ErrBadRequest, ""},
+		{"hint level 5", env("python", passing), Request{Count: 1, HintLevel: 5}, ErrBadRequest, ""},
 		{"unknown operator", env("python", passing), Request{Count: 1, Operators: []string{"flip"}}, ErrBadRequest, ""},
 		{"unknown language", env("cobol", passing), Request{Count: 1}, ErrBadRequest, ""},
 		{"no environment", nil, Request{Count: 1}, ErrBadRequest, ""},
