@@ -173,6 +173,9 @@ const (
 	// MetricEvalAttempts counts evaluations started; attempt n of a point
 	// stores its episodes under RUN/eval/PHASE-STEP.n.
 	MetricEvalAttempts = "eval_attempts"
+	// MetricEvalSeconds is the wall time the run's held-out evaluations
+	// took, over every process (a budget does not count it).
+	MetricEvalSeconds = "eval_seconds"
 )
 
 // clock measures a run's time across resumes: what earlier processes
@@ -208,9 +211,11 @@ func (t *Trainer) record(ctx context.Context, run *messages.Run, s Settings, lim
 	if err := t.runs.Put(ctx, run); err != nil {
 		return fmt.Errorf("recording the %s evaluation: %w", phase, err)
 	}
+	start := time.Now()
 	if err := t.point(ctx, run, s, lim, phase, true, nil); err != nil {
 		return fmt.Errorf("held-out evaluation: %w", err)
 	}
+	run.Metrics[MetricEvalSeconds] += time.Since(start).Seconds()
 	t.clock.tick(run)
 	run.UpdatedUnixNano = time.Now().UnixNano()
 	if err := t.runs.Put(ctx, run); err != nil {
@@ -294,5 +299,5 @@ func Gain(run *messages.Run, hint int32, seed uint64) (est rollout.Estimate, fro
 // end point (a run killed during its last evaluation): frognano run
 // --run ID then trains nothing more and measures it.
 func EvalPending(run *messages.Run, s Settings) bool {
-	return s.EvalTasks > 0 && s.Steps > 0 && int(run.GetStep()) >= s.Steps && !hasPoint(run, PhaseEnd, run.GetStep())
+	return s.EvalTasks > 0 && Finished(run, s) && !hasPoint(run, PhaseEnd, run.GetStep())
 }

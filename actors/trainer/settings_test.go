@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -32,6 +33,8 @@ func TestSettingsValidate(t *testing.T) {
 		{"unknown sampler", func(s *Settings) { s.Sampler = "greedy" }, "sampler"},
 		{"evaluation without episodes", func(s *Settings) { s.EvalTasks, s.EvalK = 8, 0 }, "evaluation"},
 		{"negative evaluation interval", func(s *Settings) { s.EvalTasks, s.EvalK, s.EvalEvery = 8, 2, -1 }, "evaluation"},
+		{"negative budget", func(s *Settings) { s.BudgetSeconds = -1 }, "budget"},
+		{"infinite budget", func(s *Settings) { s.BudgetSeconds = math.Inf(1) }, "budget"},
 	} {
 		s := validSettings()
 		c.edit(&s)
@@ -78,5 +81,40 @@ func TestSummaryOfARunRecord(t *testing.T) {
 	}
 	if got := (Summary{Episodes: 2, Infra: 2}).SolveRate(); got != 0 {
 		t.Fatalf("all-infrastructure solve rate %v", got)
+	}
+}
+
+// TestBudget: a run's budget counts its wall time less its held-out
+// evaluations, ends the run (Finished) once spent, and never ends a run
+// that has none.
+func TestBudget(t *testing.T) {
+	s := validSettings()
+	s.Steps = 100
+	run := &messages.Run{Step: 3, Metrics: map[string]float64{MetricWallSeconds: 700, MetricEvalSeconds: 200}}
+	if got := TrainSeconds(run); got != 500 {
+		t.Fatalf("TrainSeconds = %v, want 500 (700 s wall less 200 s of evaluation)", got)
+	}
+	if BudgetSpent(run, s) || Finished(run, s) {
+		t.Fatal("a run without a budget counts as spent or finished after 3 of 100 steps")
+	}
+	s.BudgetSeconds = 600
+	if BudgetSpent(run, s) {
+		t.Fatal("500 s of training spent a 600 s budget: evaluation time was counted")
+	}
+	run.Metrics[MetricWallSeconds] = 801
+	if !BudgetSpent(run, s) || Finished(run, s) {
+		t.Fatalf("601 s of training: spent %v, finished %v; want spent, not finished until the loop marks it", BudgetSpent(run, s), Finished(run, s))
+	}
+	run.Metrics[MetricBudgetSpent] = 1
+	run.Metrics[MetricWallSeconds] = 10 // a marked run stays spent whatever its clock says
+	if !BudgetSpent(run, s) || !Finished(run, s) {
+		t.Fatal("a run marked budget-spent does not count as finished")
+	}
+	if !EvalPending(run, Settings{Steps: 100, EvalTasks: 4, EvalK: 2, BudgetSeconds: 600}) {
+		t.Fatal("a run ended by its budget without an end point has no evaluation pending")
+	}
+	run2 := &messages.Run{Step: 100, Metrics: map[string]float64{}}
+	if !Finished(run2, s) {
+		t.Fatal("a run at its last step is not finished")
 	}
 }

@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -101,6 +102,35 @@ type Settings struct {
 	WarmStartBatch   int     `json:"warm_start_batch,omitempty"`
 	WarmStartHoldout int     `json:"warm_start_holdout,omitempty"`
 	WarmStartEnvs    string  `json:"warm_start_envs,omitempty"`
+	// BudgetSeconds bounds the run's training time (0: no bound): no step
+	// starts once the run's wall time, summed over resumes, less the time
+	// its held-out evaluations took, has reached it; the run then ends
+	// (its end point is evaluated) with Steps as an upper bound only. The
+	// warm start counts; a step or warm start under way finishes.
+	BudgetSeconds float64 `json:"budget_seconds,omitempty"`
+}
+
+// MetricBudgetSpent is 1 once a run has ended on its BudgetSeconds.
+const MetricBudgetSpent = "budget_spent"
+
+// TrainSeconds is the run's training time so far: its wall time over every
+// process that ran it, less the time its held-out evaluations took.
+func TrainSeconds(run *messages.Run) float64 {
+	m := run.GetMetrics()
+	return m[MetricWallSeconds] - m[MetricEvalSeconds]
+}
+
+// BudgetSpent says whether the run has used its training budget (never
+// when it has none).
+func BudgetSpent(run *messages.Run, s Settings) bool {
+	return s.BudgetSeconds > 0 && (run.GetMetrics()[MetricBudgetSpent] > 0 || TrainSeconds(run) >= s.BudgetSeconds)
+}
+
+// Finished says whether the run's training is over: all its steps taken,
+// or its budget spent (then its end point is still to be evaluated if
+// the curve lacks it).
+func Finished(run *messages.Run, s Settings) bool {
+	return s.Steps > 0 && (int(run.GetStep()) >= s.Steps || run.GetMetrics()[MetricBudgetSpent] > 0)
 }
 
 // Samplers of a run's batches.
@@ -131,6 +161,8 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("trainer: evaluation of %d tasks × %d episodes every %d steps: want tasks and steps ≥ 0 and at least 1 episode", s.EvalTasks, s.EvalK, s.EvalEvery)
 	case s.CheckpointEvery < 0:
 		return fmt.Errorf("trainer: checkpoint every %d steps: want 0 or more", s.CheckpointEvery)
+	case s.BudgetSeconds < 0 || math.IsNaN(s.BudgetSeconds) || math.IsInf(s.BudgetSeconds, 0):
+		return fmt.Errorf("trainer: budget of %v seconds: want a finite number ≥ 0", s.BudgetSeconds)
 	}
 	return s.validateWarmStart()
 }
@@ -351,11 +383,22 @@ func (t *Trainer) Train(ctx context.Context, run *messages.Run, s Settings) (Sum
 		if err := ctx.Err(); err != nil {
 			return SummaryOf(run, s.Steps), err
 		}
+		if BudgetSpent(run, s) {
+			break
+		}
 		if err := t.step(ctx, run, s, lim, step); err != nil {
 			return SummaryOf(run, s.Steps), fmt.Errorf("step %d: %w", step, err)
 		}
 	}
-	if int(run.GetStep()) >= s.Steps && s.Steps > 0 {
+	if s.Steps > 0 && BudgetSpent(run, s) && !Finished(run, s) {
+		t.printf("budget: %.0fs of training spent (%.0fs budget, held-out evaluation excluded) after step %d of at most %d: the run ends here",
+			TrainSeconds(run), s.BudgetSeconds, run.GetStep(), s.Steps)
+		run.Metrics[MetricBudgetSpent] = 1
+		if err := t.runs.Put(ctx, run); err != nil {
+			return SummaryOf(run, s.Steps), err
+		}
+	}
+	if Finished(run, s) {
 		if err := t.record(ctx, run, s, lim, PhaseEnd); err != nil {
 			return SummaryOf(run, s.Steps), err
 		}
@@ -614,7 +657,7 @@ func (t *Trainer) step(ctx context.Context, run *messages.Run, s Settings, lim h
 	}
 	// The held-out evaluation comes after the step is recorded: a run
 	// killed during it loses that point, never the step.
-	if s.EvalEvery > 0 && step%s.EvalEvery == 0 && step < s.Steps {
+	if s.EvalEvery > 0 && step%s.EvalEvery == 0 && step < s.Steps && !BudgetSpent(run, s) {
 		return t.record(ctx, run, s, lim, PhaseStep)
 	}
 	return nil

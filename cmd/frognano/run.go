@@ -44,6 +44,7 @@ func runCmd(a *app) *cobra.Command {
 	var parallel int
 	var hints []int
 	var plotPath string
+	var budget time.Duration
 	s := trainer.Settings{}
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -71,6 +72,12 @@ A killed run resumes with --run ID (the same settings; --steps may raise
 its length): the Learner reopens from its newest checkpoint, the Sampler
 loads the newest published weights, and the loop continues after the last
 recorded step.
+
+With --budget D the run trains for D rather than a number of steps: no step
+starts once its wall time (summed over resumes, warm start included,
+held-out evaluation excluded) has reached D, and the run ends there, its
+end point evaluated; --steps is then an upper bound. Two runs given the same
+budget (the frontier and the uniform arm) are compared at an equal cost.
 
 With --warm-start-epochs N, the run first imitates the synthesizer's own
 gold fixes: up to --warm-start-tasks tasks of the training environment are
@@ -120,12 +127,16 @@ one.`,
 				if cmd.Flags().Changed("steps") {
 					stored.Steps = s.Steps
 				}
+				if cmd.Flags().Changed("budget") {
+					stored.BudgetSeconds = budget.Seconds()
+				}
 				s = stored
 				fmt.Fprintf(out, "resuming run %s (%s) after step %d of %d\n", run.Id, run.Status, run.Step, s.Steps)
 			} else {
 				if s.Seed == 0 {
 					s.Seed = uint64(started.UnixNano())
 				}
+				s.BudgetSeconds = budget.Seconds()
 				if s.WarmStartEpochs > 0 && s.WarmStartEnvs == "" && envSource != "" {
 					src, err := environment.ParseSource(envSource)
 					if err != nil {
@@ -231,7 +242,7 @@ one.`,
 				if err := runs.Put(ctx, run); err != nil {
 					return err
 				}
-				if s.Steps > int(run.Step) || (s.WarmStartEpochs > 0 && run.Metrics[trainer.MetricWarmStartDone] == 0) || trainer.EvalPending(run, s) {
+				if !trainer.Finished(run, s) && s.Steps > 0 || (s.WarmStartEpochs > 0 && run.Metrics[trainer.MetricWarmStartDone] == 0) || trainer.EvalPending(run, s) {
 					sum, err := train(ctx, a, c, run, s, parallel, out, nil, heldOut)
 					printSummary(out, sum, run)
 					writePlot(a, out, run, plotPath)
@@ -258,7 +269,8 @@ one.`,
 	fl.StringVar(&envSource, "env", "six==1.16.0", "environment source to make sure is registered and train on (empty: skip synthesis and training)")
 	fl.Int32Var(&tasks, "tasks", 5, "validated tasks to synthesize from the environment before training (0: none)")
 	fl.StringVar(&runID, "run", "", "run id: resume this run if it is recorded, else start it under this id (default run-<time>)")
-	fl.IntVar(&s.Steps, "steps", 1, "training steps of the run (0: none)")
+	fl.IntVar(&s.Steps, "steps", 1, "training steps of the run (0: none); with --budget, the most it takes")
+	fl.DurationVar(&budget, "budget", 0, "training time of the run (e.g. 60m; 0: none): no step starts once the run's wall time, warm start included and held-out evaluation excluded, reaches it")
 	fl.IntVar(&s.TasksPerStep, "tasks-per-step", 2, "tasks the frontier picks for each step")
 	fl.IntVar(&s.Group, "group", 4, "episodes per task (GRPO's G, at least 2)")
 	fl.StringVar(&s.Mode, "mode", "patch", "patch (one answer of search/replace edits) or agent (the tool loop)")
