@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 )
@@ -44,6 +45,11 @@ type Node struct {
 	// Advertise is the remoting address other nodes should dial, when it differs
 	// from RemoteAddr (NAT, 0.0.0.0 listeners).
 	Advertise string `yaml:"advertise"`
+	// APIToken, when set, is the bearer token every call of the HTTP API
+	// must carry (all but /healthz, /livez and /readyz), membership polls
+	// included; nodes of one cluster share it. It is required when HTTPAddr
+	// is not a loopback address.
+	APIToken string `yaml:"api_token"`
 }
 
 // Cluster is how nodes find each other.
@@ -167,10 +173,10 @@ func decodeYAML(data []byte, cfg *Config) error {
 func (c *Config) Set(key, value string) error {
 	f, ok := fieldByKey(reflect.ValueOf(c).Elem(), strings.Split(key, "."))
 	if !ok {
-		return fmt.Errorf("config: unknown setting %q", key)
+		return fmt.Errorf("config: unknown setting %q", Clip(key, 80))
 	}
 	if err := setValue(f, value); err != nil {
-		return fmt.Errorf("config: %s=%q: %w", key, value, err)
+		return fmt.Errorf("config: %s=%q: %w", key, Clip(value, 80), err)
 	}
 	return nil
 }
@@ -264,7 +270,7 @@ func setValue(f reflect.Value, s string) error {
 	case f.Type() == durationType:
 		d, err := time.ParseDuration(s)
 		if err != nil {
-			return err
+			return errors.New("not a duration (e.g. 500ms, 3s, 1m)")
 		}
 		f.SetInt(int64(d))
 	case f.Kind() == reflect.String:
@@ -272,13 +278,13 @@ func setValue(f reflect.Value, s string) error {
 	case f.Kind() == reflect.Int:
 		n, err := strconv.Atoi(s)
 		if err != nil {
-			return err
+			return errors.New("not an integer")
 		}
 		f.SetInt(int64(n))
 	case f.Kind() == reflect.Bool:
 		b, err := strconv.ParseBool(s)
 		if err != nil {
-			return err
+			return errors.New("not true or false")
 		}
 		f.SetBool(b)
 	case f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.String:
@@ -308,9 +314,12 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: %q has no valid port", key, addr))
 		}
 	}
+	if err := c.checkToken(); err != nil {
+		errs = append(errs, err)
+	}
 	for _, s := range c.Cluster.Seeds {
-		if _, _, err := net.SplitHostPort(s); err != nil {
-			errs = append(errs, fmt.Errorf("cluster.seeds: %q is not HOST:PORT", s))
+		if err := HostPort(s); err != nil {
+			errs = append(errs, fmt.Errorf("cluster.seeds: %w", err))
 		}
 	}
 	if c.Cluster.Name == "" {
@@ -346,6 +355,90 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Redacted stands for a secret in printed configurations.
+const Redacted = "<redacted>"
+
+// MinTokenLength is the shortest node.api_token accepted.
+const MinTokenLength = 16
+
+// checkToken enforces the HTTP API's binding rule: off loopback, a token.
+func (c *Config) checkToken() error {
+	env := EnvName("node.api_token")
+	switch t := c.Node.APIToken; {
+	case t != "" && len(t) < MinTokenLength:
+		return fmt.Errorf("node.api_token: must be at least %d characters (e.g. the output of `openssl rand -hex 32`)", MinTokenLength)
+	case strings.ContainsAny(t, " \t\r\n"):
+		return errors.New("node.api_token: must not contain spaces or line breaks")
+	case t == "" && !LoopbackAddr(c.Node.HTTPAddr):
+		return fmt.Errorf("node.api_token: required because node.http_addr %s is not a loopback address "+
+			"(anyone who can reach it could drive the node): set node.api_token in the config file or %s "+
+			"to a secret of at least %d characters shared by the cluster's nodes and clients, or bind node.http_addr to 127.0.0.1",
+			Clip(c.Node.HTTPAddr, 80), env, MinTokenLength)
+	}
+	return nil
+}
+
+// LoopbackAddr reports whether a HOST:PORT listen address binds to loopback
+// only: an IP in 127.0.0.0/8 or ::1, or "localhost". An empty host, 0.0.0.0,
+// :: and every other name bind (or may bind) beyond the machine.
+func LoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// HostPort checks that s is a plain HOST:PORT that a node may dial: a host
+// (an IP or a DNS name) and a port in 1..65535, nothing else: no scheme,
+// path, query, fragment or user information.
+func HostPort(s string) error {
+	if len(s) > 300 {
+		return fmt.Errorf("%q is not HOST:PORT (too long)", Clip(s, 40))
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("%q is not HOST:PORT", Clip(s, 80))
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 || port != strconv.Itoa(p) {
+		return fmt.Errorf("%q has no valid port", Clip(s, 80))
+	}
+	if net.ParseIP(host) != nil {
+		return nil
+	}
+	if host == "" || len(host) > 253 {
+		return fmt.Errorf("%q has no valid host", Clip(s, 80))
+	}
+	for _, label := range strings.Split(host, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return fmt.Errorf("%q has no valid host", Clip(s, 80))
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+				return fmt.Errorf("%q has no valid host", Clip(s, 80))
+			}
+		}
+	}
+	return nil
+}
+
+// Clip shortens s for an error message: a huge argument is not echoed back
+// whole.
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
+}
+
 // archiveURL reports whether s is a URL debootstrap can fetch from.
 func archiveURL(s string) bool {
 	u, err := url.Parse(s)
@@ -361,8 +454,12 @@ func archiveURL(s string) bool {
 	return false
 }
 
-// YAML renders the resolved configuration, the form printed at start.
+// YAML renders the resolved configuration, the form printed at start. A
+// set node.api_token shows as "<redacted>".
 func (c Config) YAML() string {
+	if c.Node.APIToken != "" {
+		c.Node.APIToken = Redacted
+	}
 	out, err := yaml.Marshal(c)
 	if err != nil { // a plain struct of strings, ints and durations always marshals
 		panic(err)

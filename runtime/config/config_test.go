@@ -152,3 +152,83 @@ func TestEveryKeyHasAnEnvName(t *testing.T) {
 		t.Fatalf("only %d keys", len(Keys()))
 	}
 }
+
+func TestAPITokenRequiredOffLoopback(t *testing.T) {
+	token := "0123456789abcdef0123"
+	tests := []struct {
+		addr, token string
+		wantErr     string // "" when valid
+	}{
+		{"127.0.0.1:7070", "", ""},
+		{"127.0.0.2:0", "", ""},
+		{"[::1]:7070", "", ""},
+		{"localhost:7070", "", ""},
+		{"0.0.0.0:7070", "", "FROGNANO_NODE_API_TOKEN"},
+		{":7070", "", "node.api_token"},
+		{"[::]:7070", "", "node.api_token"},
+		{"10.0.0.2:7070", "", "node.api_token"},
+		{"myhost.example:7070", "", "node.api_token"},
+		{"0.0.0.0:7070", token, ""},
+		{"127.0.0.1:7070", token, ""},
+		{"0.0.0.0:7070", "short", "at least 16"},
+		{"0.0.0.0:7070", "0123456789abcdef 0123", "spaces"},
+	}
+	for _, tt := range tests {
+		cfg := Default()
+		cfg.Node.HTTPAddr, cfg.Node.APIToken = tt.addr, tt.token
+		err := cfg.Validate()
+		switch {
+		case tt.wantErr == "" && err != nil:
+			t.Errorf("%s with token %q: %v", tt.addr, tt.token, err)
+		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+			t.Errorf("%s with token %q: error %v, want one mentioning %q", tt.addr, tt.token, err, tt.wantErr)
+		}
+	}
+	cfg, err := Load("", []string{"FROGNANO_NODE_HTTP_ADDR=0.0.0.0:7070", "FROGNANO_NODE_API_TOKEN=" + token})
+	if err != nil || cfg.Node.APIToken != token || cfg.Validate() != nil {
+		t.Fatalf("token from the environment: %v %q %v", err, cfg.Node.APIToken, cfg.Validate())
+	}
+}
+
+func TestYAMLRedactsTheToken(t *testing.T) {
+	cfg := Default()
+	cfg.Node.APIToken = "s3cret-s3cret-s3cret"
+	out := cfg.YAML()
+	if strings.Contains(out, "s3cret") || !strings.Contains(out, "api_token: "+Redacted) {
+		t.Fatalf("printed configuration shows the token:\n%s", out)
+	}
+	if cfg.Node.APIToken != "s3cret-s3cret-s3cret" {
+		t.Fatal("YAML changed the configuration")
+	}
+}
+
+func TestHostPort(t *testing.T) {
+	for _, ok := range []string{"10.0.0.1:7070", "[::1]:1", "node-a.example:65535", "a:1"} {
+		if err := HostPort(ok); err != nil {
+			t.Errorf("HostPort(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{
+		"", "host", "host:0", "host:65536", "host:http", "host:+80", "http://host:80", "host:80/path",
+		"evil.example/x?y=:80", "user@host:80", "user:pw@host:80", "host:80?q", "host:80#f", "ho st:80",
+		"-host:80", "host..example:80", strings.Repeat("a", 400) + ":80", "[::1]:80/x",
+	} {
+		if err := HostPort(bad); err == nil {
+			t.Errorf("HostPort(%q) accepted", bad)
+		}
+	}
+	if err := HostPort(strings.Repeat("x", 100000) + ":1"); err == nil || len(err.Error()) > 200 {
+		t.Errorf("a huge address is echoed back: %d bytes", len(err.Error()))
+	}
+}
+
+func TestHugeValuesAreClipped(t *testing.T) {
+	cfg := Default()
+	err := cfg.Set("cluster.heartbeat", strings.Repeat("9", 1<<20))
+	if err == nil || len(err.Error()) > 300 {
+		t.Fatalf("error of %d bytes for a 1 MiB value", len(err.Error()))
+	}
+	if got := Clip("héllo", 2); got != "h… (6 bytes)" {
+		t.Fatalf("Clip cut inside a rune: %q", got)
+	}
+}
