@@ -27,6 +27,13 @@ import (
 	"github.com/frognano/frognano/actors/rollout"
 )
 
+// Keys of a curve point's metrics that say what the run had spent at
+// that point.
+const (
+	PointRollouts     = "rollouts"      // training episodes played so far
+	PointTrainSeconds = "train_seconds" // TrainSeconds at the point
+)
+
 // EvalRunID prefixes the run ids of a run's held-out episodes.
 func EvalRunID(runID string) string { return runID + "/eval" }
 
@@ -91,6 +98,14 @@ func (t *Trainer) point(ctx context.Context, run *messages.Run, s Settings, lim 
 			p = last
 		}
 	}
+	// The run's cost so far, for comparisons at equal cost: training
+	// episodes played (demonstrations and held-out episodes not counted)
+	// and training seconds (TrainSeconds).
+	if p.Metrics == nil {
+		p.Metrics = map[string]float64{}
+	}
+	p.Metrics[PointRollouts] = m[MetricEpisodes]
+	p.Metrics[PointTrainSeconds] = t.clock.wall() - m[MetricEvalSeconds]
 	if eval && t.evaluating(s) {
 		if hasPoint(run, phase, p.Step) {
 			return nil
