@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/frognano/frognano/actors/ui"
 	"github.com/frognano/frognano/cmd/internal/nodeflags"
 	"github.com/frognano/frognano/cmd/internal/services"
 	"github.com/frognano/frognano/runtime/config"
@@ -75,7 +76,7 @@ func run(cfg config.Config) error {
 	defer policy.Close()
 	pk, pa, handlers := policy.Options()
 	n, err := node.Start(ctx, cfg, node.Options{Logger: log, Version: node.Version(),
-		Kinds: append(kinds, pk...), Actors: append(actors, pa...), Handlers: handlers})
+		Kinds: append(kinds, pk...), Actors: append(actors, pa...), Handlers: append(handlers, ui.NodeHandler())})
 	if err != nil {
 		return err
 	}

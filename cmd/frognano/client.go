@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/ui"
 	"github.com/frognano/frognano/cmd/internal/nodeflags"
 	"github.com/frognano/frognano/cmd/internal/services"
 	"github.com/frognano/frognano/runtime/config"
@@ -51,7 +52,7 @@ func connect(ctx context.Context, httpAddr string, load func() (config.Config, e
 		policy := services.NewPolicy(services.PolicyConfig{Logger: log})
 		pk, pa, handlers := policy.Options()
 		n, err := node.Start(ctx, cfg, node.Options{Logger: log, Version: node.Version(),
-			Kinds: append(kinds, pk...), Actors: append(actors, pa...), Handlers: handlers})
+			Kinds: append(kinds, pk...), Actors: append(actors, pa...), Handlers: append(handlers, ui.NodeHandler())})
 		if err != nil {
 			return nil, err
 		}

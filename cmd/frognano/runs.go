@@ -90,6 +90,6 @@ pass@1, as a fraction of B's. It needs no node.
 			return trainer.WriteComparison(cmd.OutOrStdout(), arms[0], arms[1])
 		},
 	}
-	cmd.AddCommand(show, compare)
+	cmd.AddCommand(show, compare, runsExportCmd(a))
 	return cmd
 }

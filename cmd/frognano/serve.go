@@ -10,6 +10,7 @@ import (
 
 	"github.com/frognano/frognano/actors/sampler"
 	"github.com/frognano/frognano/actors/sampler/openai"
+	"github.com/frognano/frognano/actors/ui"
 	"github.com/frognano/frognano/cmd/internal/nodeflags"
 	"github.com/frognano/frognano/cmd/internal/services"
 	"github.com/frognano/frognano/kernels/modelstore"
@@ -57,7 +58,7 @@ or the openai Python package with base_url="http://127.0.0.1:7070/v1".`,
 				return err
 			}
 			kinds, actors, handlers := policy.Options()
-			n, err := node.Start(ctx, cfg, node.Options{Logger: log, Version: node.Version(), Kinds: kinds, Actors: actors, Handlers: handlers})
+			n, err := node.Start(ctx, cfg, node.Options{Logger: log, Version: node.Version(), Kinds: kinds, Actors: actors, Handlers: append(handlers, ui.NodeHandler())})
 			if err != nil {
 				return err
 			}

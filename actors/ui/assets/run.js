@@ -1,0 +1,153 @@
+// The run page's charts: one uPlot chart per metric of the run's curve
+// against step, wall time or CPU time; new points arrive over server-sent
+// events and are drawn without reloading the page.
+(function () {
+  "use strict";
+  var root = document.getElementById("charts");
+  var runID = root.dataset.run, prefix = root.dataset.prefix;
+  var points = [];
+  var charts = [];
+  var xKey = "step";
+  var live = document.getElementById("live");
+  var palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"];
+
+  function hintName(level) { return level < 0 ? "all" : "hint " + level; }
+
+  // The charts the page draws, in order: each has a title and series, a
+  // series being a label and a function from a point to a value (or null).
+  function specs() {
+    var levels = {}, metricKeys = {}, hintKeys = {};
+    points.forEach(function (p) {
+      (p.held_out || []).forEach(function (h) { levels[h.hint_level] = true; });
+      Object.keys(p.metrics || {}).forEach(function (k) {
+        if (k.indexOf("batch_hint_") === 0) hintKeys[k] = true; else metricKeys[k] = true;
+      });
+    });
+    var out = [];
+    var lv = Object.keys(levels).map(Number).sort(function (a, b) { return a - b; });
+    out.push({id: "held_out", title: "Held-out pass@1 per hint level", points: true,
+      series: lv.map(function (l) {
+        return {label: hintName(l), get: function (p) {
+          var h = (p.held_out || []).filter(function (h) { return h.hint_level === l; })[0];
+          return h ? h.pass1 : null;
+        }};
+      })});
+    var named = [["solve_rate", "Training solve rate"], ["effective_fraction", "Effective-group fraction"],
+      ["loss", "Loss"], ["grad_norm", "Gradient norm"]];
+    named.forEach(function (n) {
+      delete metricKeys[n[0]];
+      out.push({id: n[0], title: n[1], series: [{label: n[0], get: metric(n[0])}]});
+    });
+    out.push({id: "policy_version", title: "Policy version", series: [{label: "version", get: function (p) { return p.policy_version; }}]});
+    var hk = Object.keys(hintKeys).sort();
+    out.push({id: "hint_mix", title: "Batch hint mix (share of the step's tasks)",
+      series: hk.map(function (k) { return {label: "hint " + k.slice("batch_hint_".length), get: metric(k)}; })});
+    Object.keys(metricKeys).sort().forEach(function (k) {
+      out.push({id: k, title: k, series: [{label: k, get: metric(k)}]});
+    });
+    return out;
+  }
+
+  function metric(k) {
+    return function (p) {
+      var v = (p.metrics || {})[k];
+      return v === undefined ? null : v;
+    };
+  }
+
+  function xOf(p) { return xKey === "step" ? p.step : p[xKey]; }
+
+  function dataFor(spec) {
+    var d = [points.map(xOf)];
+    spec.series.forEach(function (s) { d.push(points.map(s.get)); });
+    return d;
+  }
+
+  function width() { return Math.max(320, Math.min(560, root.clientWidth / 2 - 24)); }
+
+  function build() {
+    charts.forEach(function (c) { c.plot.destroy(); c.box.remove(); });
+    charts = [];
+    specs().forEach(function (spec) {
+      var box = document.createElement("div");
+      box.className = "chart";
+      box.id = "chart-" + spec.id;
+      root.appendChild(box);
+      var series = [{label: xKey.replace("_", " ")}];
+      spec.series.forEach(function (s, i) {
+        series.push({label: s.label, stroke: palette[i % palette.length], width: 2, spanGaps: true,
+          points: {show: spec.points || points.length < 60}});
+      });
+      var opts = {title: spec.title, width: width(), height: 220, series: series,
+        scales: {x: {time: false}}, legend: {live: true},
+        axes: [{label: xKey === "step" ? "step" : xKey.replace("_", " ")}, {}]};
+      var plot = new uPlot(opts, dataFor(spec), box);
+      charts.push({spec: spec, plot: plot, box: box, n: spec.series.length});
+    });
+    root.dataset.points = String(points.length);
+    root.dataset.charts = String(charts.length);
+  }
+
+  // update redraws in place, or rebuilds when a point brought a new series
+  // (a first evaluation, a new hint level, a new metric).
+  function update() {
+    var fresh = specs();
+    var same = fresh.length === charts.length && fresh.every(function (s, i) {
+      return s.id === charts[i].spec.id && s.series.length === charts[i].n;
+    });
+    if (!same) { build(); return; }
+    charts.forEach(function (c, i) { c.spec = fresh[i]; c.plot.setData(dataFor(fresh[i])); });
+    root.dataset.points = String(points.length);
+    document.getElementById("npoints").textContent = String(points.length);
+  }
+
+  function fmt(x) { return Math.round(x).toString(); }
+
+  function addRow(p) {
+    var tbody = document.querySelector("#points tbody");
+    var row = tbody.querySelector('tr[data-index="' + p.index + '"]');
+    var cells = [p.index, p.phase, p.step, "v" + p.policy_version, fmt(p.wall_seconds), fmt(p.cpu_seconds),
+      p.metrics && p.metrics.solve_rate !== undefined ? p.metrics.solve_rate.toFixed(3) : "-",
+      (p.held_out || []).map(function (h) { return hintName(h.hint_level) + " pass@1 " + h.pass1.toFixed(3); }).join("; ") || "-", ""];
+    var fresh = document.createElement("tr");
+    fresh.dataset.index = String(p.index);
+    cells.forEach(function (c) { var td = document.createElement("td"); td.textContent = String(c); fresh.appendChild(td); });
+    if (row) {
+      fresh.lastChild.replaceWith(row.lastChild.cloneNode(true));
+      row.replaceWith(fresh);
+    } else {
+      tbody.insertBefore(fresh, tbody.firstChild);
+    }
+  }
+
+  function connect() {
+    var es = new EventSource(prefix + "run/events?id=" + encodeURIComponent(runID) + "&have=" + points.length);
+    es.addEventListener("open", function () { live.textContent = "live"; live.className = "live on"; });
+    es.addEventListener("point", function (e) {
+      var p = JSON.parse(e.data);
+      points[p.index] = p;
+      addRow(p);
+      update();
+    });
+    es.addEventListener("status", function (e) {
+      var s = JSON.parse(e.data);
+      var st = document.getElementById("run-status");
+      st.textContent = s.status;
+      st.className = "status " + s.status;
+      document.getElementById("run-step").textContent = String(s.step);
+    });
+    es.addEventListener("error", function () { live.textContent = "reconnecting…"; live.className = "live"; });
+  }
+
+  document.getElementById("xaxis").addEventListener("change", function (e) { xKey = e.target.value; build(); });
+  window.addEventListener("resize", function () { charts.forEach(function (c) { c.plot.setSize({width: width(), height: 220}); }); });
+
+  fetch(prefix + "run/data?id=" + encodeURIComponent(runID)).then(function (r) {
+    if (!r.ok) throw new Error("run data: HTTP " + r.status);
+    return r.json();
+  }).then(function (d) {
+    points = d.points || [];
+    build();
+    connect();
+  }).catch(function (err) { live.textContent = String(err); });
+})();

@@ -1,0 +1,172 @@
+package ui_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/ui"
+	"github.com/frognano/frognano/persistence"
+	"github.com/frognano/frognano/runtime/config"
+	"github.com/frognano/frognano/runtime/node"
+)
+
+// The records under testdata/real were read out of a real node's store: a
+// training run of SmolLM2-135M as it stood after its start evaluation, five
+// of its episodes (two held-out ones, three of its warm start, whose
+// patches applied), the warm start's tasks and their environment.
+// startNode writes them into a fresh node's store through the persistence
+// API, then plays the run on: it adds step points the way the trainer
+// does, so the run page has a curve to draw.
+
+const realRun = "run-20261201-202002.493"
+
+func readProto(t *testing.T, name string, m proto.Message) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "real", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proto.Unmarshal(b, m); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+}
+
+type fixture struct {
+	node  *node.Node
+	base  string // http://HOST:PORT/ui/
+	run   *messages.Run
+	trajs []*messages.Trajectory
+	tasks []*messages.Task
+	env   *messages.Environment
+}
+
+// stepPoint is what the trainer records after step n (trainer.go's step):
+// the training figures, the batch's hint mix, the clock.
+func stepPoint(n int, version int64) *messages.RunPoint {
+	return &messages.RunPoint{Step: int64(n), Phase: "step", PolicyVersion: version,
+		WallSeconds: 420 + 95*float64(n), CpuSeconds: 610 + 170*float64(n),
+		Metrics: map[string]float64{
+			"solve_rate": 0.2 + 0.05*float64(n%4), "effective_fraction": 0.5 + 0.1*float64(n%3),
+			"loss": 0.05 - 0.004*float64(n), "grad_norm": 1.5 - 0.1*float64(n),
+			"batch_hint_1": 0.5, "batch_hint_3": 0.25, "batch_hint_4": 0.25,
+		}}
+}
+
+func startNode(t *testing.T, steps int) *fixture {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Node.DataDir = filepath.Join(t.TempDir(), "data")
+	cfg.Node.HTTPAddr = "127.0.0.1:0"
+	cfg.Node.RemoteAddr = "127.0.0.1:0"
+	cfg.Cluster.Heartbeat = 100 * time.Millisecond
+	cfg.Cluster.FailureTimeout = time.Second
+	cfg.Log.Level = "warn"
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	n, err := node.Start(context.Background(), cfg, node.Options{Version: "test", Logger: quiet, Handlers: []node.Handler{ui.NodeHandler()}})
+	if err != nil {
+		t.Fatalf("start node: %v", err)
+	}
+	t.Cleanup(func() { n.Stop(context.Background()) })
+	f := &fixture{node: n, base: "http://" + n.HTTPAddr() + ui.Prefix}
+	ctx := context.Background()
+	db := n.DB()
+
+	f.run = &messages.Run{}
+	readProto(t, "run.binpb", f.run)
+	if f.run.GetId() != realRun || len(f.run.GetCurve()) != 1 || len(f.run.GetCurve()[0].GetHeldOut()) == 0 {
+		t.Fatalf("testdata run: %s with %d points", f.run.GetId(), len(f.run.GetCurve()))
+	}
+	for i := 1; i <= steps; i++ {
+		f.run.Curve = append(f.run.Curve, stepPoint(i, int64(i)))
+	}
+	f.run.Step = int64(steps)
+	if err := db.Runs().Put(ctx, f.run); err != nil {
+		t.Fatal(err)
+	}
+
+	f.env = &messages.Environment{}
+	readProto(t, "env.binpb", f.env)
+	if err := db.Environments().Put(ctx, f.env); err != nil {
+		t.Fatal(err)
+	}
+	names, _ := filepath.Glob(filepath.Join("testdata", "real", "*.binpb"))
+	for _, path := range names {
+		name := filepath.Base(path)
+		switch {
+		case strings.HasPrefix(name, "task-"):
+			task := &messages.Task{}
+			readProto(t, name, task)
+			if err := db.Tasks().Put(ctx, task); err != nil {
+				t.Fatal(err)
+			}
+			f.tasks = append(f.tasks, task)
+		case strings.HasPrefix(name, "traj-"):
+			traj := &messages.Trajectory{}
+			readProto(t, name, traj)
+			if err := db.Trajectories().Append(ctx, traj); err != nil {
+				t.Fatal(err)
+			}
+			f.trajs = append(f.trajs, traj)
+		}
+	}
+	if len(f.tasks) == 0 || len(f.trajs) == 0 {
+		t.Fatal("testdata: no tasks or trajectories")
+	}
+	// A training episode of step 1 (played at v0), made from a real one.
+	train := proto.Clone(f.trajs[len(f.trajs)-1]).(*messages.Trajectory)
+	train.RunId, train.Id, train.PolicyVersion = realRun, realRun+"/step-1/"+train.GetTaskId(), 0
+	if err := db.Trajectories().Append(ctx, train); err != nil {
+		t.Fatal(err)
+	}
+	f.trajs = append(f.trajs, train)
+
+	// The frontier's record of the pool: posteriors for the tasks, a
+	// calibration and one synthesis request.
+	var stats []*messages.TaskStats
+	for i, task := range f.tasks {
+		stats = append(stats, &messages.TaskStats{TaskId: task.GetId(), Alpha: 1 + float64(i), Beta: 3, Attempts: int64(4 * (i + 1)), Successes: int64(i), PolicyVersion: 1})
+	}
+	state := &messages.FrontierState{PolicyVersion: 1, BatchSeq: 3, TotalGroups: 12, TotalEffectiveGroups: 5, Mode: "patch",
+		Calibration:      []*messages.CalibrationBin{{PredictedSum: 1, ObservedSum: 0.5, Episodes: 8}, {PredictedSum: 4, ObservedSum: 5, Episodes: 10}},
+		ModelCalibration: []*messages.CalibrationBin{{PredictedSum: 2, ObservedSum: 1, Episodes: 6}},
+		Synthesis: []*messages.SynthesisRecord{{Id: "synth-1", Spec: &messages.SynthesisSpec{Environment: f.env.GetName(), Operators: []string{"swap_operands"}, Bugs: 1, HintLevel: 3, Mode: "patch"},
+			Asked: 4, Predicted: 0.4, Status: "done", TaskIds: []string{f.tasks[0].GetId()}, Graded: 1, Effective: 1}},
+		Counters: map[string]int64{"outcomes": 48}}
+	if err := db.Frontier().Commit(ctx, persistence.DefaultFrontier, state, stats); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// appendPoint records one more step of the run, as the trainer does
+// between two reads of the page.
+func (f *fixture) appendPoint(t *testing.T) *messages.RunPoint {
+	t.Helper()
+	ctx := context.Background()
+	run, err := f.node.DB().Runs().Get(ctx, realRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(run.GetCurve())
+	p := stepPoint(n, int64(n))
+	p.Metrics["solve_rate"] = 0.875
+	run.Curve = append(run.Curve, p)
+	run.Step = int64(n)
+	if err := f.node.DB().Runs().Put(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	f.run = run
+	return p
+}
+
+func (f *fixture) url(path string, args ...any) string { return f.base + fmt.Sprintf(path, args...) }

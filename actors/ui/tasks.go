@@ -1,0 +1,178 @@
+package ui
+
+import (
+	"errors"
+	"maps"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+
+	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/persistence"
+)
+
+type taskRow struct {
+	ID          string
+	Environment string
+	Operators   []string
+	Hint        int32
+	Mode        string
+	FailToPass  int
+	Lines       int32
+	Attempts    int64
+	Successes   int64
+	Mean        float64 // posterior mean solve rate (default estimator)
+	HasStats    bool
+}
+
+func operatorsOf(t *messages.Task) []string {
+	ops := t.GetDifficulty().GetOperators()
+	if len(ops) == 0 && t.GetProvenance().GetOperator() != "" {
+		ops = []string{t.GetProvenance().GetOperator()}
+	}
+	return ops
+}
+
+func taskRowOf(t *messages.Task, st *messages.TaskStats) taskRow {
+	d := t.GetDifficulty()
+	row := taskRow{ID: t.GetId(), Environment: t.GetEnvironment(), Operators: operatorsOf(t), Hint: d.GetHintLevel(),
+		Mode: d.GetMode(), FailToPass: len(t.GetFailToPass()), Lines: d.GetLinesTouched()}
+	if st != nil {
+		row.HasStats = true
+		row.Attempts, row.Successes = st.GetAttempts(), st.GetSuccesses()
+		row.Mean = betaMean(st)
+	}
+	return row
+}
+
+func betaMean(st *messages.TaskStats) float64 {
+	a, b := st.GetAlpha(), st.GetBeta()
+	if a+b <= 0 {
+		return 0
+	}
+	return a / (a + b)
+}
+
+// betaInterval is a 95% interval of the Beta(alpha, beta) posterior by its
+// normal approximation (mean ± 1.96 sd, clipped to [0, 1]).
+func betaInterval(st *messages.TaskStats) (lo, hi float64) {
+	a, b := st.GetAlpha(), st.GetBeta()
+	if a+b <= 0 {
+		return 0, 1
+	}
+	m := a / (a + b)
+	sd := math.Sqrt(a * b / ((a + b) * (a + b) * (a + b + 1)))
+	return max(0, m-1.96*sd), min(1, m+1.96*sd)
+}
+
+// tasksPage lists tasks, filtered by ?env=, ?op= (an operator) and ?hint=.
+func (s *Server) tasksPage(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	q := r.URL.Query()
+	env, op, hintArg := q.Get("env"), q.Get("op"), q.Get("hint")
+	hint := int64(-1)
+	if hintArg != "" {
+		h, err := strconv.ParseInt(hintArg, 10, 32)
+		if err != nil {
+			s.renderStatus(w, r, http.StatusBadRequest, "hint: "+err.Error())
+			return
+		}
+		hint = h
+	}
+	tasks, err := s.cfg.Stores.Tasks().List(ctx, persistence.TaskFilter{Environment: env})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	stats, err := s.cfg.Stores.Frontier().Stats(ctx, persistence.DefaultFrontier)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	byTask := map[string]*messages.TaskStats{}
+	for _, st := range stats {
+		byTask[st.GetTaskId()] = st
+	}
+	envs, err := s.cfg.Stores.Environments().List(ctx)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	envNames := map[string]bool{}
+	for _, e := range envs {
+		envNames[e.GetName()] = true
+	}
+	ops, hints := map[string]bool{}, map[int32]bool{}
+	var rows []taskRow
+	total := 0
+	for _, t := range tasks {
+		envNames[t.GetEnvironment()] = true
+		tOps := operatorsOf(t)
+		for _, o := range tOps {
+			ops[o] = true
+		}
+		hints[t.GetDifficulty().GetHintLevel()] = true
+		if op != "" && !slices.Contains(tOps, op) {
+			continue
+		}
+		if hint >= 0 && int64(t.GetDifficulty().GetHintLevel()) != hint {
+			continue
+		}
+		total++
+		if len(rows) < maxListed {
+			rows = append(rows, taskRowOf(t, byTask[t.GetId()]))
+		}
+	}
+	s.render(w, r, "tasks", "Tasks", "tasks", struct {
+		Env, Op, Hint string
+		Envs, Ops     []string
+		Hints         []int32
+		Rows          []taskRow
+		Total         int
+	}{env, op, hintArg, slices.Sorted(maps.Keys(envNames)), slices.Sorted(maps.Keys(ops)), slices.Sorted(maps.Keys(hints)), rows, total})
+}
+
+func (s *Server) taskPage(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	t, err := s.cfg.Stores.Tasks().Get(ctx, r.URL.Query().Get("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var st *messages.TaskStats
+	stats, err := s.cfg.Stores.Frontier().Stats(ctx, persistence.DefaultFrontier)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	for _, x := range stats {
+		if x.GetTaskId() == t.GetId() {
+			st = x
+		}
+	}
+	trajs, err := s.cfg.Stores.Trajectories().ListByTask(ctx, t.GetId())
+	if err != nil && !errors.Is(err, persistence.ErrNotFound) {
+		s.fail(w, r, err)
+		return
+	}
+	var rows []trajRow
+	for i, tr := range trajs {
+		if i >= maxListed {
+			break
+		}
+		rows = append(rows, trajRowOf(tr))
+	}
+	var lo, hi float64
+	if st != nil {
+		lo, hi = betaInterval(st)
+	}
+	s.render(w, r, "task", "Task "+t.GetId(), "tasks", struct {
+		Task     *messages.Task
+		Row      taskRow
+		Stats    *messages.TaskStats
+		Lo, Hi   float64
+		Episodes []trajRow
+		Total    int
+	}{t, taskRowOf(t, st), st, lo, hi, rows, len(trajs)})
+}

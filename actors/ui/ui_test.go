@@ -1,0 +1,197 @@
+package ui_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/frognano/frognano/actors/ui"
+)
+
+func get(t *testing.T, u string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatalf("GET %s: %v", u, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestPagesShowTheStoredRecords reads every page of a node holding a real
+// run's records and checks each shows what the store holds.
+func TestPagesShowTheStoredRecords(t *testing.T) {
+	f := startNode(t, 3)
+	q := url.QueryEscape
+	eval := f.trajs[0]
+	warm := f.trajs[2]
+	cases := []struct {
+		path string
+		want []string
+	}{
+		{"", []string{realRun, "running", "3 / "}},
+		{"run?id=" + q(realRun), []string{realRun, "hint 3 pass@1", "all pass@1", "trajectories?run=" + q(realRun) + "&amp;eval=start-0", "trajectories?run=" + q(realRun) + "&amp;version=0"}},
+		{"trajectories?run=" + q(realRun) + "&eval=start-0", []string{eval.GetId()[len(eval.GetRunId())+1:][:10], ">2<"}},
+		{"trajectories?run=" + q(realRun) + "&version=0", []string{"played at policy v0", ">1<"}},
+		{"trajectory?id=" + q(warm.GetId()), []string{warm.GetTermination(), `class="diff"`, `<span class="add">+    return getattr(self, _assertCountEqual)(*args, **kwargs)`, `<span class="del">-    return getattr(_assertCountEqual, self)`}},
+		{"tasks", []string{f.tasks[0].GetId(), f.env.GetName()}},
+		{"tasks?env=" + q(f.env.GetName()) + "&hint=" + q("99"), []string{`id="ntasks">0<`}},
+		{"task?id=" + q(f.tasks[0].GetId()), []string{"FAIL_TO_PASS", f.tasks[0].GetFailToPass()[0], `<span class="del">`, `<span class="add">`}},
+		{"cluster", []string{f.env.GetName(), f.node.Address(), "(this node)"}},
+		{"frontier", []string{"synth-1", "effective fraction 0.417", f.tasks[0].GetId()}},
+	}
+	for _, c := range cases {
+		code, body := get(t, f.url("%s", c.path))
+		if code != http.StatusOK {
+			t.Errorf("/ui/%s: %d\n%s", c.path, code, body)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(body, w) {
+				t.Errorf("/ui/%s does not show %q", c.path, w)
+			}
+		}
+	}
+	for _, path := range []string{"run?id=nope", "trajectory?id=nope", "task?id=nope"} {
+		if code, _ := get(t, f.url("%s", path)); code != http.StatusNotFound {
+			t.Errorf("/ui/%s: %d, want 404", path, code)
+		}
+	}
+	if code, body := get(t, f.url("static/uPlot.iife.min.js")); code != http.StatusOK || !strings.Contains(body, "uPlot") {
+		t.Errorf("the embedded chart library: %d", code)
+	}
+}
+
+// TestRunEventsStreamNewAndRewrittenPoints listens to a run's event stream
+// while the run gains a point and then has that point rewritten (a step's
+// held-out scores fill in after it was recorded).
+func TestRunEventsStreamNewAndRewrittenPoints(t *testing.T) {
+	f := startNode(t, 2)
+	have := len(f.run.GetCurve())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", f.url("run/events?id=%s&have=%d", url.QueryEscape(realRun), have), nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("content type %q", ct)
+	}
+	events := make(chan [2]string, 16)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 1<<20)
+		var name string
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "event: "):
+				name = line[len("event: "):]
+			case strings.HasPrefix(line, "data: "):
+				events <- [2]string{name, line[len("data: "):]}
+			}
+		}
+		close(events)
+	}()
+	next := func(want string) ui.Point {
+		t.Helper()
+		for {
+			select {
+			case e, ok := <-events:
+				if !ok {
+					t.Fatalf("stream ended before a %s event", want)
+				}
+				if e[0] != want {
+					continue
+				}
+				var p ui.Point
+				if want == "point" {
+					if err := json.Unmarshal([]byte(e[1]), &p); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return p
+			case <-ctx.Done():
+				t.Fatalf("no %s event", want)
+			}
+		}
+	}
+	next("status") // the stream's first state
+	added := f.appendPoint(t)
+	p := next("point")
+	if p.Index != have || p.Step != added.GetStep() || p.Metrics["solve_rate"] != 0.875 {
+		t.Fatalf("new point: %+v", p)
+	}
+	run, _ := f.node.DB().Runs().Get(context.Background(), realRun)
+	run.Curve[have].HeldOut = append(run.Curve[have].HeldOut, f.run.GetCurve()[0].GetHeldOut()...)
+	if err := f.node.DB().Runs().Put(context.Background(), run); err != nil {
+		t.Fatal(err)
+	}
+	p = next("point")
+	if p.Index != have || len(p.HeldOut) == 0 {
+		t.Fatalf("rewritten point: %+v", p)
+	}
+}
+
+// TestExportWritesEveryPoint reads the csv and jsonl exports back.
+func TestExportWritesEveryPoint(t *testing.T) {
+	f := startNode(t, 4)
+	code, body := get(t, f.url("run/export?id=%s&format=csv", url.QueryEscape(realRun)))
+	if code != http.StatusOK {
+		t.Fatalf("csv: %d %s", code, body)
+	}
+	rows, err := csv.NewReader(strings.NewReader(body)).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1+len(f.run.GetCurve()) {
+		t.Fatalf("%d csv rows for %d points", len(rows), len(f.run.GetCurve()))
+	}
+	col := map[string]int{}
+	for i, h := range rows[0] {
+		col[h] = i
+	}
+	for _, h := range []string{"phase", "step", "solve_rate", "loss", "batch_hint_3", "pass1_all"} {
+		if _, ok := col[h]; !ok {
+			t.Fatalf("csv header %v lacks %s", rows[0], h)
+		}
+	}
+	if got := rows[1][col["phase"]]; got != "start" || rows[1][col["pass1_all"]] == "" || rows[1][col["loss"]] != "" {
+		t.Errorf("start row: %v", rows[1])
+	}
+	if got, _ := strconv.ParseFloat(rows[3][col["solve_rate"]], 64); math.Abs(got-0.3) > 1e-12 {
+		t.Errorf("step 2 solve rate %v, want 0.3", got)
+	}
+
+	code, body = get(t, f.url("run/export?id=%s&format=jsonl", url.QueryEscape(realRun)))
+	if code != http.StatusOK {
+		t.Fatalf("jsonl: %d", code)
+	}
+	lines := bytes.Split(bytes.TrimSpace([]byte(body)), []byte("\n"))
+	if len(lines) != len(f.run.GetCurve()) {
+		t.Fatalf("%d jsonl lines for %d points", len(lines), len(f.run.GetCurve()))
+	}
+	var last struct {
+		Run string `json:"run"`
+		ui.Point
+	}
+	if err := json.Unmarshal(lines[len(lines)-1], &last); err != nil || last.Run != realRun || last.Step != 4 || math.Abs(last.Metrics["grad_norm"]-1.1) > 1e-12 {
+		t.Errorf("last jsonl line %s: %+v %v", lines[len(lines)-1], last, err)
+	}
+	if code, _ := get(t, f.url("run/export?id=%s&format=xml", url.QueryEscape(realRun))); code != http.StatusBadRequest {
+		t.Errorf("format xml: %d", code)
+	}
+}
