@@ -3,15 +3,30 @@
 // endpoint and publish the live set as the cluster topology. Each member also
 // carries its node facts (capabilities), which placement decisions need and
 // protoactor's own member record does not hold.
+//
+// What a poller or a peer's answer can make a node do is bounded: a node is
+// a member only once it has answered a poll itself, as a node of the same
+// cluster; the node dials only plain HOST:PORT addresses and builds every
+// URL itself (always http://HOST:PORT/cluster/v1/members, no redirects
+// followed); a poller is polled back at its own source IP (its header gives
+// only the port); with a cluster token every poll carries it and an
+// unauthenticated poller is not polled back at all; without one (a cluster
+// on loopback) only loopback addresses are dialled, apart from the seeds.
 package membership
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +34,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/runtime/config"
 )
 
 // Path is where every node serves its view of the cluster.
@@ -30,7 +46,7 @@ type Member struct {
 	Cluster  string          `json:"cluster"` // cluster name
 	Host     string          `json:"host"`    // remoting host
 	Port     int             `json:"port"`    // remoting port
-	HTTP     string          `json:"http"`    // HTTP address (membership, health)
+	HTTP     string          `json:"http"`    // HTTP address (membership, health): where this node reached it
 	Kinds    []string        `json:"kinds"`
 	NodeInfo json.RawMessage `json:"node_info,omitempty"` // messages.NodeInfo as protojson
 }
@@ -59,6 +75,8 @@ type Provider struct {
 	timeout   time.Duration
 	log       *slog.Logger
 	client    *http.Client
+	token     string
+	tokenSum  [sha256.Size]byte
 
 	mu       sync.Mutex
 	self     Member
@@ -68,20 +86,35 @@ type Provider struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 	info     func() *messages.NodeInfo
-	// callers are HTTP addresses of nodes that polled us, so that a node
-	// started without seeds still learns about nodes that joined through it.
-	callers map[string]time.Time
+	// candidates are HTTP addresses to probe once on the next round: nodes
+	// that polled us (so that a node started without seeds still learns
+	// about nodes that joined through it) and members that peers report.
+	// None is a member until it answers itself.
+	candidates map[string]bool
 }
 
-// callerHeader carries the polling node's HTTP address.
+// callerHeader carries the polling node's HTTP address; only its port is
+// used, the host is the poll's source address.
 const callerHeader = "X-Frognano-Member"
+
+// maxCandidates bounds the addresses probed per round beyond the seeds and
+// the members, so that no stream of polls can make a node send many
+// requests.
+const maxCandidates = 64
+
+// maxView bounds a peer's answer.
+const maxView = 4 << 20
 
 // Options configure a Provider.
 type Options struct {
 	Seeds          []string      // HTTP addresses of nodes to join through
 	Heartbeat      time.Duration // poll interval
 	FailureTimeout time.Duration // silence after which a member is gone
-	Logger         *slog.Logger
+	// Token is the cluster's bearer token (node.api_token), sent with every
+	// poll and required of pollers. Empty: a cluster on loopback, whose
+	// nodes dial only loopback addresses (and the seeds).
+	Token  string
+	Logger *slog.Logger
 }
 
 // New returns a provider for a node whose HTTP server is reachable at httpAddr;
@@ -96,21 +129,51 @@ func New(httpAddr string, info func() *messages.NodeInfo, o Options) *Provider {
 		heartbeat: o.Heartbeat,
 		timeout:   o.FailureTimeout,
 		log:       o.Logger,
-		client:    &http.Client{Timeout: o.Heartbeat},
-		self:      Member{HTTP: httpAddr},
-		lastSeen:  map[string]time.Time{},
-		callers:   map[string]time.Time{},
-		members:   map[string]Member{},
+		token:     o.Token,
+		tokenSum:  sha256.Sum256([]byte(o.Token)),
+		client: &http.Client{
+			Timeout: o.Heartbeat,
+			// A peer answers or it does not; it cannot send the node elsewhere.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		self:       Member{HTTP: httpAddr},
+		lastSeen:   map[string]time.Time{},
+		candidates: map[string]bool{},
+		members:    map[string]Member{},
 	}
 }
 
-// Handler serves this node's view: itself and every member it believes alive.
+// Authorized reports whether r carries the cluster's bearer token (always
+// true for a cluster without one), comparing in constant time.
+func (p *Provider) Authorized(r *http.Request) bool {
+	if p.token == "" {
+		return true
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	sum := sha256.Sum256([]byte(got))
+	return ok && subtle.ConstantTimeCompare(sum[:], p.tokenSum[:]) == 1
+}
+
+// Handler serves this node's view: itself and every member it believes
+// alive. GET only; a poller's X-Frognano-Member header, when the poll is
+// authorized, makes it a candidate probed once at its source IP.
 func (p *Provider) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "use GET "+Path, http.StatusMethodNotAllowed)
+			return
+		}
+		if !p.Authorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="frognano"`)
+			http.Error(w, "missing or wrong bearer token (node.api_token)", http.StatusUnauthorized)
+			return
+		}
 		raw, _ := protojson.Marshal(p.info())
+		caller, callerOK := p.callerAddr(r)
 		p.mu.Lock()
-		if caller := r.Header.Get(callerHeader); caller != "" {
-			p.callers[caller] = time.Now()
+		if callerOK {
+			p.addCandidateLocked(caller)
 		}
 		if p.self.ID != "" {
 			p.self.NodeInfo = raw
@@ -125,6 +188,52 @@ func (p *Provider) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(v)
 	})
+}
+
+// callerAddr is where a poller is polled back: the port its header names,
+// at the IP its poll came from.
+func (p *Provider) callerAddr(r *http.Request) (string, bool) {
+	h := r.Header.Get(callerHeader)
+	if h == "" || len(h) > 300 {
+		return "", false
+	}
+	_, port, err := net.SplitHostPort(h)
+	if err != nil {
+		return "", false
+	}
+	src, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return "", false
+	}
+	addr := net.JoinHostPort(src, port)
+	if !p.dialable(addr) {
+		return "", false
+	}
+	return addr, true
+}
+
+// dialable reports whether the node may poll addr: a plain HOST:PORT, and
+// on a cluster without a token a loopback one.
+func (p *Provider) dialable(addr string) bool {
+	if config.HostPort(addr) != nil {
+		return false
+	}
+	if p.token == "" {
+		return config.LoopbackAddr(addr)
+	}
+	return true
+}
+
+func (p *Provider) addCandidateLocked(addr string) {
+	if addr == p.self.HTTP || p.candidates[addr] || len(p.candidates) >= maxCandidates {
+		return
+	}
+	for _, m := range p.members {
+		if m.HTTP == addr {
+			return
+		}
+	}
+	p.candidates[addr] = true
 }
 
 // StartMember joins the cluster as a full member.
@@ -198,9 +307,9 @@ func (p *Provider) loop(ctx context.Context) {
 	}
 }
 
-// poll asks every seed and every known member for its view. A member counts as
-// alive only when it answers itself; members learned second-hand are probed
-// directly on the next round.
+// poll asks every seed, every known member and this round's candidates for
+// its view. A node counts as a member only when it answers itself; members
+// learned second-hand are candidates, probed directly on the next round.
 func (p *Provider) poll(ctx context.Context) {
 	p.mu.Lock()
 	targets := map[string]bool{}
@@ -212,13 +321,10 @@ func (p *Provider) poll(ctx context.Context) {
 			targets[m.HTTP] = true
 		}
 	}
-	for addr, when := range p.callers {
-		if time.Since(when) > p.timeout {
-			delete(p.callers, addr)
-			continue
-		}
+	for addr := range p.candidates {
 		targets[addr] = true
 	}
+	clear(p.candidates)
 	delete(targets, p.self.HTTP)
 	p.mu.Unlock()
 
@@ -230,24 +336,34 @@ func (p *Provider) poll(ctx context.Context) {
 	for addr := range targets {
 		go func(addr string) {
 			v, err := p.fetch(ctx, addr)
+			v.Self.HTTP = addr // where it answered, not what it claims
 			results <- answer{v, err}
 		}(addr)
 	}
 	now := time.Now()
 	heard := map[string]Member{}
-	learned := map[string]Member{}
+	var learned []string
 	for range targets {
 		a := <-results
 		if a.err != nil {
 			continue
 		}
-		if a.v.Self.Cluster != p.self.Cluster {
-			p.log.Warn("ignoring node of another cluster", "node", a.v.Self.HTTP, "cluster", a.v.Self.Cluster)
+		self := a.v.Self
+		switch {
+		case self.Cluster != p.self.Cluster:
+			p.log.Warn("ignoring node of another cluster", "node", self.HTTP, "cluster", config.Clip(self.Cluster, 80))
 			continue
+		case self.ID == "" || len(self.ID) > 200 || config.HostPort(self.Address()) != nil:
+			p.log.Warn("ignoring an answer that is not a member record", "node", self.HTTP)
+			continue
+		case self.ID == p.self.ID:
+			continue // this node, reached at another of its addresses
 		}
-		heard[a.v.Self.ID] = a.v.Self
+		heard[self.ID] = self
 		for _, m := range a.v.Members {
-			learned[m.ID] = m
+			if m.ID != p.self.ID && p.dialable(m.HTTP) {
+				learned = append(learned, m.HTTP)
+			}
 		}
 	}
 
@@ -261,15 +377,9 @@ func (p *Provider) poll(ctx context.Context) {
 		p.members[id] = m
 		p.lastSeen[id] = now
 	}
-	for id, m := range learned {
-		if _, ok := p.members[id]; !ok && id != p.self.ID {
-			// Probe it directly next round; do not trust it as alive yet.
-			if _, direct := heard[id]; !direct {
-				p.members[id] = m
-				p.lastSeen[id] = now.Add(-p.timeout / 2)
-				changed = true
-			}
-		}
+	for _, addr := range learned {
+		// Probe it directly next round; do not trust it as alive yet.
+		p.addCandidateLocked(addr)
 	}
 	p.lastSeen[p.self.ID] = now
 	for id, seen := range p.lastSeen {
@@ -288,11 +398,18 @@ func (p *Provider) poll(ctx context.Context) {
 
 func (p *Provider) fetch(ctx context.Context, addr string) (view, error) {
 	var v view
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+Path, nil)
+	if config.HostPort(addr) != nil {
+		return v, fmt.Errorf("not HOST:PORT: %q", config.Clip(addr, 80))
+	}
+	u := url.URL{Scheme: "http", Host: addr, Path: Path}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return v, err
 	}
 	req.Header.Set(callerHeader, p.self.HTTP)
+	if p.token != "" {
+		req.Header.Set("Authorization", "Bearer "+p.token)
+	}
 	resp, err := p.client.Do(req)
 	if err != nil {
 		return v, err
@@ -301,7 +418,7 @@ func (p *Provider) fetch(ctx context.Context, addr string) (view, error) {
 	if resp.StatusCode != http.StatusOK {
 		return v, fmt.Errorf("%s: %s", addr, resp.Status)
 	}
-	err = json.NewDecoder(resp.Body).Decode(&v)
+	err = json.NewDecoder(io.LimitReader(resp.Body, maxView)).Decode(&v)
 	return v, err
 }
 

@@ -2,10 +2,14 @@ package node
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,6 +56,63 @@ func (n *Node) checks() []check {
 	}
 }
 
+// HTTPLimits bound what one client of the node's HTTP server can hold.
+// Zero fields take DefaultHTTPLimits' values.
+type HTTPLimits struct {
+	// ReadHeader is the time a client has to send the request line and
+	// headers; Read the time to send the whole request, body included. Once
+	// the body has been read, net/http lifts the read deadline and a handler
+	// may run as long as it needs (a generation).
+	ReadHeader, Read time.Duration
+	// Write is how long one write may wait on a client that does not read;
+	// every write a handler makes gets this much anew, so a long stream runs
+	// while its client reads and is cut once it stops.
+	Write time.Duration
+	// Idle is how long a keep-alive connection may wait for its next request.
+	Idle time.Duration
+	// MaxHeaderBytes bounds the request line and headers.
+	MaxHeaderBytes int
+	// MaxBody bounds a request body on mounted handlers that set no
+	// MaxBody of their own; the node's own paths take no body.
+	MaxBody int64
+}
+
+// DefaultHTTPLimits are the limits of a node's HTTP server.
+var DefaultHTTPLimits = HTTPLimits{
+	ReadHeader:     5 * time.Second,
+	Read:           30 * time.Second,
+	Write:          30 * time.Second,
+	Idle:           2 * time.Minute,
+	MaxHeaderBytes: 64 << 10,
+	MaxBody:        1 << 20,
+}
+
+func (l HTTPLimits) withDefaults() HTTPLimits {
+	d := DefaultHTTPLimits
+	if l.ReadHeader > 0 {
+		d.ReadHeader = l.ReadHeader
+	}
+	if l.Read > 0 {
+		d.Read = l.Read
+	}
+	if l.Write > 0 {
+		d.Write = l.Write
+	}
+	if l.Idle > 0 {
+		d.Idle = l.Idle
+	}
+	if l.MaxHeaderBytes > 0 {
+		d.MaxHeaderBytes = l.MaxHeaderBytes
+	}
+	if l.MaxBody > 0 {
+		d.MaxBody = l.MaxBody
+	}
+	return d
+}
+
+// openPaths answer without the API token: probes must work without secrets.
+var openPaths = map[string]bool{"/healthz": true, "/livez": true, "/readyz": true}
+
 func (n *Node) serveHTTP() {
 	n.metrics = prometheus.NewRegistry()
 	n.metrics.MustRegister(
@@ -64,31 +125,104 @@ func (n *Node) serveHTTP() {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "frognano", Name: "node_gpus", Help: "GPUs found on this node."},
 			func() float64 { return float64(len(n.caps.Gpus)) }),
 	)
+	lim := n.limits
 	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+	// The node's own paths are GET (and so HEAD) only and take no body;
+	// ServeMux answers other methods 405 with an Allow header.
+	own := func(pattern string, h http.Handler) { mux.Handle("GET "+pattern, n.bounded(0, h)) }
+	own("/healthz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	own("/livez", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/readyz", n.readyz)
-	mux.Handle("/metrics", promhttp.HandlerFor(n.metrics, promhttp.HandlerOpts{}))
-	mux.Handle(membership.Path, n.membership.Handler())
-	mux.HandleFunc(InfoPath, func(w http.ResponseWriter, r *http.Request) {
+	}))
+	own("/readyz", http.HandlerFunc(n.readyz))
+	own("/metrics", promhttp.HandlerFor(n.metrics, promhttp.HandlerOpts{}))
+	own(membership.Path, n.membership.Handler())
+	own(InfoPath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := protojson.Marshal(n.Info())
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(b)
-	})
+	}))
 	for _, h := range n.handlers {
-		mux.Handle(h.Pattern, h.Handler(n))
+		max := h.MaxBody
+		if max <= 0 {
+			max = lim.MaxBody
+		}
+		mux.Handle(h.Pattern, n.bounded(max, h.Handler(n)))
 	}
-	n.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	n.http = &http.Server{
+		Handler:           n.guard(mux),
+		ReadHeaderTimeout: lim.ReadHeader,
+		ReadTimeout:       lim.Read,
+		WriteTimeout:      lim.Write,
+		IdleTimeout:       lim.Idle,
+		MaxHeaderBytes:    lim.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelDebug),
+	}
 	go func() {
 		if err := n.http.Serve(n.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			n.log.Error("http server stopped", "error", err)
 		}
 	}()
 }
+
+// guard is the outer layer of every request: each write gets the write
+// limit anew, and with an API token configured every path but the probes
+// needs it (`Authorization: Bearer <token>`, compared in constant time).
+func (n *Node) guard(next http.Handler) http.Handler {
+	token := n.cfg.Node.APIToken
+	want := sha256.Sum256([]byte(token))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w = &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: n.limits.Write}
+		if token != "" && !openPaths[r.URL.Path] {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			sum := sha256.Sum256([]byte(got))
+			if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="frognano"`)
+				http.Error(w, "401 unauthorized: this node's API needs `Authorization: Bearer <node.api_token>`", http.StatusUnauthorized)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// bounded limits a handler's request body to max bytes: 413 at once for a
+// declared length beyond it, http.MaxBytesError from the body's Read past it
+// otherwise.
+func (n *Node) bounded(max int64, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > max {
+			http.Error(w, fmt.Sprintf("413 request body too large: %d bytes, this path takes at most %d", r.ContentLength, max), http.StatusRequestEntityTooLarge)
+			return
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = http.MaxBytesReader(w, r.Body, max)
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// deadlineWriter gives every write (and flush) d to complete.
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc *http.ResponseController
+	d  time.Duration
+}
+
+func (w *deadlineWriter) Write(p []byte) (int, error) {
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.d))
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *deadlineWriter) Flush() {
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.d))
+	_ = w.rc.Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // readyz runs every named check; ?verbose lists them like etcd and Kubernetes do.
 func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {

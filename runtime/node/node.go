@@ -55,13 +55,20 @@ type Options struct {
 	// Handlers are mounted on the node's HTTP server beside its own paths
 	// (a node serving a model adds the OpenAI API).
 	Handlers []Handler
+	// HTTP bounds what one client of the HTTP server can hold (zero fields:
+	// DefaultHTTPLimits).
+	HTTP HTTPLimits
 }
 
-// Handler is an HTTP handler mounted on the node's server at Pattern (an
-// http.ServeMux pattern such as "/v1/chat/completions").
+// Handler is an HTTP handler mounted on the node's server at Pattern, an
+// http.ServeMux pattern that should name its method ("POST
+// /v1/chat/completions"), so that the server answers others 405. Like
+// every path but the probes it needs the API token when one is configured.
 type Handler struct {
 	Pattern string
 	Handler func(n *Node) http.Handler
+	// MaxBody bounds the request body (0: HTTPLimits.MaxBody).
+	MaxBody int64
 }
 
 // NamedActor is a long-lived actor of the node.
@@ -88,6 +95,7 @@ type Node struct {
 	started    time.Time
 	kinds      []string
 	handlers   []Handler
+	limits     HTTPLimits
 
 	mu   sync.Mutex
 	caps *messages.Capabilities
@@ -135,7 +143,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 	if log == nil {
 		log = slog.Default()
 	}
-	n = &Node{cfg: cfg, log: log, version: opts.Version, started: time.Now(), handlers: opts.Handlers}
+	n = &Node{cfg: cfg, log: log, version: opts.Version, started: time.Now(), handlers: opts.Handlers, limits: opts.HTTP.withDefaults()}
 	partial := n
 	defer func() {
 		if err != nil {
@@ -147,6 +155,11 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 	// Listen for HTTP first: it also proves the port is ours.
 	if n.httpLn, err = net.Listen("tcp", cfg.Node.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("node.http_addr %s: %w (is another node running?)", cfg.Node.HTTPAddr, ErrAddressInUse)
+	}
+	if ip := n.httpLn.Addr().(*net.TCPAddr).IP; cfg.Node.APIToken == "" && !ip.IsLoopback() {
+		// Validate read the name; this is where it really bound.
+		return nil, fmt.Errorf("node.api_token: required because node.http_addr %s bound to %s, which is not a loopback address: set node.api_token or %s",
+			cfg.Node.HTTPAddr, ip, config.EnvName("node.api_token"))
 	}
 	remoteHost, remotePort, err := reserveRemote(cfg.Node.RemoteAddr)
 	if err != nil {
@@ -205,6 +218,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 		Seeds:          cfg.Cluster.Seeds,
 		Heartbeat:      cfg.Cluster.Heartbeat,
 		FailureTimeout: cfg.Cluster.FailureTimeout,
+		Token:          cfg.Node.APIToken,
 		Logger:         log.With("component", "membership"),
 	})
 	clusterCfg := cluster.Configure(cfg.Cluster.Name, n.membership, disthash.New(), remoteCfg,
