@@ -149,6 +149,22 @@ func (b *Builder) Add(ctx context.Context, src Source, o AddOptions) (_ *message
 	}
 	env.Language, env.TestFiles = lang, testFiles
 	spec := defaultSpec(lang, o)
+	var all []string
+	if err := filepath.WalkDir(repo, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() == ".git" {
+			return filepath.SkipDir
+		}
+		if rel, _ := filepath.Rel(repo, p); rel != "." {
+			all = append(all, filepath.ToSlash(rel))
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	env.Protected = ProtectedSet(spec.Framework, testFiles, all)
 
 	b.stage("preparing the base image")
 	base, err := b.Runtime.EnsureBaseImage(ctx)
@@ -239,6 +255,7 @@ func (b *Builder) addImage(ctx context.Context, env *messages.Environment, src S
 		return nil, fmt.Errorf("%w in %s:%s", ErrNoTests, src.Ref, env.RepoDir)
 	}
 	env.Language = lang
+	env.Protected = ProtectedSet(defaultSpec(lang, o).Framework, env.TestFiles, files)
 	if err := sb.VerifyGitHistory(ctx, env.RepoDir); err != nil {
 		b.log().Warn("image repository history is not a single base commit; graders restore protected files, but the fix may be readable from history", "image", src.Ref, "err", err)
 	}
@@ -378,6 +395,35 @@ func (b *Builder) baseline(ctx context.Context, env *messages.Environment, spec 
 	env.TestArgs = spec.Args
 	env.TestEnv = spec.Env
 	return nil
+}
+
+// ProtectedSet is an environment's protected set, stored with it at
+// registration: the framework's patterns (sandbox.DefaultProtected), then
+// the test files and every other file of the repository they match, by
+// name, so that the record says what the grader restores.
+func ProtectedSet(f testreport.Framework, testFiles, files []string) []string {
+	patterns := sandbox.DefaultProtected(f)
+	out := slices.Clone(patterns)
+	for _, p := range slices.Concat(testFiles, files) {
+		if !slices.Contains(out, p) && (slices.Contains(testFiles, p) || sandbox.MatchProtected(patterns, p)) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Protected is what the grader restores for env's tasks: the set stored
+// at registration, or, for an environment registered before sets were
+// stored, its framework's default patterns and its test files.
+func Protected(env *messages.Environment) []string {
+	if len(env.GetProtected()) > 0 {
+		return slices.Clone(env.GetProtected())
+	}
+	f := testreport.Framework(env.GetTestFramework())
+	if f == "" {
+		f = defaultSpec(env.GetLanguage(), AddOptions{}).Framework
+	}
+	return ProtectedSet(f, env.GetTestFiles(), nil)
 }
 
 // countTests says "1 test passes" or "3 tests pass".

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/frognano/frognano/actors/environment"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/synth"
 )
@@ -88,7 +89,7 @@ func (in Instance) Task(e *messages.Environment) *messages.Task {
 	t := &messages.Task{
 		Id: in.InstanceID, Environment: e.Name, Language: e.Language, BugPatch: in.BugPatch, GoldPatch: in.Patch,
 		ProblemStatement: in.ProblemStatement, FailToPass: in.FailToPass, PassToPass: in.PassToPass,
-		ProtectedFiles: e.TestFiles, Image: e.Image, Difficulty: &messages.DifficultyFeatures{},
+		ProtectedFiles: environment.Protected(e), Image: e.Image, Difficulty: &messages.DifficultyFeatures{},
 	}
 	if in.Difficulty != nil {
 		var d synth.RecordDifficulty

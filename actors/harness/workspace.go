@@ -2,8 +2,10 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
@@ -109,12 +111,46 @@ func GradingTests(task *messages.Task) []string {
 	return slices.Concat(task.GetFailToPass(), task.GetPassToPass())
 }
 
-// Grade kills whatever the agent left running, restores the protected
-// test files from the image, applies the test patch if any, runs the
-// task's tests (GradingTests) and grades the report: reward
-// 1 only when every one of them passes.
+// Protected is what the grader puts back to the image's version before a
+// grading run: the task's protected set (its environment's, stored with
+// the task) and, whatever the task says, every path its framework's tests
+// can be configured or extended by (sandbox.DefaultProtected), so tasks
+// recorded before the set was widened are graded as strictly as new ones.
+// The files the task's bug patch changes are not restored (that would
+// undo the bug); they are returned as except.
+func Protected(task *messages.Task, f testreport.Framework) (protected, except []string) {
+	protected = slices.Clone(task.GetProtectedFiles())
+	for _, p := range sandbox.DefaultProtected(f) {
+		if !slices.Contains(protected, p) {
+			protected = append(protected, p)
+		}
+	}
+	for line := range strings.Lines(task.GetBugPatch()) {
+		rest, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), "diff --git ")
+		if !ok {
+			continue
+		}
+		for _, f := range strings.Fields(rest) {
+			if p, ok := strings.CutPrefix(f, "a/"); ok {
+				except = append(except, p)
+			} else if p, ok := strings.CutPrefix(f, "b/"); ok {
+				except = append(except, p)
+			}
+		}
+	}
+	return protected, except
+}
+
+// Grade kills whatever the agent left running, puts the protected set
+// back to the image's version (Protected), applies the test patch if any,
+// runs the task's tests (GradingTests) and grades the report: reward 1
+// only when every one of them passes. A repository the agent made
+// impossible to restore safely grades 0.
 func (w *SandboxWorkspace) Grade(ctx context.Context) (Grade, error) {
-	if err := w.sb.PrepareForGrading(ctx, w.task.GetProtectedFiles()); err != nil {
+	protected, except := Protected(w.task, w.spec.Framework)
+	if err := w.sb.PrepareForGrading(ctx, protected, except...); errors.Is(err, sandbox.ErrTampered) {
+		return Grade{Reason: "tampered: " + err.Error()}, nil
+	} else if err != nil {
 		return Grade{}, err
 	}
 	if w.testPatch != "" {

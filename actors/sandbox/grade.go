@@ -25,15 +25,24 @@ import (
 // and the reward from testreport.Grade.
 
 // PrepareForGrading kills every process the agent left in the sandbox, so
-// no daemon can rewrite files or reports during the test run, and restores
-// the protected paths (test files, conftest.py, pytest.ini, go.mod, ...) from
-// the image.
-func (s *Sandbox) PrepareForGrading(ctx context.Context, protected []string) error {
+// no daemon can rewrite files or reports during the test run, and puts the
+// protected set (paths and patterns, see MatchProtected: test files,
+// conftest.py, pytest.ini, go.mod, ...) back to what the image holds:
+// changed files are restored, deleted ones come back, added ones that
+// match a pattern are removed, and every symlink is put back as the image
+// has it. except names files never restored (those the task's bug patch
+// changes). An error wrapping ErrTampered means the agent made the
+// repository impossible to restore safely: grade it 0.
+func (s *Sandbox) PrepareForGrading(ctx context.Context, protected []string, except ...string) error {
 	if !s.Alive() {
 		return fmt.Errorf("prepare %s for grading: %w", s.id, ErrSandboxDead)
 	}
 	s.KillAll(ctx)
-	return s.RestoreFromImage(ctx, protected)
+	paths, err := s.protectedPaths(ctx, protected, except)
+	if err != nil {
+		return err
+	}
+	return s.RestoreFromImage(ctx, paths)
 }
 
 // maxRestoreBytes bounds what RestoreFromImage copies in one call.
@@ -87,6 +96,9 @@ exec tar -xpf - -C /`
 	})
 	if err != nil {
 		return err
+	}
+	if res.ExitCode == 7 && !res.TimedOut {
+		return fmt.Errorf("restore protected paths in %s: %w: %s", s.id, ErrTampered, strings.TrimSpace(string(res.Stderr)))
 	}
 	if res.ExitCode != 0 || res.TimedOut {
 		return fmt.Errorf("restore protected paths in %s: exit %d: %s", s.id, res.ExitCode, strings.TrimSpace(string(res.Stderr)))

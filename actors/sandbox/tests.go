@@ -2,9 +2,9 @@ package sandbox
 
 import (
 	"context"
-	"errors"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
-	"io/fs"
 	"path"
 	"regexp"
 	"slices"
@@ -74,15 +74,16 @@ func (s *Sandbox) runPytest(ctx context.Context, spec TestSpec, dir string, time
 			return nil, fmt.Errorf("pytest node id %q looks like an option", id)
 		}
 	}
-	reportDir := "/tmp/.frognano-report-" + randomHex(16)
-	report := reportDir + "/" + PytestReportFile
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
 	cmd := spec.Command
 	if len(cmd) == 0 {
 		cmd = []string{"python3"}
 	}
-	argv := []string{"/bin/sh", "-c", `umask 077; mkdir -- "$1" || exit 125; shift; exec "$@"`, "sh", reportDir}
-	argv = append(argv, cmd...)
-	argv = append(argv, "-I", "-c", pytestBootstrap, report)
+	argv := slices.Clone(cmd)
+	argv = append(argv, "-I", "-c", pytestBootstrap, s.opts.RepoDir)
 	argv = append(argv, PytestArgs(dir)...)
 	argv = append(argv, spec.Args...)
 	if len(tests) > 0 {
@@ -91,8 +92,9 @@ func (s *Sandbox) runPytest(ctx context.Context, spec TestSpec, dir string, time
 	}
 	res, err := s.Exec(ctx, ExecRequest{
 		Argv:        argv,
+		Stdin:       strings.NewReader(hex.EncodeToString(key)),
 		Timeout:     timeout,
-		OutputLimit: 256 << 10, // only for diagnostics; the verdict comes from the report
+		OutputLimit: pytestStreamLimit,
 		Workdir:     dir,
 		Env:         spec.Env,
 		KillOrphans: true,
@@ -100,22 +102,19 @@ func (s *Sandbox) runPytest(ctx context.Context, spec TestSpec, dir string, time
 	if err != nil {
 		return nil, err
 	}
-	events, err := s.ReadFile(ctx, report)
-	var pathErr *fs.PathError
-	switch {
-	case errors.As(err, &pathErr):
-		events = nil // missing, too large, not a file: no report, an invalid run
-	case err != nil:
-		return nil, err
+	r := testreport.NewPytestStream(res.Stdout, key, res.ExitCode, res.TimedOut, res.Duration)
+	if res.Truncated && r.Valid {
+		r.Valid, r.Problem = false, fmt.Sprintf("pytest's output passed %d bytes and was cut", pytestStreamLimit)
 	}
-	if _, err := s.Exec(ctx, ExecRequest{Argv: []string{"rm", "-rf", "--", reportDir}, Timeout: fileOpTimeout, Workdir: "/"}); err != nil {
-		return nil, err
-	}
-	return testreport.NewPytestReport(events, res.ExitCode, res.TimedOut, res.Duration), nil
+	return r, nil
 }
 
-// PytestReportFile is the name of the plugin's report in its run's
-// directory.
+// pytestStreamLimit bounds the results stream (and the tests' own output,
+// kept for diagnostics); a cut stream is an invalid run.
+const pytestStreamLimit = 64 << 20
+
+// PytestReportFile is the name of the plugin's report in a validation
+// run's directory (package synth's fork server).
 const PytestReportFile = "report.jsonl"
 
 // PytestArgs are the options every pytest run of frognano's starts with:
@@ -125,18 +124,47 @@ func PytestArgs(rootdir string) []string {
 	return []string{"-p", "no:cacheprovider", "--rootdir=" + rootdir}
 }
 
-// pytestBootstrap starts pytest so that the repository cannot replace it.
-// `python -m pytest` puts the working directory first on sys.path, so a
-// /repo/pytest.py (or _pytest/, or json.py) written by the agent would be
-// imported instead of pytest and could write any report it likes. Instead,
-// Python starts isolated (-I: no working directory, no PYTHON* variables on
-// sys.path), pytest, its built-in plugins and frognano's report plugin are
-// loaded from the installation and this source, and only then are the
-// working directory and PYTHONPATH put in front, as `python -m pytest`
-// would have them for the tests' imports. Its arguments are the report's
-// path, then pytest's.
+// pytestBootstrap starts pytest so that neither the repository nor the
+// code under test can replace it or speak for it. Its arguments are the
+// repository's directory, then pytest's; its stdin carries the run's key
+// (64 hex digits) and nothing else.
+//
+//   - Python starts isolated (-I: no working directory, no PYTHON*
+//     variables on sys.path), and pytest, its dependencies, its built-in
+//     plugins and frognano's plugin are imported with every sys.path entry
+//     inside the repository taken out (an editable install's .pth puts the
+//     repository there at start-up, ahead of the system's pytest), so a
+//     /repo/pytest.py, _pytest/ or pluggy.py is never imported in their
+//     place. Only then are the working directory and PYTHONPATH put in
+//     front, as `python -m pytest` would have them for the tests' imports.
+//   - The results stream is a duplicate of the process's stdout, a pipe
+//     to the grader; stdout itself (fd 1) is pointed at stderr, so
+//     whatever the tests print never reaches the stream. The key is read
+//     from stdin before any code of the repository is imported, stdin is
+//     then pointed at /dev/null, and the key is in no file, argument or
+//     environment variable. Every line is numbered and authenticated with
+//     the key, and sent when its event happens: what a later hook (atexit,
+//     a daemon thread) writes cannot take back what was sent.
+//   - The plugin records the code of the functions through which outcomes
+//     travel, and reports any replaced since (package code that
+//     monkeypatches pytest).
 var pytestBootstrap = `import os, sys, importlib
-import pytest
+_frognano_key = bytes.fromhex(sys.stdin.buffer.read(64).decode("ascii"))
+_n = os.open(os.devnull, os.O_RDONLY)
+os.dup2(_n, 0)
+os.close(_n)
+_frognano_fd = os.dup(1)
+os.dup2(2, 1)
+_repo = os.path.realpath(sys.argv[1])
+_path = sys.path[:]
+sys.path[:] = [p for p in _path if not (os.path.realpath(p or ".") + os.sep).startswith(_repo + os.sep)]
+import json, hmac, hashlib
+import pytest, pluggy
+for _m in ("iniconfig", "packaging", "packaging.version", "exceptiongroup", "tomli", "py", "colorama"):
+    try:
+        importlib.import_module(_m)
+    except Exception:
+        pass
 ` + testreport.PytestPlugin + `
 try:
     from _pytest.config import default_plugins as _plugins
@@ -147,7 +175,16 @@ for _p in _plugins:
         importlib.import_module("_pytest." + _p)
     except Exception:
         pass
-_report = FrognanoReport(sys.argv[1])
+for _p in ("unittest", "_pytest.unittest", "_pytest.python", "_pytest.skipping", "_pytest.runner", "_pytest.reports"):
+    try:
+        importlib.import_module(_p)
+    except Exception:
+        pass
+sys.path[:] = _path
+_sink = _frognano_stream(_frognano_fd, _frognano_key)
+_sink(json.dumps({"phase": "start"}))
+_report = FrognanoReport(None, _sink, _frognano_guard(_sink), _repo)
+del _sink, _frognano_key, _frognano_fd
 _args = sys.argv[2:]
 sys.path[:0] = [os.getcwd()] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 sys.argv = ["pytest"] + _args

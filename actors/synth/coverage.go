@@ -195,8 +195,9 @@ func testFileMatcher(env *messages.Environment) func(string) bool {
 	for _, f := range env.GetTestFiles() {
 		protected[f] = true
 	}
+	set := environment.Protected(env)
 	return func(p string) bool {
-		if protected[p] {
+		if protected[p] || sandbox.MatchProtected(set, p) {
 			return true
 		}
 		base := path.Base(p)

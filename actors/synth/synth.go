@@ -576,7 +576,7 @@ func (r *run) assemble(ctx context.Context, w *worker, c candidate, o outcome) (
 		FailToPass:       o.f2p,
 		PassToPass:       o.p2p,
 		TestCommand:      testCommand(env),
-		ProtectedFiles:   env.GetTestFiles(),
+		ProtectedFiles:   environment.Protected(env),
 		Difficulty: &messages.DifficultyFeatures{
 			Operators:    ops,
 			Edits:        int32(c.Features.Edits),

@@ -1786,8 +1786,13 @@ type Environment struct {
 	TestFramework   string                 `protobuf:"bytes,13,opt,name=test_framework,json=testFramework,proto3" json:"test_framework,omitempty"` // "pytest" or "gotest"
 	TestArgs        []string               `protobuf:"bytes,14,rep,name=test_args,json=testArgs,proto3" json:"test_args,omitempty"`                // runner options (the test command is test_command)
 	TestEnv         []string               `protobuf:"bytes,15,rep,name=test_env,json=testEnv,proto3" json:"test_env,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// What the grader puts back to the image's version before it runs the
+	// tests: paths relative to repo_dir and patterns ("**/conftest.py"); see
+	// sandbox.MatchProtected. Empty in records written before it existed:
+	// readers then use the framework's default set and test_files.
+	Protected     []string `protobuf:"bytes,16,rep,name=protected,proto3" json:"protected,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Environment) Reset() {
@@ -1921,6 +1926,13 @@ func (x *Environment) GetTestArgs() []string {
 func (x *Environment) GetTestEnv() []string {
 	if x != nil {
 		return x.TestEnv
+	}
+	return nil
+}
+
+func (x *Environment) GetProtected() []string {
+	if x != nil {
+		return x.Protected
 	}
 	return nil
 }
@@ -2112,7 +2124,7 @@ const file_records_proto_rawDesc = "" +
 	"\toptimizer\x18\x05 \x03(\v2 .frognano.messages.v1.TensorMetaR\toptimizer\x12\x1b\n" +
 	"\trng_state\x18\x06 \x01(\fR\brngState\x12*\n" +
 	"\x11created_unix_nano\x18\a \x01(\x03R\x0fcreatedUnixNano\x12%\n" +
-	"\x0epolicy_version\x18\b \x01(\x03R\rpolicyVersion\"\xf8\x03\n" +
+	"\x0epolicy_version\x18\b \x01(\x03R\rpolicyVersion\"\x96\x04\n" +
 	"\vEnvironment\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vsource_kind\x18\x02 \x01(\tR\n" +
@@ -2132,7 +2144,8 @@ const file_records_proto_rawDesc = "" +
 	"\rsetup_seconds\x18\f \x01(\x01R\fsetupSeconds\x12%\n" +
 	"\x0etest_framework\x18\r \x01(\tR\rtestFramework\x12\x1b\n" +
 	"\ttest_args\x18\x0e \x03(\tR\btestArgs\x12\x19\n" +
-	"\btest_env\x18\x0f \x03(\tR\atestEnv*\x82\x01\n" +
+	"\btest_env\x18\x0f \x03(\tR\atestEnv\x12\x1c\n" +
+	"\tprotected\x18\x10 \x03(\tR\tprotected*\x82\x01\n" +
 	"\n" +
 	"TestStatus\x12\x1b\n" +
 	"\x17TEST_STATUS_UNSPECIFIED\x10\x00\x12\x14\n" +

@@ -3,10 +3,14 @@ package testreport
 import (
 	"bufio"
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -207,4 +211,121 @@ func ErrorLine(msg string) string {
 		}
 	}
 	return last
+}
+
+// NewPytestStream reads the results stream of a grading run (the plugin
+// with the sink _frognano_stream(fd, key)): one line per event, "SEQ MAC
+// JSON", SEQ counting from 1 and MAC the hex HMAC-SHA256 under key of
+// "SEQ JSON". The run is valid only when every line carries the right
+// number and MAC (a line the code under test wrote to the stream, or one
+// it held back, breaks them), the stream starts with the plugin's start
+// line and ends with its finish line, the plugin saw no tampering with
+// pytest's reporting machinery, the finish line's exit status is the
+// process's exit code, and as many tests reported as pytest collected.
+// Then the events are parsed as ParsePytestReport does and verified
+// against the exit code.
+func NewPytestStream(stream, key []byte, exitCode int, timedOut bool, d time.Duration) *Report {
+	r := &Report{Framework: Pytest, ExitCode: exitCode, TimedOut: timedOut, Duration: d}
+	events, finish, err := authenticate(stream, key)
+	if err == nil {
+		r.Results, err = ParsePytestReport(bytes.NewReader(events))
+	}
+	r.Verify()
+	if err != nil {
+		r.Problem = ""
+		r.reject("%v", err)
+		return r
+	}
+	if finish.ExitStatus == nil || int(*finish.ExitStatus) != exitCode {
+		said := "none"
+		if finish.ExitStatus != nil {
+			said = strconv.Itoa(int(*finish.ExitStatus))
+		}
+		r.Problem = ""
+		r.reject("pytest finished with exit status %s but the process exited %d: something made it exit with another code", said, exitCode)
+		return r
+	}
+	if exitCode == 0 || exitCode == 1 {
+		tests := 0
+		for _, res := range r.Results {
+			if !res.Collection {
+				tests++
+			}
+		}
+		if finish.Collected == nil || int(*finish.Collected) != tests {
+			said := "an unknown number of"
+			if finish.Collected != nil {
+				said = strconv.Itoa(int(*finish.Collected))
+			}
+			r.Problem = ""
+			r.reject("pytest collected %s tests but the stream reports %d", said, tests)
+		}
+	}
+	return r
+}
+
+// streamFinish is the finish line's fields that NewPytestStream checks.
+type streamFinish struct {
+	Phase      string   `json:"phase"`
+	ExitStatus *float64 `json:"exitstatus"`
+	Collected  *float64 `json:"collected"`
+	Changed    []string `json:"changed"`
+}
+
+// authenticate checks a results stream line by line and returns its events
+// (the JSON of every line but the start line) and its finish line.
+func authenticate(stream, key []byte) ([]byte, streamFinish, error) {
+	var fin streamFinish
+	if len(key) == 0 {
+		return nil, fin, fmt.Errorf("no key to check the results stream with")
+	}
+	if len(stream) > maxPytestReportBytes {
+		return nil, fin, fmt.Errorf("the results stream passed %d bytes", maxPytestReportBytes)
+	}
+	if len(stream) == 0 {
+		return nil, fin, fmt.Errorf("pytest sent no results: the process died or was stopped before its plugin started")
+	}
+	if stream[len(stream)-1] != '\n' {
+		return nil, fin, fmt.Errorf("the results stream ends inside a line: the run was cut short")
+	}
+	var events bytes.Buffer
+	lines := bytes.Split(stream[:len(stream)-1], []byte{'\n'})
+	finished := false
+	for i, line := range lines {
+		n := i + 1
+		seq, rest, ok1 := bytes.Cut(line, []byte{' '})
+		mac, body, ok2 := bytes.Cut(rest, []byte{' '})
+		if !ok1 || !ok2 || string(seq) != strconv.Itoa(n) {
+			return nil, fin, fmt.Errorf("results stream line %d is not the plugin's line %d: something else wrote to the stream", n, n)
+		}
+		want := hmac.New(sha256.New, key)
+		want.Write(seq)
+		want.Write([]byte{' '})
+		want.Write(body)
+		got, err := hex.DecodeString(string(mac))
+		if err != nil || !hmac.Equal(got, want.Sum(nil)) {
+			return nil, fin, fmt.Errorf("results stream line %d is not authentic: something else wrote to the stream", n)
+		}
+		var ev streamFinish
+		if err := json.Unmarshal(body, &ev); err != nil {
+			return nil, fin, fmt.Errorf("results stream line %d: %v", n, err)
+		}
+		switch {
+		case n == 1:
+			if ev.Phase != "start" {
+				return nil, fin, fmt.Errorf("the results stream does not start with the plugin's start line")
+			}
+			continue
+		case ev.Phase == "tampered":
+			return nil, fin, fmt.Errorf("the code under test replaced pytest's reporting machinery: %s", strings.Join(ev.Changed, ", "))
+		case ev.Phase == "finish":
+			fin, finished = ev, true
+		}
+		events.Write(body)
+		events.WriteByte('\n')
+	}
+	if !finished {
+		return nil, fin, fmt.Errorf("the results stream ends before the session finished (%d lines): the run was cut short", len(lines))
+	}
+	return events.Bytes(), fin, nil
 }
