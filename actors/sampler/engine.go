@@ -573,8 +573,9 @@ func (e *Engine) admit() {
 			return false
 		}
 		s.limit = e.cfg.ContextLength
-		if s.req.MaxTokens > 0 {
-			s.limit = min(s.limit, len(s.req.PromptIDs)+s.req.MaxTokens)
+		if s.req.MaxTokens > 0 && s.req.MaxTokens < s.limit-len(s.req.PromptIDs) {
+			// (compared so, a huge MaxTokens cannot overflow the sum)
+			s.limit = len(s.req.PromptIDs) + s.req.MaxTokens
 		}
 		e.assignCache(s)
 		s.mu.Lock()

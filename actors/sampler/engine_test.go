@@ -258,6 +258,12 @@ func TestLimits(t *testing.T) {
 	if res.Finish != harness.FinishContext || len(res.TokenIDs) != 6 || !slices.Equal(res.TokenIDs[:4], ref.TokenIDs) {
 		t.Fatalf("context: %v %s", res.TokenIDs, res.Finish)
 	}
+	// A MaxTokens as large as an int can hold is the context too (it once
+	// overflowed prompt + MaxTokens and crashed the engine).
+	res, err = e.Generate(ctx, harness.GenerateRequest{PromptIDs: prompt, MaxTokens: math.MaxInt})
+	if err != nil || res.Finish != harness.FinishContext || len(res.TokenIDs) != 6 {
+		t.Fatalf("MaxTokens MaxInt: %v %s %v", res.TokenIDs, res.Finish, err)
+	}
 
 	bad := []struct {
 		name string

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/frognano/frognano/actors/harness"
 	"github.com/frognano/frognano/actors/sampler"
@@ -30,9 +31,9 @@ const (
 	ModelsPath      = "/v1/models"
 )
 
-// maxBody bounds a request body: a long agent conversation is a few
-// hundred kilobytes.
-const maxBody = 16 << 20
+// MaxBody bounds a request body: a long agent conversation is a few
+// hundred kilobytes. A node mounting the handler gives it this limit.
+const MaxBody = 16 << 20
 
 // Server serves an engine over the OpenAI API.
 type Server struct {
@@ -44,12 +45,16 @@ type Server struct {
 	Logger *slog.Logger
 }
 
-// Handler routes the three endpoints; mount it at / or at each path.
+// Patterns are the endpoints with their methods, as http.ServeMux patterns.
+var Patterns = []string{"POST " + ChatPath, "POST " + CompletionsPath, "GET " + ModelsPath}
+
+// Handler routes the three endpoints (another method is a 405 with an Allow
+// header); mount it at / or at each of Patterns.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc(ChatPath, s.chat)
-	mux.HandleFunc(CompletionsPath, s.completions)
-	mux.HandleFunc(ModelsPath, s.models)
+	mux.HandleFunc(Patterns[0], s.chat)
+	mux.HandleFunc(Patterns[1], s.completions)
+	mux.HandleFunc(Patterns[2], s.models)
 	return mux
 }
 
@@ -58,6 +63,7 @@ type httpError struct {
 	status int
 	param  string
 	msg    string
+	allow  string // the Allow header of a 405
 }
 
 func (e *httpError) Error() string { return e.msg }
@@ -86,6 +92,9 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 			s.Logger.Error("openai endpoint", "err", err)
 		}
 	}
+	if he.allow != "" {
+		w.Header().Set("Allow", he.allow)
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(he.status)
 	_ = json.NewEncoder(w).Encode(ErrorResponse{Error: ErrorBody{Message: he.msg, Type: typ, Param: he.param, Code: he.status}})
@@ -100,20 +109,53 @@ func writeJSON(w http.ResponseWriter, v any) {
 // name the field.
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	if r.Method != http.MethodPost {
-		return &httpError{status: http.StatusMethodNotAllowed, msg: r.Method + " " + r.URL.Path + ": use POST"}
+		return &httpError{status: http.StatusMethodNotAllowed, allow: http.MethodPost, msg: clip(r.Method, 20) + " " + clip(r.URL.Path, 80) + ": use POST"}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if r.ContentLength > MaxBody {
+		return &httpError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("the body is %d bytes; at most %d are read", r.ContentLength, MaxBody)}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
 	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return &httpError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("the body is over %d bytes", mbe.Limit)}
+		}
 		return badRequest("", "reading the body: %v", err)
 	}
 	if err := json.Unmarshal(body, v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return badRequest(te.Field, "field %q must be %s, not a JSON %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+			return badRequest(clip(te.Field, 80), "field %q must be %s, not a JSON %s", clip(te.Field, 80), jsonKind(te.Type.Kind().String()), clip(te.Value, 40))
 		}
 		return badRequest("", "the body is not valid JSON for this endpoint: %v", err)
 	}
 	return nil
+}
+
+// clip shortens s for an error message: a huge argument is not echoed back
+// whole.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
+}
+
+// fitTokens caps a request's token limit (0: none) at the room its prompt
+// leaves in the context; a prompt that leaves none is a 400.
+func fitTokens(limit, prompt, context int, param string) (int, error) {
+	room := context - prompt
+	if room <= 0 {
+		return 0, badRequest(param, "prompt too long: %d tokens, and the model's context holds %d, which leaves no room to generate", prompt, context)
+	}
+	if limit <= 0 || limit > room {
+		return room, nil
+	}
+	return limit, nil
 }
 
 func jsonKind(goKind string) string {
@@ -133,8 +175,8 @@ func jsonKind(goKind string) string {
 }
 
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet {
-		s.fail(w, &httpError{status: http.StatusMethodNotAllowed, msg: "use GET " + ModelsPath})
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		s.fail(w, &httpError{status: http.StatusMethodNotAllowed, allow: "GET, HEAD", msg: "use GET " + ModelsPath})
 		return
 	}
 	e, err := s.Engine(r.Context())
@@ -345,7 +387,7 @@ func chatPrompt(req *ChatRequest, tok *tokenizer.Tokenizer) (ids []int32, tools 
 					args = json.RawMessage("{}")
 				}
 				if !json.Valid(args) {
-					return nil, false, badRequest(p+".tool_calls", "%s.tool_calls[%d].function.arguments is not JSON: %q", p, j, tc.Function.Arguments)
+					return nil, false, badRequest(p+".tool_calls", "%s.tool_calls[%d].function.arguments is not JSON: %q", p, j, clip(tc.Function.Arguments, 80))
 				}
 				msg.ToolCalls = append(msg.ToolCalls, tokenizer.ToolCall{Name: tc.Function.Name, Arguments: args})
 			}
@@ -353,7 +395,7 @@ func chatPrompt(req *ChatRequest, tok *tokenizer.Tokenizer) (ids []int32, tools 
 		case "":
 			return nil, false, badRequest(p+".role", "%s has no role", p)
 		default:
-			return nil, false, badRequest(p+".role", "%s has role %q; roles are system, developer, user, assistant and tool", p, m.Role)
+			return nil, false, badRequest(p+".role", "%s has role %q; roles are system, developer, user, assistant and tool", p, clip(m.Role, 40))
 		}
 	}
 	offer := len(req.Tools) > 0
@@ -418,6 +460,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	tok := e.Model().Tokenizer
 	prompt, tools, err := chatPrompt(&req, tok)
 	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if limit, err = fitTokens(limit, len(prompt), e.ContextLength(), "messages"); err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -656,6 +702,10 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	tok := e.Model().Tokenizer
 	prompt, err := completionPrompt(req.Prompt, tok)
 	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if limit, err = fitTokens(limit, len(prompt), e.ContextLength(), "prompt"); err != nil {
 		s.fail(w, err)
 		return
 	}

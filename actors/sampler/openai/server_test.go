@@ -362,8 +362,87 @@ func TestBadRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusMethodNotAllowed {
-		t.Fatalf("GET %s: %s", ChatPath, resp.Status)
+	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "POST" {
+		t.Fatalf("GET %s: %s, Allow %q", ChatPath, resp.Status, resp.Header.Get("Allow"))
+	}
+	req, _ := http.NewRequest("DELETE", ts.URL+ModelsPath, nil)
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed || !strings.Contains(resp.Header.Get("Allow"), "GET") {
+		t.Fatalf("DELETE %s: %s, Allow %q", ModelsPath, resp.Status, resp.Header.Get("Allow"))
+	}
+}
+
+// TestHugeArgumentsAreNotEchoed: an error about a huge field quotes only
+// its start.
+func TestHugeArgumentsAreNotEchoed(t *testing.T) {
+	_, ts := serve(t)
+	huge := strings.Repeat("{oops", 200000)
+	for name, body := range map[string]string{
+		"tool arguments": `{"messages": [{"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "` + huge + `"}}]}]}`,
+		"role":           `{"messages": [{"role": "` + huge + `", "content": "hi"}]}`,
+		"huge number":    `{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1` + strings.Repeat("0", 500000) + `}`,
+	} {
+		resp, err := http.Post(ts.URL+ChatPath, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || len(raw) > 1000 {
+			t.Errorf("%s: %d, %d bytes of error: %.300s", name, resp.StatusCode, len(raw), raw)
+		}
+	}
+}
+
+func TestOversizeBodyIs413(t *testing.T) {
+	_, ts := serve(t)
+	body := `{"prompt": "` + strings.Repeat("x", MaxBody) + `"}`
+	resp, err := http.Post(ts.URL+CompletionsPath, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("a body over %d bytes: %d %s", MaxBody, resp.StatusCode, raw)
+	}
+}
+
+// TestMaxTokensIsCappedAtTheContext: a max_tokens beyond what the context
+// leaves after the prompt generates only that room (the engine's context
+// here is 1024); a prompt that fills the context is a clear 400.
+func TestMaxTokensIsCappedAtTheContext(t *testing.T) {
+	e, ts := serve(t)
+	ctx := e.ContextLength()
+	ids := func(n int) []int32 {
+		p := make([]int32, n)
+		for i := range p {
+			p[i] = int32(100 + i%50)
+		}
+		return p
+	}
+	for _, max := range []int64{1 << 62, 9223372036854775807, int64(ctx)} {
+		var res CompletionResponse
+		code := post(t, ts.URL+CompletionsPath, map[string]any{
+			"prompt": ids(ctx - 4), "max_tokens": max, "temperature": 0, "ignore_eos": true,
+		}, &res)
+		if code != 200 || len(res.Choices) != 1 {
+			t.Fatalf("max_tokens %d: %d %+v", max, code, res)
+		}
+		if res.Usage.CompletionTokens != 4 || res.Usage.TotalTokens != ctx || *res.Choices[0].FinishReason != "length" {
+			t.Errorf("max_tokens %d with %d of %d positions taken: usage %+v, finish %s; want 4 tokens, the context full",
+				max, ctx-4, ctx, *res.Usage, *res.Choices[0].FinishReason)
+		}
+	}
+	for _, n := range []int{ctx, ctx + 1, 3 * ctx} {
+		var res ErrorResponse
+		code := post(t, ts.URL+CompletionsPath, map[string]any{"prompt": ids(n), "max_tokens": 1}, &res)
+		if code != 400 || !strings.Contains(res.Error.Message, fmt.Sprintf("%d tokens", n)) || !strings.Contains(res.Error.Message, "no room") {
+			t.Errorf("a prompt of %d tokens in a context of %d: %d %q", n, ctx, code, res.Error.Message)
+		}
 	}
 }
 

@@ -98,9 +98,13 @@ func (p *Policy) Options() ([]node.Kind, []node.NamedActor, []node.Handler) {
 	}
 	srv := &openai.Server{Engine: p.Engine, Name: p.cfg.Model, Logger: p.cfg.Logger.With("component", "openai")}
 	api := func(*node.Node) http.Handler { return srv.Handler() }
+	var handlers []node.Handler
+	for _, pattern := range openai.Patterns {
+		handlers = append(handlers, node.Handler{Pattern: pattern, Handler: api, MaxBody: openai.MaxBody})
+	}
 	return []node.Kind{{Name: sampler.Kind, Props: props}},
 		[]node.NamedActor{{Name: sampler.ActorName, Props: props}},
-		[]node.Handler{{Pattern: openai.ChatPath, Handler: api}, {Pattern: openai.CompletionsPath, Handler: api}, {Pattern: openai.ModelsPath, Handler: api}}
+		handlers
 }
 
 // Close stops the engine if it was loaded.
