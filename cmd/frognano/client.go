@@ -59,7 +59,7 @@ func connect(ctx context.Context, httpAddr string, load func() (config.Config, e
 		sandboxes.Start(ctx, n)
 		return &client{system: n.System(), manager: n.Manager(), embedded: n, sandboxes: sandboxes, policy: policy, log: log}, nil
 	}
-	info, err := fetchInfo(ctx, httpAddr)
+	info, err := fetchInfo(ctx, httpAddr, cfg.Node.APIToken)
 	if err != nil {
 		return nil, err
 	}
@@ -80,17 +80,18 @@ func nodeURL(addr string) (string, error) {
 	u, err := url.Parse(addr)
 	switch {
 	case err != nil:
-		return "", fmt.Errorf("--node %q: %w", addr, err)
+		return "", fmt.Errorf("--node %q is not HOST:PORT or an http:// URL", config.Clip(addr, 80))
 	case u.Scheme != "http" && u.Scheme != "https":
-		return "", fmt.Errorf("--node %q: want HOST:PORT or an http:// URL", addr)
-	case u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "":
-		return "", fmt.Errorf("--node %q: want HOST:PORT or http://HOST:PORT, without a path", addr)
+		return "", fmt.Errorf("--node %q: want HOST:PORT or an http:// URL", config.Clip(addr, 80))
+	case u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil:
+		return "", fmt.Errorf("--node %q: want HOST:PORT or http://HOST:PORT, without a path or user", config.Clip(addr, 80))
 	}
 	return u.Scheme + "://" + u.Host, nil
 }
 
-// fetchInfo reads a node's facts from its HTTP API.
-func fetchInfo(ctx context.Context, httpAddr string) (*messages.NodeInfo, error) {
+// fetchInfo reads a node's facts from its HTTP API, with the API token
+// (node.api_token) when one is configured.
+func fetchInfo(ctx context.Context, httpAddr, token string) (*messages.NodeInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	base, err := nodeURL(httpAddr)
@@ -101,21 +102,29 @@ func fetchInfo(ctx context.Context, httpAddr string) (*messages.NodeInfo, error)
 	if err != nil {
 		return nil, err
 	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("no frognano node answers at %s: %w", httpAddr, err)
+		return nil, fmt.Errorf("no frognano node answers at %s: %w", base, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		return nil, err
 	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("node at %s: %s", httpAddr, resp.Status)
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized && token == "":
+		return nil, fmt.Errorf("node at %s needs its API token: set %s (or node.api_token in --config)", base, config.EnvName("node.api_token"))
+	case resp.StatusCode == http.StatusUnauthorized:
+		return nil, fmt.Errorf("node at %s refused the API token (%s): it is not the node's node.api_token", base, config.EnvName("node.api_token"))
+	case resp.StatusCode != http.StatusOK:
+		return nil, fmt.Errorf("node at %s: %s", base, resp.Status)
 	}
 	info := &messages.NodeInfo{}
 	if err := protojson.Unmarshal(body, info); err != nil {
-		return nil, fmt.Errorf("node at %s answered something that is not a frognano node: %w", httpAddr, err)
+		return nil, fmt.Errorf("node at %s answered something that is not a frognano node: %w", base, err)
 	}
 	return info, nil
 }

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/runtime/config"
+	"github.com/frognano/frognano/runtime/node"
+)
+
+// TestClientSendsTheAPIToken: the CLI reaches a node that binds off
+// loopback (and so needs a token) with the token from its configuration,
+// and says which setting is missing without it.
+func TestClientSendsTheAPIToken(t *testing.T) {
+	const token = "cli-test-token-0123456789"
+	cfg := config.Default()
+	cfg.Node.DataDir = filepath.Join(t.TempDir(), "data")
+	cfg.Node.HTTPAddr, cfg.Node.RemoteAddr, cfg.Node.APIToken = "0.0.0.0:0", "127.0.0.1:0", token
+	cfg.Log.Level = "warn"
+	n, err := node.Start(context.Background(), cfg, node.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop(context.Background())
+	_, port, _ := net.SplitHostPort(n.HTTPAddr())
+	addr := "127.0.0.1:" + port
+
+	load := func(tok string) func() (config.Config, error) {
+		return func() (config.Config, error) {
+			c := config.Default()
+			c.Node.APIToken = tok
+			return c, nil
+		}
+	}
+	ctx := context.Background()
+	if _, err := connect(ctx, addr, load(""), nil); err == nil || !strings.Contains(err.Error(), "FROGNANO_NODE_API_TOKEN") {
+		t.Errorf("without a token: %v, want an error naming FROGNANO_NODE_API_TOKEN", err)
+	}
+	if _, err := connect(ctx, addr, load("wrong-token-0123456789"), nil); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Errorf("with a wrong token: %v", err)
+	}
+	c, err := connect(ctx, addr, load(token), nil)
+	if err != nil {
+		t.Fatalf("with the token: %v", err)
+	}
+	defer c.close()
+	if res, err := c.ask(&messages.Ping{Seq: 3}, 10*time.Second); err != nil || res.(*messages.Pong).Seq != 3 {
+		t.Fatalf("ping through the node: %v %v", res, err)
+	}
+	if _, err := nodeURL("http://" + strings.Repeat("x", 1<<20) + ":1/path"); err == nil || len(err.Error()) > 300 {
+		t.Errorf("a huge --node is echoed back: %d bytes", len(err.Error()))
+	}
+}
