@@ -73,6 +73,10 @@ const (
 // Settings.WarmStartBatch is 0.
 const DefaultWarmStartBatch = 4
 
+// NLLSample is how many training demonstrations the warm start's before
+// and after NLL is measured on.
+const NLLSample = 16
+
 // DemoRunID is the run id of a run's demonstration trajectories.
 func DemoRunID(runID string) string { return runID + "/warm-start" }
 
@@ -264,6 +268,10 @@ func epochOrder(seed uint64, epoch, n int) []int {
 // evaluateDemos records the NLL of the training and held-out
 // demonstrations at the current weights.
 func (t *Trainer) evaluateDemos(run *messages.Run, train, heldOut []*messages.Trajectory, key, heldKey, when string) error {
+	// The training demonstrations' NLL is a progress figure measured on
+	// the first NLLSample of them (the same before and after): a forward
+	// pass over hundreds of them would cost as much as an epoch.
+	train = train[:min(len(train), NLLSample)]
 	for _, set := range []struct {
 		key   string
 		trajs []*messages.Trajectory

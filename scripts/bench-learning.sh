@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The learning benchmark of issue "Learning that shows": two arms of
+# `frognano run` with the same seed, settings and training budget, side by
+# side on this machine (so both see the same load), one drawing each step's
+# tasks at the frontier (FrontierEstimator), one uniformly from the same
+# pool; both evaluated on the committed held-out set (repositories never
+# trained on) at the start, after the warm start, every EVAL_EVERY steps and
+# at the end. Prints each arm's curve, its paired end − start gain and the
+# comparison of the arms (frognano runs compare).
+#
+# Usage: scripts/bench-learning.sh [BUDGET] [DATA_DIR]
+#   BUDGET    training time of each arm, warm start included, held-out
+#             evaluation excluded (default 60m)
+#   DATA_DIR  store in which the training environments are registered and
+#             the task pool is synthesized once (default /root/fn-bench); each
+#             arm runs on a copy of it (DATA_DIR-frontier, DATA_DIR-uniform)
+# Needs bin/frognano (make build), containerd and the model (make model).
+# Environment: FROGNANO (the binary, default bin/frognano), MODEL (default smollm2-135m), SEED (1), EVAL_K (3),
+# EVAL_EVERY (5), POOL_H4 / POOL_H3 (tasks per training environment at hint
+# levels 4 and 3: 6 and 3), WARM_TASKS (96), WARM_EPOCHS (2), EVAL_TASKS (36), ARMS
+# ("frontier uniform"), PREPARE_ONLY (set: register and synthesize only).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+budget=${1:-60m}
+data=${2:-/root/fn-bench}
+model=${MODEL:-smollm2-135m}
+seed=${SEED:-1}
+F="${FROGNANO:-./bin/frognano} --log-level warn"
+
+# The training environments: the generalization suite's packages (never
+# the held-out ones: frognano refuses those for training).
+sources=(six==1.16.0 colorama==0.4.6 toolz==0.12.1 parse==1.20.1 funcy==2.0 tabulate==0.9.0
+  cachetools==5.3.3 pathspec==0.12.1 humanize==4.9.0 boltons==24.0.0
+  github.com/pmezard/go-difflib@v1.0.0 github.com/Masterminds/semver/v3@v3.2.1 github.com/hashicorp/go-version@v1.6.0)
+envs=(six-1.16.0 colorama-0.4.6 toolz-0.12.1 parse-1.20.1 funcy-2.0 tabulate-0.9.0
+  cachetools-5.3.3 pathspec-0.12.1 humanize-4.9.0 boltons-24.0.0
+  go-difflib-v1.0.0 semver-v3.2.1 go-version-v1.6.0)
+
+registered=$($F --data-dir "$data" env ls 2>/dev/null | awk 'NR > 1 {print $1}')
+for i in "${!sources[@]}"; do
+  grep -qx "${envs[$i]}" <<<"$registered" || $F --data-dir "$data" env add "${sources[$i]}"
+done
+# The held-out environments, registered once for the evaluation points
+# only (no run trains on them or synthesizes from them).
+heldout=(inflection==0.5.1 github.com/google/uuid@v1.6.0 isodate==0.6.1 wcwidth==0.2.6)
+heldnames=(inflection-0.5.1 uuid-v1.6.0 isodate-0.6.1 wcwidth-0.2.6)
+for i in "${!heldout[@]}"; do
+  grep -qx "${heldnames[$i]}" <<<"$registered" || $F --data-dir "$data" env add "${heldout[$i]}"
+done
+
+# The pool: POOL_H4 tasks at hint level 4 and POOL_H3 at level 3 from each
+# training environment, fixed seeds; skipped where the store has them.
+have=$($F --data-dir "$data" tasks ls 2>/dev/null | awk 'NR > 1 {print $1}' || true)
+for e in "${envs[@]}"; do
+  n=$(grep -c "^$e\." <<<"$have" || true)
+  if [ "$n" -eq 0 ]; then
+    $F --data-dir "$data" synth --env "$e" --count "${POOL_H4:-6}" --hint-level 4 --seed 4401 --max-candidates 60 || echo "synthesis from $e failed: going on without it"
+    $F --data-dir "$data" synth --env "$e" --count "${POOL_H3:-3}" --hint-level 3 --seed 3301 --max-candidates 40 || echo "synthesis from $e failed: going on without it"
+  fi
+done
+$F --data-dir "$data" tasks ls | tail -n +2 | wc -l | xargs echo "tasks in the pool:"
+[ -n "${PREPARE_ONLY:-}" ] && exit 0
+
+warm=$(IFS=,; echo "${envs[*]}")
+stamp=$(date +%Y%m%d-%H%M)
+pids=()
+for arm in ${ARMS:-frontier uniform}; do
+  d="$data-$arm"
+  rm -rf "$d"
+  cp -a --sparse=always "$data" "$d"
+  (
+    $F --data-dir "$d" run --run "bench-$arm-$stamp" --model "$model" --seed "$seed" --sampler "$arm" \
+      --env six==1.16.0 --tasks 0 --budget "$budget" --steps 1000 \
+      --tasks-per-step 4 --group 4 --lr 2e-5 --parallel 4 \
+      --warm-start-epochs "${WARM_EPOCHS:-2}" --warm-start-tasks "${WARM_TASKS:-96}" --warm-start-batch 8 --warm-start-envs "$warm" \
+      --eval-tasks "${EVAL_TASKS:-36}" --eval-k "${EVAL_K:-3}" --eval-hints 3,4 --eval-every "${EVAL_EVERY:-5}"
+    $F --data-dir "$d" runs show "bench-$arm-$stamp" --json "/tmp/bench-$arm-$stamp.json" >/dev/null
+  ) >"/tmp/bench-$arm-$stamp.log" 2>&1 &
+  pids+=($!)
+  echo "arm $arm: run bench-$arm-$stamp in $d, log /tmp/bench-$arm-$stamp.log"
+done
+for p in "${pids[@]}"; do wait "$p" || echo "an arm failed: see its log"; done
+for arm in ${ARMS:-frontier uniform}; do
+  echo "== $arm"
+  tail -n 40 "/tmp/bench-$arm-$stamp.log"
+done
+if [ "${ARMS:-frontier uniform}" = "frontier uniform" ]; then
+  $F runs compare "/tmp/bench-frontier-$stamp.json" "/tmp/bench-uniform-$stamp.json"
+fi
