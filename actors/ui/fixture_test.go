@@ -51,9 +51,22 @@ type fixture struct {
 }
 
 // stepPoint is what the trainer records after step n (trainer.go's step):
-// the training figures, the batch's hint mix, the clock.
+// the training figures, the batch's hint mix, the clock; every third step
+// is an evaluation point with held-out scores (made-up values of the shape
+// the trainer writes).
 func stepPoint(n int, version int64) *messages.RunPoint {
-	return &messages.RunPoint{Step: int64(n), Phase: "step", PolicyVersion: version,
+	var held []*messages.HeldOutScore
+	if n%3 == 0 {
+		for _, h := range []struct {
+			level int32
+			tasks int32
+			pass  float64
+		}{{3, 4, 0.125 * float64(n/3)}, {4, 8, 0.0625 * float64(n/3)}, {-1, 12, 0.083 * float64(n/3)}} {
+			held = append(held, &messages.HeldOutScore{HintLevel: h.level, Mode: "patch", Tasks: h.tasks, Episodes: 2 * h.tasks,
+				Pass1: h.pass, Pass1Low: max(0, h.pass-0.1), Pass1High: min(1, h.pass+0.15)})
+		}
+	}
+	return &messages.RunPoint{Step: int64(n), Phase: "step", PolicyVersion: version, HeldOut: held,
 		WallSeconds: 420 + 95*float64(n), CpuSeconds: 610 + 170*float64(n),
 		Metrics: map[string]float64{
 			"solve_rate": 0.2 + 0.05*float64(n%4), "effective_fraction": 0.5 + 0.1*float64(n%3),

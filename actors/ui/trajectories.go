@@ -146,10 +146,17 @@ type turnView struct {
 
 type trajView struct {
 	trajRow
-	Seed   uint64
-	Turns  []turnView
-	Report *messages.TestReport
-	Patch  string // the last patch the model wrote
+	Seed      uint64
+	Turns     []turnView
+	Report    *messages.TestReport
+	Tally     []statusCount
+	NotPassed []*messages.TestResult
+	Patch     string // the last patch the model wrote
+}
+
+type statusCount struct {
+	Status string
+	Count  int
 }
 
 func roleName(r messages.Role) string {
@@ -221,6 +228,19 @@ func (s *Server) trajectoryPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := trajView{trajRow: trajRowOf(t), Seed: t.GetSeed(), Report: t.GetReport()}
+	counts := map[messages.TestStatus]int{}
+	for _, res := range t.GetReport().GetResults() {
+		counts[res.GetStatus()]++
+		if res.GetStatus() != messages.TestStatus_TEST_STATUS_PASS {
+			v.NotPassed = append(v.NotPassed, res)
+		}
+	}
+	for st := range messages.TestStatus_name {
+		if c := counts[messages.TestStatus(st)]; c > 0 {
+			v.Tally = append(v.Tally, statusCount{statusName(messages.TestStatus(st)), c})
+		}
+	}
+	slices.SortFunc(v.Tally, func(a, b statusCount) int { return strings.Compare(a.Status, b.Status) })
 	for i, turn := range t.GetTurns() {
 		tv := turnView{Index: i + 1, Role: roleName(turn.GetRole()), Content: turn.GetContent(),
 			ToolCallID: turn.GetToolCallId(), Seconds: turn.GetSeconds()}
@@ -248,6 +268,9 @@ func statusName(st messages.TestStatus) string {
 }
 
 func init() {
+	// A run's held-out and warm-start episodes are stored under RUN/eval/…
+	// and RUN/warm-start: their run is the part before the first slash.
+	funcs["baserun"] = func(id string) string { run, _, _ := strings.Cut(id, "/"); return run }
 	funcs["status"] = statusName
 	funcs["trunc"] = func(n int, s string) string {
 		if len(s) <= n {

@@ -25,22 +25,22 @@
     });
     var out = [];
     var lv = Object.keys(levels).map(Number).sort(function (a, b) { return a - b; });
-    out.push({id: "held_out", title: "Held-out pass@1 per hint level", points: true,
+    out.push({id: "held_out", title: "Held-out pass@1 per hint level", points: true, unit: true,
       series: lv.map(function (l) {
         return {label: hintName(l), get: function (p) {
           var h = (p.held_out || []).filter(function (h) { return h.hint_level === l; })[0];
           return h ? h.pass1 : null;
         }};
       })});
-    var named = [["solve_rate", "Training solve rate"], ["effective_fraction", "Effective-group fraction"],
+    var named = [["solve_rate", "Training solve rate", true], ["effective_fraction", "Effective-group fraction", true],
       ["loss", "Loss"], ["grad_norm", "Gradient norm"]];
     named.forEach(function (n) {
       delete metricKeys[n[0]];
-      out.push({id: n[0], title: n[1], series: [{label: n[0], get: metric(n[0])}]});
+      out.push({id: n[0], title: n[1], unit: !!n[2], series: [{label: n[0], get: metric(n[0])}]});
     });
     out.push({id: "policy_version", title: "Policy version", series: [{label: "version", get: function (p) { return p.policy_version; }}]});
     var hk = Object.keys(hintKeys).sort();
-    out.push({id: "hint_mix", title: "Batch hint mix (share of the step's tasks)",
+    out.push({id: "hint_mix", title: "Batch hint mix (share of the step's tasks)", unit: true,
       series: hk.map(function (k) { return {label: "hint " + k.slice("batch_hint_".length), get: metric(k)}; })});
     Object.keys(metricKeys).sort().forEach(function (k) {
       out.push({id: k, title: k, series: [{label: k, get: metric(k)}]});
@@ -79,7 +79,7 @@
           points: {show: spec.points || points.length < 60}});
       });
       var opts = {title: spec.title, width: width(), height: 220, series: series,
-        scales: {x: {time: false}}, legend: {live: true},
+        scales: spec.unit ? {x: {time: false}, y: {range: [0, 1]}} : {x: {time: false}}, legend: {live: true},
         axes: [{label: xKey === "step" ? "step" : xKey.replace("_", " ")}, {}]};
       var plot = new uPlot(opts, dataFor(spec), box);
       charts.push({spec: spec, plot: plot, box: box, n: spec.series.length});
@@ -103,6 +103,13 @@
 
   function fmt(x) { return Math.round(x).toString(); }
 
+  function link(text, path) {
+    var a = document.createElement("a");
+    a.href = prefix + path;
+    a.textContent = text;
+    return a;
+  }
+
   function addRow(p) {
     var tbody = document.querySelector("#points tbody");
     var row = tbody.querySelector('tr[data-index="' + p.index + '"]');
@@ -112,8 +119,15 @@
     var fresh = document.createElement("tr");
     fresh.dataset.index = String(p.index);
     cells.forEach(function (c) { var td = document.createElement("td"); td.textContent = String(c); fresh.appendChild(td); });
+    var links = fresh.lastChild;
+    if (p.phase === "step" && p.index > 0 && points[p.index - 1]) {
+      links.appendChild(link("training", "trajectories?run=" + encodeURIComponent(runID) + "&version=" + points[p.index - 1].policy_version));
+    }
+    if ((p.held_out || []).length) {
+      links.appendChild(document.createTextNode(" "));
+      links.appendChild(link("held-out", "trajectories?run=" + encodeURIComponent(runID) + "&eval=" + encodeURIComponent(p.phase + "-" + p.step)));
+    }
     if (row) {
-      fresh.lastChild.replaceWith(row.lastChild.cloneNode(true));
       row.replaceWith(fresh);
     } else {
       tbody.insertBefore(fresh, tbody.firstChild);
