@@ -21,7 +21,7 @@ type flag struct {
 var flags = []flag{
 	{"node-id", "node.id", "node name in logs and membership (default: hostname-port)"},
 	{"data-dir", "node.data_dir", "directory for the node's Badger store and other state"},
-	{"http-addr", "node.http_addr", "HOST:PORT for /healthz, /readyz, /metrics, the node API and membership"},
+	{"http-addr", "node.http_addr", "HOST:PORT for /healthz, /readyz, /metrics, the node API and membership; off loopback it needs node.api_token (env FROGNANO_NODE_API_TOKEN; no flag, so that it does not show in ps)"},
 	{"remote-addr", "node.remote_addr", "HOST:PORT for actor remoting (gRPC); port 0 picks a free port"},
 	{"advertise", "node.advertise", "remoting HOST:PORT other nodes should dial, if not remote-addr"},
 	{"cluster-name", "cluster.name", "cluster name; nodes of one cluster must agree"},
