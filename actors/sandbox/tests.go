@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"path"
 	"regexp"
@@ -196,21 +197,33 @@ func (s *Sandbox) runGoTest(ctx context.Context, spec TestSpec, dir string, time
 	if len(cmd) == 0 {
 		cmd = []string{"go"}
 	}
-	argv := append(slices.Clone(cmd), "test", "-json", "-count=1", "-vet=off") // vet is a lint, newer with every toolchain: a module that passed its own CI fails it later
 	pkgs, run, err := goSelection(tests)
 	if err != nil {
 		return nil, err
+	}
+	var pkgArgs []string
+	switch {
+	case len(pkgs) > 0:
+		pkgArgs = pkgs
+	case !hasPackageArg(spec.Args):
+		pkgArgs = []string{"./..."}
+	}
+	canary, err := s.goCanaries(ctx, spec, dir, cmd, pkgArgs)
+	if err != nil {
+		return nil, err
+	}
+	argv := append(slices.Clone(cmd), "test", "-json", "-count=1", "-vet=off") // vet is a lint, newer with every toolchain: a module that passed its own CI fails it later
+	if canary.overlay != "" {
+		argv = append(argv, "-overlay="+canary.overlay)
+		if run != "" {
+			run = run[:len(run)-2] + "|" + goCanaryPattern + ")$"
+		}
 	}
 	if run != "" {
 		argv = append(argv, "-run", run)
 	}
 	argv = append(argv, spec.Args...)
-	switch {
-	case len(pkgs) > 0:
-		argv = append(argv, pkgs...)
-	case !hasPackageArg(spec.Args):
-		argv = append(argv, "./...")
-	}
+	argv = append(argv, pkgArgs...)
 	res, err := s.Exec(ctx, ExecRequest{
 		Argv:        argv,
 		Timeout:     timeout,
@@ -219,6 +232,11 @@ func (s *Sandbox) runGoTest(ctx context.Context, spec TestSpec, dir string, time
 		Env:         spec.Env,
 		KillOrphans: true,
 	})
+	if canary.dir != "" {
+		if _, err := s.Exec(ctx, ExecRequest{Argv: []string{"rm", "-rf", "--", canary.dir}, Timeout: fileOpTimeout, Workdir: "/"}); err != nil {
+			return nil, err
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +244,121 @@ func (s *Sandbox) runGoTest(ctx context.Context, spec TestSpec, dir string, time
 	if res.Truncated && r.Valid {
 		r.Valid, r.Problem = false, fmt.Sprintf("go test output passed %d bytes and was cut", goReportLimit)
 	}
+	canary.check(r)
 	return r, nil
+}
+
+// goCanaryPattern matches every canary's name in a -run pattern without
+// naming the run's.
+const goCanaryPattern = "TestFrognanoZ[0-9a-f]{32}"
+
+// goCanary is a grading run's last test in every package: a test whose
+// name holds 128 random bits, added through go test's -overlay (never
+// written into the repository) in a file named to sort after the
+// package's own test files, so it runs after all of them. A package whose
+// stream lacks its canary's pass as its last verdict stopped early (a
+// forged "--- PASS" and os.Exit or syscall.Exit from the code under test)
+// or had its verdicts forged: the run is invalid. The code under test
+// could still find the name (it is in the test binary) and forge its
+// verdict too; docs/grading.md lists that limit.
+type goCanary struct {
+	dir, overlay, name string
+	pkgs               []string // import paths with a canary
+}
+
+func (s *Sandbox) goCanaries(ctx context.Context, spec TestSpec, dir string, cmd, pkgArgs []string) (goCanary, error) {
+	// go list runs no code of the repository's.
+	argv := append(slices.Clone(cmd), "list", "-e", "-f", "{{.ImportPath}}\t{{.Dir}}\t{{.Name}}\t{{len .TestGoFiles}}\t{{len .XTestGoFiles}}")
+	for _, a := range spec.Args {
+		if !strings.HasPrefix(a, "-") && (strings.HasPrefix(a, ".") || strings.Contains(a, "/") || path.IsAbs(a)) {
+			argv = append(argv, a)
+		}
+	}
+	argv = append(argv, pkgArgs...)
+	res, err := s.Exec(ctx, ExecRequest{Argv: argv, Timeout: 2 * time.Minute, OutputLimit: 16 << 20, Workdir: dir, Env: spec.Env})
+	if err != nil {
+		return goCanary{}, err
+	}
+	if res.ExitCode != 0 || res.TimedOut {
+		return goCanary{}, nil // go test will report what is wrong
+	}
+	c := goCanary{dir: "/tmp/.frognano-canary-" + randomHex(16), name: "TestFrognanoZ" + randomHex(16)}
+	replace := map[string]string{}
+	var files []string
+	for i, line := range strings.Split(strings.TrimSpace(string(res.Stdout)), "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) != 5 || f[2] == "" || (f[3] == "0" && f[4] == "0") {
+			continue
+		}
+		src := fmt.Sprintf("%s/%d.go", c.dir, i)
+		files = append(files, src, "package "+f[2]+"\n\nimport \"testing\"\n\nfunc "+c.name+"(t *testing.T) {}\n")
+		replace[f[1]+"/zzzzzzzz_frognano_test.go"] = src
+		c.pkgs = append(c.pkgs, f[0])
+	}
+	if len(c.pkgs) == 0 {
+		return goCanary{}, nil
+	}
+	overlay, err := json.Marshal(map[string]any{"Replace": replace})
+	if err != nil {
+		return goCanary{}, err
+	}
+	c.overlay = c.dir + "/overlay.json"
+	files = append(files, c.overlay, string(overlay))
+	script := `set -e; umask 077; mkdir -- "$1"; shift; while [ $# -gt 0 ]; do printf '%s' "$2" > "$1"; shift 2; done`
+	w, err := s.Exec(ctx, ExecRequest{Argv: append([]string{"/bin/sh", "-c", script, "sh", c.dir}, files...), Timeout: fileOpTimeout, Workdir: "/"})
+	if err != nil {
+		return goCanary{}, err
+	}
+	if w.ExitCode != 0 {
+		return goCanary{}, fmt.Errorf("write go test canaries: exit %d: %s", w.ExitCode, strings.TrimSpace(string(w.Stderr)))
+	}
+	return c, nil
+}
+
+// check removes the canaries from r's results. In a package whose tests
+// ran but whose canary did not pass last, the binary stopped early (a
+// crash, an exit) or its stream was forged: every result of that package
+// becomes an error, since any of its passes may be forged, and a run that
+// claims no failure there is invalid.
+func (c goCanary) check(r *testreport.Report) {
+	if len(c.pkgs) == 0 {
+		return
+	}
+	last := map[string]testreport.Result{}
+	ran, failed := map[string]bool{}, map[string]bool{}
+	var kept []testreport.Result
+	for _, res := range r.Results {
+		pkg, test, ok := testreport.SplitGoID(res.ID)
+		if !ok {
+			kept = append(kept, res)
+			continue
+		}
+		ran[pkg] = true
+		if res.Status == testreport.StatusFail || res.Status == testreport.StatusError {
+			failed[pkg] = true
+		}
+		if !strings.Contains(test, "/") {
+			last[pkg] = res
+		}
+		if top, _, _ := strings.Cut(test, "/"); top != c.name {
+			kept = append(kept, res)
+		}
+	}
+	r.Results = kept
+	for _, pkg := range c.pkgs {
+		if l := last[pkg]; !ran[pkg] || (l.ID == pkg+"/"+c.name && l.Status == testreport.StatusPass) {
+			continue
+		}
+		why := fmt.Sprintf("the tests of %s did not run to their end (frognano's last test did not pass last): the test binary stopped early or its verdicts were forged", pkg)
+		for i, res := range r.Results {
+			if p, _, ok := testreport.SplitGoID(res.ID); ok && p == pkg && res.Status != testreport.StatusError {
+				r.Results[i].Status, r.Results[i].Message = testreport.StatusError, why
+			}
+		}
+		if !failed[pkg] && r.Valid {
+			r.Valid, r.Problem = false, why
+		}
+	}
 }
 
 // goSelection turns Go test ids into packages and a -run pattern over the
