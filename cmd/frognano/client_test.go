@@ -5,12 +5,15 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/cmd/internal/services"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/node"
 )
@@ -56,5 +59,49 @@ func TestClientSendsTheAPIToken(t *testing.T) {
 	}
 	if _, err := nodeURL("http://" + strings.Repeat("x", 1<<20) + ":1/path"); err == nil || len(err.Error()) > 300 {
 		t.Errorf("a huge --node is echoed back: %d bytes", len(err.Error()))
+	}
+}
+
+// TestEvalSendsOPENAI_API_KEY: `frognano eval --model URL` reaches the
+// OpenAI endpoints of a node that needs a token with OPENAI_API_KEY, and is
+// refused without it.
+func TestEvalSendsOPENAI_API_KEY(t *testing.T) {
+	gguf := os.Getenv("FROGNANO_TEST_GGUF")
+	if gguf == "" {
+		t.Skip("FROGNANO_TEST_GGUF is unset")
+	}
+	const token = "eval-test-token-0123456789"
+	cfg := config.Default()
+	cfg.Node.DataDir = filepath.Join(t.TempDir(), "data")
+	cfg.Node.HTTPAddr, cfg.Node.RemoteAddr, cfg.Node.APIToken = "0.0.0.0:0", "127.0.0.1:0", token
+	cfg.Log.Level = "warn"
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	policy := services.NewPolicy(services.PolicyConfig{Model: gguf, ContextLength: 256, Logger: quiet})
+	defer policy.Close()
+	kinds, actors, handlers := policy.Options()
+	n, err := node.Start(context.Background(), cfg, node.Options{Logger: quiet, Kinds: kinds, Actors: actors, Handlers: handlers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop(context.Background())
+	_, port, _ := net.SplitHostPort(n.HTTPAddr())
+	f := &evalFlags{model: "http://127.0.0.1:" + port, servedModel: gguf, tokenizer: gguf}
+
+	req := harness.GenerateRequest{PromptIDs: []int32{1, 2, 3}, MaxTokens: 2}
+	t.Setenv("OPENAI_API_KEY", "")
+	p, err := openPolicy(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Policy.Generate(context.Background(), req); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("without OPENAI_API_KEY: %v, want a 401", err)
+	}
+	t.Setenv("OPENAI_API_KEY", token)
+	if p, err = openPolicy(f); err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Policy.Generate(context.Background(), req)
+	if err != nil || len(res.TokenIDs) == 0 {
+		t.Fatalf("with OPENAI_API_KEY: %v %v", res, err)
 	}
 }

@@ -80,7 +80,7 @@ first time.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runEval(cmd, a, &f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.model, "model", modelstore.Default, "model store name, .gguf or Hugging Face path, or an OpenAI-compatible server URL")
+	fl.StringVar(&f.model, "model", modelstore.Default, "model store name, .gguf or Hugging Face path, or an OpenAI-compatible server URL (OPENAI_API_KEY, when set, is sent as its bearer token)")
 	fl.StringVar(&f.models, "models", "", "model store directory (default: see frognano model ls)")
 	fl.StringVar(&f.servedModel, "served-model", "", "with a URL --model: the model name the server serves")
 	fl.StringVar(&f.tokenizer, "tokenizer", modelstore.Default, "with a URL --model: the model whose tokenizer renders prompts (store name, .gguf or Hugging Face directory)")
@@ -148,7 +148,9 @@ func openPolicy(f *evalFlags) (*evalPolicy, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &evalPolicy{Policy: &openai.External{BaseURL: f.model, Model: f.servedModel}, tok: tok, name: f.servedModel + " at " + f.model, closeFn: func() {}}, nil
+		// OPENAI_API_KEY, as other OpenAI clients read it, is sent as the
+		// bearer token (a frognano node's node.api_token off loopback).
+		return &evalPolicy{Policy: &openai.External{BaseURL: f.model, Model: f.servedModel, APIKey: os.Getenv("OPENAI_API_KEY")}, tok: tok, name: f.servedModel + " at " + f.model, closeFn: func() {}}, nil
 	}
 	store, err := modelstore.Open(f.models)
 	if err != nil {
