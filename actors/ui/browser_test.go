@@ -220,7 +220,7 @@ func TestBrowserRunPageDrawsStoredPointsAndLiveUpdates(t *testing.T) {
 	if got := b.count(t, "#charts .chart canvas"); got < 7 {
 		t.Errorf("%d charts drawn, want at least 7", got)
 	}
-	for _, id := range []string{"held_out", "solve_rate", "effective_fraction", "loss", "grad_norm", "policy_version", "hint_mix"} {
+	for _, id := range []string{"held_out", "solve_rate", "effective_fraction", "loss", "grad_norm", "policy_version", "hint_mix", "episodes_per_minute"} {
 		if b.count(t, "#chart-"+id+" canvas") != 1 {
 			t.Errorf("no %s chart", id)
 		}

@@ -72,6 +72,7 @@ func stepPoint(n int, version int64) *messages.RunPoint {
 			"solve_rate": 0.2 + 0.05*float64(n%4), "effective_fraction": 0.5 + 0.1*float64(n%3),
 			"loss": 0.05 - 0.004*float64(n), "grad_norm": 1.5 - 0.1*float64(n),
 			"batch_hint_1": 0.5, "batch_hint_3": 0.25, "batch_hint_4": 0.25,
+			"rollouts": 16 * float64(n), "train_seconds": 380 + 90*float64(n),
 		}}
 }
 

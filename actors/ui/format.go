@@ -47,6 +47,8 @@ var funcs = template.FuncMap{
 	"pct":  func(x float64) string { return fmt.Sprintf("%.1f%%", 100*x) },
 	"join": strings.Join,
 	"diff": renderDiff,
+	// barwidth is a share's bar in pixels (0-200).
+	"barwidth": func(x float64) int { return int(200 * min(1, max(0, x))) },
 	"bytes": func(n uint64) string {
 		const gib = 1 << 30
 		return fmt.Sprintf("%.1f GiB", float64(n)/gib)

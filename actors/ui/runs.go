@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -69,6 +70,12 @@ type metricRow struct {
 	Value float64
 }
 
+type timeRow struct {
+	Name    string
+	Seconds float64
+	Share   float64
+}
+
 type pointRow struct {
 	Point
 	SolveRate  string
@@ -87,6 +94,20 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request) {
 	var metrics []metricRow
 	for _, k := range slices.Sorted(maps.Keys(run.GetMetrics())) {
 		metrics = append(metrics, metricRow{k, run.GetMetrics()[k]})
+	}
+	// Where the run's time went: the trainer's cumulative seconds_* totals
+	// (asking the frontier, rollouts, reporting outcomes, learning, weight
+	// swaps, the warm start's parts).
+	var times []timeRow
+	var spent float64
+	for _, k := range slices.Sorted(maps.Keys(run.GetMetrics())) {
+		if name, ok := strings.CutPrefix(k, "seconds_"); ok && run.GetMetrics()[k] > 0 {
+			times = append(times, timeRow{Name: strings.ReplaceAll(name, "_", " "), Seconds: run.GetMetrics()[k]})
+			spent += run.GetMetrics()[k]
+		}
+	}
+	for i := range times {
+		times[i].Share = times[i].Seconds / spent
 	}
 	var rows []pointRow
 	for i, p := range run.GetCurve() {
@@ -108,8 +129,9 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request) {
 		Run     runRow
 		Config  string
 		Metrics []metricRow
+		Times   []timeRow
 		Points  []pointRow
-	}{rowOf(run), run.GetConfigYaml(), metrics, rows})
+	}{rowOf(run), run.GetConfigYaml(), metrics, times, rows})
 }
 
 // trainingVersion is the policy version a step's episodes were played at:

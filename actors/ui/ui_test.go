@@ -41,7 +41,7 @@ func TestPagesShowTheStoredRecords(t *testing.T) {
 		want []string
 	}{
 		{"", []string{realRun, "running", "3 / "}},
-		{"run?id=" + q(realRun), []string{realRun, "hint 3 pass@1", "all pass@1", "trajectories?run=" + q(realRun) + "&amp;eval=start-0", "trajectories?run=" + q(realRun) + "&amp;version=0"}},
+		{"run?id=" + q(realRun), []string{realRun, "hint 3 pass@1", "all pass@1", "trajectories?run=" + q(realRun) + "&amp;eval=start-0", "trajectories?run=" + q(realRun) + "&amp;version=0", `id="time-split"`, "warm start demos"}},
 		{"trajectories?run=" + q(realRun) + "&eval=start-0", []string{eval.GetId()[len(eval.GetRunId())+1:][:10], ">2<"}},
 		{"trajectories?run=" + q(realRun) + "&version=0", []string{"played at policy v0", ">1<"}},
 		{"trajectory?id=" + q(warm.GetId()), []string{warm.GetTermination(), `href="/ui/run?id=` + realRun + `"`, "184 pass · 16 skip", `class="diff"`, `<span class="add">+    return getattr(self, _assertCountEqual)(*args, **kwargs)`, `<span class="del">-    return getattr(_assertCountEqual, self)`}},

@@ -38,6 +38,16 @@
       delete metricKeys[n[0]];
       out.push({id: n[0], title: n[1], unit: !!n[2], series: [{label: n[0], get: metric(n[0])}]});
     });
+    // Training episodes per minute of wall time between two points, from
+    // the cumulative count of episodes a point records ("rollouts").
+    if (points.some(function (p) { return p.metrics && p.metrics.rollouts !== undefined; })) {
+      out.push({id: "episodes_per_minute", title: "Training episodes per minute", series: [{label: "episodes/min", get: function (p, i) {
+        var q = points[i - 1];
+        if (!q || !p.metrics || !q.metrics || p.metrics.rollouts === undefined || q.metrics.rollouts === undefined) return null;
+        var dt = p.wall_seconds - q.wall_seconds;
+        return dt > 0 ? 60 * (p.metrics.rollouts - q.metrics.rollouts) / dt : null;
+      }}]});
+    }
     out.push({id: "policy_version", title: "Policy version", series: [{label: "version", get: function (p) { return p.policy_version; }}]});
     var hk = Object.keys(hintKeys).sort();
     out.push({id: "hint_mix", title: "Batch hint mix (share of the step's tasks)", unit: true,
@@ -55,17 +65,39 @@
     };
   }
 
-  function xOf(p) { return xKey === "step" ? p.step : p[xKey]; }
+  function xOf(p) {
+    if (xKey === "step") return p.step;
+    if (xKey === "rollouts") return p.metrics ? p.metrics.rollouts : null;
+    return p[xKey];
+  }
+
+  // The x-axis may count training episodes when every point records them
+  // (runs recorded before points carried "rollouts" do not).
+  function offerRollouts() {
+    var sel = document.getElementById("xaxis");
+    var all = points.length > 0 && points.every(function (p) { return p.metrics && p.metrics.rollouts !== undefined; });
+    var opt = sel.querySelector('option[value="rollouts"]');
+    if (all && !opt) {
+      opt = document.createElement("option");
+      opt.value = "rollouts";
+      opt.textContent = "training episodes";
+      sel.appendChild(opt);
+    } else if (!all && opt) {
+      if (xKey === "rollouts") { xKey = "step"; sel.value = "step"; }
+      opt.remove();
+    }
+  }
 
   function dataFor(spec) {
     var d = [points.map(xOf)];
-    spec.series.forEach(function (s) { d.push(points.map(s.get)); });
+    spec.series.forEach(function (s) { d.push(points.map(function (p, i) { return s.get(p, i); })); });
     return d;
   }
 
   function width() { return Math.max(320, Math.min(560, root.clientWidth / 2 - 24)); }
 
   function build() {
+    offerRollouts();
     charts.forEach(function (c) { c.plot.destroy(); c.box.remove(); });
     charts = [];
     specs().forEach(function (spec) {
@@ -80,7 +112,9 @@
       });
       var opts = {title: spec.title, width: width(), height: 220, series: series,
         scales: spec.unit ? {x: {time: false}, y: {range: [0, 1]}} : {x: {time: false}}, legend: {live: true},
-        axes: [{label: xKey === "step" ? "step" : xKey.replace("_", " ")}, {}]};
+        axes: [xKey === "step" || xKey === "rollouts"
+          ? {label: xKey === "step" ? "step" : "training episodes", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000]}
+          : {label: xKey.replace("_", " ")}, {}]};
       var plot = new uPlot(opts, dataFor(spec), box);
       charts.push({spec: spec, plot: plot, box: box, n: spec.series.length});
     });
@@ -96,6 +130,7 @@
       return s.id === charts[i].spec.id && s.series.length === charts[i].n;
     });
     if (!same) { build(); return; }
+    offerRollouts();
     charts.forEach(function (c, i) { c.spec = fresh[i]; c.plot.setData(dataFor(fresh[i])); });
     root.dataset.points = String(points.length);
     document.getElementById("npoints").textContent = String(points.length);
