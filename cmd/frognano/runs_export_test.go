@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -71,6 +72,14 @@ func TestRunsExport(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(lines[1]), &p); err != nil || p.Run != "export-me" || p.Step != 1 || p.Metrics["loss"] != 0.125 {
 		t.Errorf("jsonl line %s: %+v %v", lines[1], p, err)
+	}
+	tb := filepath.Join(t.TempDir(), "tb")
+	out := cli("runs", "export", "export-me", "--format", "tensorboard", "--dir", tb)
+	files, _ := filepath.Glob(filepath.Join(tb, "events.out.tfevents.*"))
+	if len(files) != 1 || !strings.Contains(out, "3 points written to "+files[0]) {
+		t.Errorf("tensorboard export: %q, files %v", out, files)
+	} else if st, err := os.Stat(files[0]); err != nil || st.Size() < 100 {
+		t.Errorf("event file %s: %v", files[0], err)
 	}
 	if _, _, err := runCLI(t, "", "runs", "export", "export-me", "--format", "xml", "--data-dir", data); err == nil {
 		t.Error("--format xml was accepted")

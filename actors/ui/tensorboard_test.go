@@ -1,0 +1,135 @@
+package ui
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	messages "github.com/frognano/frognano/actors/messages/v1"
+)
+
+// TestTensorBoardMatchesTensorBoardsWriter encodes the events of
+// testdata/tensorboard.golden, which TensorBoard's own protos and record
+// writer produced (testdata/gen/tensorboard_golden.py), and wants the same
+// bytes.
+func TestTensorBoardMatchesTensorBoardsWriter(t *testing.T) {
+	golden, err := os.ReadFile(filepath.Join("testdata", "tensorboard.golden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := appendRecord(nil, eventBytes(1700000000.5, 0, "brain.Event:2", nil))
+	got = appendRecord(got, eventBytes(1700000100.25, 3, "", []scalar{{"train/loss", 0.125}, {"held_out/pass1_hint_3", 0.3}}))
+	if !bytes.Equal(got, golden) {
+		t.Fatalf("event records differ from TensorBoard's:\n got %x\nwant %x", got, golden)
+	}
+}
+
+// readEvents parses an event file, checking each record's CRCs, into the
+// step and scalars of each event.
+func readEvents(t *testing.T, b []byte) (steps []int64, values []map[string]float32, version string) {
+	t.Helper()
+	for len(b) > 0 {
+		if len(b) < 12 {
+			t.Fatalf("truncated record header")
+		}
+		n := binary.LittleEndian.Uint64(b)
+		if maskedCRC(b[:8]) != binary.LittleEndian.Uint32(b[8:]) {
+			t.Fatal("length CRC mismatch")
+		}
+		data := b[12 : 12+n]
+		if maskedCRC(data) != binary.LittleEndian.Uint32(b[12+n:]) {
+			t.Fatal("data CRC mismatch")
+		}
+		b = b[16+n:]
+		var step int64
+		vals := map[string]float32{}
+		for len(data) > 0 {
+			num, typ, l := protowire.ConsumeTag(data)
+			data = data[l:]
+			switch {
+			case num == 2 && typ == protowire.VarintType:
+				v, l := protowire.ConsumeVarint(data)
+				step, data = int64(v), data[l:]
+			case num == 3 && typ == protowire.BytesType:
+				v, l := protowire.ConsumeString(data)
+				version, data = v, data[l:]
+			case num == 5 && typ == protowire.BytesType:
+				summary, l := protowire.ConsumeBytes(data)
+				data = data[l:]
+				for len(summary) > 0 {
+					_, _, l := protowire.ConsumeTag(summary)
+					v, l2 := protowire.ConsumeBytes(summary[l:])
+					summary = summary[l+l2:]
+					var tag string
+					var val float32
+					for len(v) > 0 {
+						num, _, l := protowire.ConsumeTag(v)
+						v = v[l:]
+						if num == 1 {
+							s, l := protowire.ConsumeString(v)
+							tag, v = s, v[l:]
+						} else {
+							f, l := protowire.ConsumeFixed32(v)
+							val, v = math.Float32frombits(f), v[l:]
+						}
+					}
+					vals[tag] = val
+				}
+			default:
+				l := protowire.ConsumeFieldValue(num, typ, data)
+				if l < 0 {
+					t.Fatalf("bad field %d", num)
+				}
+				data = data[l:]
+			}
+		}
+		steps = append(steps, step)
+		values = append(values, vals)
+	}
+	return steps, values, version
+}
+
+// TestWriteTensorBoard writes a run's curve and reads every point back.
+func TestWriteTensorBoard(t *testing.T) {
+	run := &messages.Run{Id: "tb/run", StartedUnixNano: 1700000000e9, Curve: []*messages.RunPoint{
+		{Step: 0, Phase: "start", WallSeconds: 5, HeldOut: []*messages.HeldOutScore{{HintLevel: 3, Pass1: 0.25, Pass1Low: 0.125, Pass1High: 0.5}}},
+		{Step: 1, Phase: "step", PolicyVersion: 1, WallSeconds: 60, Metrics: map[string]float64{"loss": 0.5, "solve_rate": 0.75, "bad": math.NaN()}},
+	}}
+	dir := t.TempDir()
+	path, err := WriteTensorBoard(dir, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Base(path) != "events.out.tfevents.1700000000.frognano-tb_run" {
+		t.Errorf("file %s", path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps, values, version := readEvents(t, b)
+	if version != "brain.Event:2" || len(steps) != 3 || steps[1] != 0 || steps[2] != 1 {
+		t.Fatalf("version %q, steps %v", version, steps)
+	}
+	if v := values[1]; v["held_out/pass1_hint_3"] != 0.25 || v["held_out_low/pass1_hint_3"] != 0.125 || v["held_out_high/pass1_hint_3"] != 0.5 {
+		t.Errorf("start point %v", v)
+	}
+	if v := values[2]; v["train/loss"] != 0.5 || v["train/solve_rate"] != 0.75 || v["run/policy_version"] != 1 || v["run/wall_seconds"] != 60 {
+		t.Errorf("step point %v", v)
+	}
+	if _, ok := values[2]["train/bad"]; ok {
+		t.Error("a NaN metric was written")
+	}
+	// Exporting again replaces the file.
+	if _, err := WriteTensorBoard(dir, run); err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := filepath.Glob(filepath.Join(dir, "*")); len(names) != 1 {
+		t.Errorf("files after a second export: %v", names)
+	}
+}
