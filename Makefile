@@ -46,7 +46,7 @@ cuda-check:
 	  go tool gotestsum --format testname -- -tags cuda -count=1 ./kernels/cuda/; \
 	else echo "nvcc not available: CUDA build not checked"; fi
 
-# Benchmarks whose figures the README records.
+# Benchmarks whose figures docs/benchmarks.md records.
 bench:
 	go test ./runtime/node -run '^$$' -bench Messages -benchtime 100000x
 	go test ./persistence -run '^$$' -bench Task -benchtime 2s

@@ -178,7 +178,7 @@ over several invocations with --packages) without running anything.`,
 	f.IntVar(&cfg.Candidates, "candidates", cfg.Candidates, "candidates to judge per package")
 	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of every package's candidate draw")
 	f.StringVar(&jsonFile, "json", "", "also write the raw results (every rejection reason, times) to this file as JSON")
-	f.BoolVar(&markdown, "markdown", false, "print the table as Markdown (as in the README)")
+	f.BoolVar(&markdown, "markdown", false, "print the table as Markdown (as in docs/synthesis.md)")
 	f.StringSliceVar(&resultFiles, "results", nil, "print the table of earlier runs' --json files (joined in order) instead of running; starts no node")
 	return cmd
 }
