@@ -225,6 +225,14 @@ func TestBrowserRunPageDrawsStoredPointsAndLiveUpdates(t *testing.T) {
 			t.Errorf("no %s chart", id)
 		}
 	}
+	// Each chart plots every stored value: the held-out scores of both
+	// evaluation points (three levels each), each step's solve rate.
+	if got := b.attr(t, "#chart-held_out", "data-values"); got != "6" {
+		t.Errorf("held-out chart plots %s values, want 6", got)
+	}
+	if got := b.attr(t, "#chart-solve_rate", "data-values"); got != "3" {
+		t.Errorf("solve-rate chart plots %s values, want 3", got)
+	}
 	// uPlot's legend lists each hint level of the stored held-out scores.
 	legend := b.text(t, "#chart-held_out .u-legend")
 	for _, want := range []string{"hint 3", "hint 4", "all"} {
@@ -254,6 +262,7 @@ func TestBrowserRunPageDrawsStoredPointsAndLiveUpdates(t *testing.T) {
 	if b.count(t, "#chart-solve_rate canvas") != 1 {
 		t.Errorf("solve-rate chart gone after the update")
 	}
+	b.waitAttr(t, "#chart-solve_rate", "data-values", "4")
 	b.noErrors(t, "run page after a live update")
 	b.screenshot(t, "run-live")
 }

@@ -94,6 +94,14 @@
     return d;
   }
 
+  // drawn records on a chart's box how many values it plots (the tests
+  // read it).
+  function drawn(box, d) {
+    var n = 0;
+    d.slice(1).forEach(function (ys) { ys.forEach(function (y) { if (y !== null && y !== undefined) n++; }); });
+    box.dataset.values = String(n);
+  }
+
   function width() { return Math.max(320, Math.min(560, root.clientWidth / 2 - 24)); }
 
   function build() {
@@ -115,7 +123,9 @@
         axes: [xKey === "step" || xKey === "rollouts"
           ? {label: xKey === "step" ? "step" : "training episodes", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000]}
           : {label: xKey.replace("_", " ")}, {}]};
-      var plot = new uPlot(opts, dataFor(spec), box);
+      var data = dataFor(spec);
+      var plot = new uPlot(opts, data, box);
+      drawn(box, data);
       charts.push({spec: spec, plot: plot, box: box, n: spec.series.length});
     });
     root.dataset.points = String(points.length);
@@ -131,7 +141,12 @@
     });
     if (!same) { build(); return; }
     offerRollouts();
-    charts.forEach(function (c, i) { c.spec = fresh[i]; c.plot.setData(dataFor(fresh[i])); });
+    charts.forEach(function (c, i) {
+      var data = dataFor(fresh[i]);
+      c.spec = fresh[i];
+      c.plot.setData(data);
+      drawn(c.box, data);
+    });
     root.dataset.points = String(points.length);
     document.getElementById("npoints").textContent = String(points.length);
   }
