@@ -113,6 +113,9 @@ type Settings struct {
 // MetricBudgetSpent is 1 once a run has ended on its BudgetSeconds.
 const MetricBudgetSpent = "budget_spent"
 
+// seconds prints a number of seconds as a duration (1h0m0s, 1ns).
+func seconds(x float64) time.Duration { return time.Duration(x * float64(time.Second)).Round(time.Nanosecond) }
+
 // TrainSeconds is the run's training time so far: its wall time over every
 // process that ran it, less the time its held-out evaluations took.
 func TrainSeconds(run *messages.Run) float64 {
@@ -383,6 +386,7 @@ func (t *Trainer) Train(ctx context.Context, run *messages.Run, s Settings) (Sum
 		if err := ctx.Err(); err != nil {
 			return SummaryOf(run, s.Steps), err
 		}
+		t.clock.tick(run)
 		if BudgetSpent(run, s) {
 			break
 		}
@@ -391,8 +395,8 @@ func (t *Trainer) Train(ctx context.Context, run *messages.Run, s Settings) (Sum
 		}
 	}
 	if s.Steps > 0 && BudgetSpent(run, s) && !Finished(run, s) {
-		t.printf("budget: %.0fs of training spent (%.0fs budget, held-out evaluation excluded) after step %d of at most %d: the run ends here",
-			TrainSeconds(run), s.BudgetSeconds, run.GetStep(), s.Steps)
+		t.printf("budget: %s of training spent (budget %s, held-out evaluation excluded) after step %d of at most %d: the run ends here",
+			seconds(TrainSeconds(run)), seconds(s.BudgetSeconds), run.GetStep(), s.Steps)
 		run.Metrics[MetricBudgetSpent] = 1
 		if err := t.runs.Put(ctx, run); err != nil {
 			return SummaryOf(run, s.Steps), err

@@ -38,7 +38,7 @@ import (
 func runCmd(a *app) *cobra.Command {
 	var jobs int
 	var rounds int64
-	var envSource string
+	var envSources []string
 	var tasks int32
 	var runID string
 	var parallel int
@@ -137,18 +137,24 @@ one.`,
 					s.Seed = uint64(started.UnixNano())
 				}
 				s.BudgetSeconds = budget.Seconds()
-				if s.WarmStartEpochs > 0 && s.WarmStartEnvs == "" && envSource != "" {
-					src, err := environment.ParseSource(envSource)
-					if err != nil {
-						return err
+				if s.WarmStartEpochs > 0 && s.WarmStartEnvs == "" && len(envSources) > 0 {
+					var names []string
+					for _, source := range envSources {
+						src, err := environment.ParseSource(source)
+						if err != nil {
+							return err
+						}
+						names = append(names, environment.DefaultName(src)) // the run's training environments
 					}
-					s.WarmStartEnvs = environment.DefaultName(src) // the run's training environment
+					s.WarmStartEnvs = strings.Join(names, ",")
 				}
 				if err := s.Validate(); err != nil {
 					return err
 				}
-				if evaluate.HeldOutSource(envSource) {
-					return evaluate.CheckTraining(envSource, nil)
+				for _, source := range envSources {
+					if evaluate.HeldOutSource(source) {
+						return evaluate.CheckTraining(source, nil)
+					}
 				}
 				run.ConfigYaml = s.Encode()
 			}
@@ -199,35 +205,42 @@ one.`,
 				finish("failed")
 				return fmt.Errorf("%d of %d jobs failed or answered wrongly", bad, len(report.Outcomes))
 			}
-			if envSource != "" {
-				env, err := ensureEnvironment(c, envSource, cmd.ErrOrStderr())
-				if err != nil {
-					finish("failed")
-					return err
+			if len(envSources) > 0 {
+				var envs []*messages.Environment
+				run.Metrics["env_baseline_tests"] = 0
+				for _, source := range envSources {
+					env, err := ensureEnvironment(c, source, cmd.ErrOrStderr())
+					if err != nil {
+						finish("failed")
+						return err
+					}
+					// No run trains on a held-out repository, under any name
+					// (a resumed run is checked again: settings predate checks).
+					if err := checkTraining(c, env, s); err != nil {
+						finish("failed")
+						return err
+					}
+					run.Metrics["env_baseline_tests"] += float64(len(env.Baseline.GetResults()))
+					fmt.Fprintf(out, "environment %s: %s, image %s, baseline %s\n", env.Name, env.Language, env.Image, summarize(env.Baseline))
+					envs = append(envs, env)
 				}
-				// No run trains on a held-out repository, under any name
-				// (a resumed run is checked again: settings predate checks).
-				if err := checkTraining(c, env, s); err != nil {
-					finish("failed")
-					return err
-				}
-				run.Metrics["env_baseline_tests"] = float64(len(env.Baseline.GetResults()))
-				fmt.Fprintf(out, "environment %s: %s, image %s, baseline %s\n", env.Name, env.Language, env.Image, summarize(env.Baseline))
 				_, synthesized := run.Metrics["tasks_synthesized"]
 				if tasks > 0 && !(resumed && synthesized) {
-					for i, hint := range hints {
-						synthStart := time.Now()
-						res, err := c.synthesize(&messages.SynthesizeRequest{Environment: env.Name, Count: tasks, Bugs: 1,
-							Seed: uint64(started.UnixNano()) + uint64(i), Target: &messages.DifficultyFeatures{HintLevel: int32(hint)}}, cmd.ErrOrStderr())
-						if err != nil {
-							finish("failed")
-							return err
+					for k, env := range envs {
+						for i, hint := range hints {
+							synthStart := time.Now()
+							res, err := c.synthesize(&messages.SynthesizeRequest{Environment: env.Name, Count: tasks, Bugs: 1,
+								Seed: uint64(started.UnixNano()) + uint64(k*len(hints)+i), Target: &messages.DifficultyFeatures{HintLevel: int32(hint)}}, cmd.ErrOrStderr())
+							if err != nil {
+								finish("failed")
+								return err
+							}
+							run.Metrics["tasks_synthesized"] += float64(len(res.TaskIds))
+							run.Metrics["synth_candidates"] += float64(res.GetProgress().GetCandidates())
+							run.Metrics["seconds_synth"] += time.Since(synthStart).Seconds()
+							fmt.Fprintf(out, "synthesized %d validated tasks of %s at hint level %d from %d candidates in %.1fs (frognano tasks ls --env %s)\n",
+								len(res.TaskIds), env.Name, hint, res.GetProgress().GetCandidates(), res.WallSeconds, env.Name)
 						}
-						run.Metrics["tasks_synthesized"] += float64(len(res.TaskIds))
-						run.Metrics["synth_candidates"] += float64(res.GetProgress().GetCandidates())
-						run.Metrics["seconds_synth"] += time.Since(synthStart).Seconds()
-						fmt.Fprintf(out, "synthesized %d validated tasks at hint level %d from %d candidates in %.1fs (frognano tasks ls --env %s)\n",
-							len(res.TaskIds), hint, res.GetProgress().GetCandidates(), res.WallSeconds, env.Name)
 					}
 				}
 				var heldOut []*messages.Task
@@ -266,8 +279,8 @@ one.`,
 	fl := cmd.Flags()
 	fl.IntVar(&jobs, "jobs", 32, "digest jobs to spread over the cluster")
 	fl.Int64Var(&rounds, "rounds", 100000, "SHA-256 rounds per job")
-	fl.StringVar(&envSource, "env", "six==1.16.0", "environment source to make sure is registered and train on (empty: skip synthesis and training)")
-	fl.Int32Var(&tasks, "tasks", 5, "validated tasks to synthesize from the environment before training (0: none)")
+	fl.StringSliceVar(&envSources, "env", []string{"six==1.16.0"}, "environment sources to make sure are registered and train on, comma-separated or repeated (empty: skip synthesis and training)")
+	fl.Int32Var(&tasks, "tasks", 5, "validated tasks to synthesize from each --env environment at each --hint-levels level before training (0: none)")
 	fl.StringVar(&runID, "run", "", "run id: resume this run if it is recorded, else start it under this id (default run-<time>)")
 	fl.IntVar(&s.Steps, "steps", 1, "training steps of the run (0: none); with --budget, the most it takes")
 	fl.DurationVar(&budget, "budget", 0, "training time of the run (e.g. 60m; 0: none): no step starts once the run's wall time, warm start included and held-out evaluation excluded, reaches it")

@@ -439,3 +439,48 @@ func TestTrainStepPublishesAndResumes(t *testing.T) {
 		t.Fatalf("%d trajectories of policy v1 after the resume (want step 2's two)", atV1)
 	}
 }
+
+// TestRunOnSeveralEnvironmentsWithABudget: --env takes several sources,
+// each registered and synthesized from; a spent --budget ends the run
+// before its first step, recorded as done and budget-spent, and a resume
+// trains nothing more.
+func TestRunOnSeveralEnvironmentsWithABudget(t *testing.T) {
+	trainPrereqs(t)
+	one, two := writeArith(t, "budgetone"), writeArith(t, "budgettwo")
+	data := t.TempDir()
+	const runID = "test-budget"
+	defer runCLI(t, "", "env", "rm", "budgetone", "--data-dir", data, "--log-level", "warn")
+	defer runCLI(t, "", "env", "rm", "budgettwo", "--data-dir", data, "--log-level", "warn")
+	args := []string{"run", "--data-dir", data, "--log-level", "warn", "--jobs", "2", "--rounds", "10", "--env", one + "," + two, "--tasks", "1",
+		"--steps", "50", "--budget", "1ns", "--tasks-per-step", "1", "--group", "2", "--max-turn-tokens", "16", "--parallel", "2", "--run", runID, "--seed", "3"}
+	out, errOut, err := runCLI(t, "", args...)
+	if err != nil {
+		t.Fatalf("run: %v\n%s\n%s", err, out, errOut)
+	}
+	for _, s := range []string{"environment budgetone:", "environment budgettwo:", "of budgetone at hint level 1", "of budgettwo at hint level 1",
+		"after step 0 of at most 50: the run ends here", "run " + runID + " done"} {
+		if !strings.Contains(out, s) {
+			t.Fatalf("output lacks %q:\n%s\n%s", s, out, errOut)
+		}
+	}
+	if strings.Contains(out, "step 1/50") {
+		t.Fatalf("a step started after the budget was spent:\n%s", out)
+	}
+	out, errOut, err = runCLI(t, "", "run", "--data-dir", data, "--log-level", "warn", "--jobs", "2", "--rounds", "10", "--env", one + "," + two, "--run", runID)
+	if err != nil || strings.Contains(out, "step 1/50") || strings.Contains(out, "synthesized") {
+		t.Fatalf("resuming a run whose budget is spent trained or synthesized: %v\n%s\n%s", err, out, errOut)
+	}
+	db, err := persistence.Open(filepath.Join(data, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	run, err := db.Runs().Get(context.Background(), runID)
+	if err != nil || run.Status != "done" || run.Step != 0 || run.Metrics[trainer.MetricBudgetSpent] != 1 || run.Metrics["tasks_synthesized"] != 2 {
+		t.Fatalf("record: %v, %v", run, err)
+	}
+	s, err := trainer.DecodeSettings(run)
+	if err != nil || s.BudgetSeconds != 1e-9 {
+		t.Fatalf("stored settings %+v, %v: want the 1 ns budget", s, err)
+	}
+}
