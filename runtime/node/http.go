@@ -2,8 +2,10 @@ package node
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -175,10 +177,24 @@ func (n *Node) guard(next http.Handler) http.Handler {
 	want := sha256.Sum256([]byte(token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w = &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: n.limits.Write}
+		if token != "" && r.URL.Path == UILoginPath {
+			n.uiLogin(w, r, token)
+			return
+		}
 		if token != "" && !openPaths[r.URL.Path] {
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			sum := sha256.Sum256([]byte(got))
-			if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+			authed := ok && subtle.ConstantTimeCompare(sum[:], want[:]) == 1
+			if !authed && (r.Method == http.MethodGet || r.Method == http.MethodHead) && strings.HasPrefix(r.URL.Path, uiPrefix) {
+				if c, err := r.Cookie(uiCookie); err == nil {
+					authed = subtle.ConstantTimeCompare([]byte(c.Value), []byte(uiSession(token))) == 1
+				}
+				if !authed {
+					http.Redirect(w, r, UILoginPath, http.StatusSeeOther)
+					return
+				}
+			}
+			if !authed {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="frognano"`)
 				http.Error(w, "401 unauthorized: this node's API needs `Authorization: Bearer <node.api_token>`", http.StatusUnauthorized)
 				return
@@ -186,6 +202,55 @@ func (n *Node) guard(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// The dashboard in a browser, which cannot send a bearer header: with an
+// API token configured, GET /ui/login shows a form, POST /ui/login with the
+// right token sets a cookie holding an HMAC of the token (never the token
+// itself; HttpOnly, SameSite=Strict, path /ui/), and the guard accepts that
+// cookie for GET and HEAD under /ui/ only — the dashboard is read-only, and
+// every other path still needs the header.
+const (
+	UILoginPath = "/ui/login"
+	uiPrefix    = "/ui/"
+	uiCookie    = "frognano_ui"
+)
+
+// uiSession is the dashboard cookie's value for token.
+func uiSession(token string) string {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte("frognano dashboard session v1"))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+const uiLoginForm = `<!doctype html><html><head><meta charset="utf-8"><title>frognano: sign in</title></head>
+<body style="font-family:sans-serif;margin:3em"><h1>frognano dashboard</h1>
+<p>This node's API needs its token (<code>node.api_token</code>).</p>%s
+<form method="post" action="/ui/login"><input type="password" name="token" autocomplete="current-password" size="40" autofocus>
+<button type="submit">Sign in</button></form></body></html>`
+
+func (n *Node) uiLogin(w http.ResponseWriter, r *http.Request, token string) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		fmt.Fprintf(w, uiLoginForm, "")
+	case http.MethodPost:
+		r.Body = http.MaxBytesReader(w, r.Body, 4096)
+		got := r.PostFormValue("token")
+		a, b := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(token))
+		if subtle.ConstantTimeCompare(a[:], b[:]) != 1 {
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprintf(w, uiLoginForm, "<p><b>Wrong token.</b></p>")
+			return
+		}
+		http.SetCookie(w, &http.Cookie{Name: uiCookie, Value: uiSession(token), Path: uiPrefix, HttpOnly: true,
+			SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		http.Redirect(w, r, uiPrefix, http.StatusSeeOther)
+	default:
+		w.Header().Set("Allow", "GET, HEAD, POST")
+		http.Error(w, "405 method not allowed", http.StatusMethodNotAllowed)
+	}
 }
 
 // bounded limits a handler's request body to max bytes: 413 at once for a

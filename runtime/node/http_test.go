@@ -472,3 +472,67 @@ func TestAPeersAnswerCannotAddMembers(t *testing.T) {
 		t.Errorf("the listed loopback member was never probed directly (the test proves nothing)")
 	}
 }
+
+// TestDashboardLoginCookie: with a token, a browser signs in at /ui/login
+// and gets a cookie that opens GET under /ui/ only; the cookie is not the
+// token, a forged one or a wrong token opens nothing, and no other path
+// takes the cookie instead of the bearer header.
+func TestDashboardLoginCookie(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Node.HTTPAddr = "0.0.0.0:0"
+	cfg.Node.APIToken = testToken
+	n := startWith(t, cfg, Options{Handlers: []Handler{{Pattern: "/ui/", Handler: func(*Node) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "dashboard "+r.Method) })
+	}}}})
+	base := localURL(n)
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	send := func(method, path string, cookie *http.Cookie, form string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(form))
+		if form != "" {
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		}
+		if cookie != nil {
+			req.AddCookie(cookie)
+		}
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	if r := send("GET", "/ui/", nil, ""); r.StatusCode != http.StatusSeeOther || r.Header.Get("Location") != UILoginPath {
+		t.Fatalf("GET /ui/ signed out = %d to %q, want 303 to the login page", r.StatusCode, r.Header.Get("Location"))
+	}
+	if r := send("GET", UILoginPath, nil, ""); r.StatusCode != 200 {
+		t.Fatalf("GET %s = %d, want the form", UILoginPath, r.StatusCode)
+	}
+	if r := send("POST", UILoginPath, nil, "token=wrong-token-0123456789abcdef"); r.StatusCode != http.StatusUnauthorized || len(r.Cookies()) != 0 {
+		t.Fatalf("a wrong token signed in: %d, cookies %v", r.StatusCode, r.Cookies())
+	}
+	r := send("POST", UILoginPath, nil, "token="+testToken)
+	if r.StatusCode != http.StatusSeeOther || len(r.Cookies()) != 1 {
+		t.Fatalf("sign-in with the token = %d, cookies %v", r.StatusCode, r.Cookies())
+	}
+	c := r.Cookies()[0]
+	if strings.Contains(c.Value, testToken) || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/ui/" {
+		t.Fatalf("cookie %+v: want an HttpOnly, SameSite=Strict cookie for /ui/ that is not the token", c)
+	}
+	if r := send("GET", "/ui/run?id=x", c, ""); r.StatusCode != 200 {
+		t.Fatalf("GET /ui/ with the cookie = %d", r.StatusCode)
+	}
+	for _, path := range []string{InfoPath, "/metrics", membership.Path} {
+		if r := send("GET", path, c, ""); r.StatusCode != http.StatusUnauthorized {
+			t.Errorf("GET %s with the dashboard cookie = %d, want 401", path, r.StatusCode)
+		}
+	}
+	if r := send("POST", "/ui/run", c, "x=1"); r.StatusCode != http.StatusUnauthorized {
+		t.Errorf("POST under /ui/ with the cookie = %d, want 401 (the cookie opens reads only)", r.StatusCode)
+	}
+	forged := &http.Cookie{Name: c.Name, Value: strings.Repeat("0", len(c.Value))}
+	if r := send("GET", "/ui/", forged, ""); r.StatusCode != http.StatusSeeOther {
+		t.Errorf("a forged cookie = %d, want 303 to the login page", r.StatusCode)
+	}
+}
