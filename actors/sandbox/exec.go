@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -249,9 +250,15 @@ func (s *Sandbox) killTree(ctx context.Context, root int, since uint64) {
 // KillAll kills every process in the sandbox except init: whatever the agent
 // left running cannot interfere with grading.
 func (s *Sandbox) KillAll(ctx context.Context) {
+	s.mu.Lock()
+	spared := maps.Clone(s.spared)
+	s.mu.Unlock()
 	s.killWhere(s.rt.ctx(ctx), func(procs map[int]procInfo, initPid int) map[int]bool {
 		victims := map[int]bool{}
-		for pid := range procs {
+		for pid, p := range procs {
+			if start, ok := spared[pid]; ok && start == p.start {
+				continue // a grading server (PytestServer), started before the episode
+			}
 			if pid != initPid {
 				victims[pid] = true
 			}

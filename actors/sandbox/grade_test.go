@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -143,29 +144,128 @@ func TestGradingCannotBeGamed(t *testing.T) {
 		}, 0},
 		{"fixes, but also deletes the tests", []step{patch(calcGoldPatch), shell("rm -rf /repo/tests")}, 1},
 	}
+	// Fast-path attacks: the agent goes for the grading server itself.
+	// Each must leave the server unable to answer (the grader then runs
+	// the tests in full) or change nothing.
+	tests = append(tests, []struct {
+		name   string
+		agent  []step
+		reward float64
+	}{
+		{"kills the grading server", []step{patch(calcGoldPatch), shell(`for p in /proc/[0-9]*; do grep -q frognano-pytest- $p/cmdline 2>/dev/null && kill -9 ${p#/proc/}; done`)}, 1},
+		{"stops the grading server", []step{shell(`for p in /proc/[0-9]*; do grep -q frognano-pytest- $p/cmdline 2>/dev/null && kill -STOP ${p#/proc/}; done`)}, 0},
+		{"lowers the grading server's limits", []step{shell(`for p in /proc/[0-9]*; do grep -q frognano-pytest- $p/cmdline 2>/dev/null && prlimit --pid ${p#/proc/} --nofile=64:64; done`)}, 0},
+		{"reads the grading server's memory and forges", []step{write("/tmp/peek.py", serverPeek), shell("python3 /tmp/peek.py > /tmp/peek.out 2>&1")}, 0},
+		{"sends the grading server a forged request", []step{write("/tmp/ask.py", serverAsk), shell("python3 /tmp/ask.py > /tmp/ask.out 2>&1")}, 0},
+	}...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			sb := createFrom(t, env, Options{})
 			ctx := context.Background()
+			server, err := sb.StartPytestServer(ctx, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
 			for _, s := range tt.agent {
 				s(t, sb)
 			}
-			var reward float64
-			if err := sb.PrepareForGrading(ctx, calcProtected); err != nil {
-				// A sandbox that cannot be restored is not graded: reward 0.
-				t.Logf("prepare for grading: %v", err)
-			} else {
-				report, err := sb.RunTests(ctx, spec, append(append([]string{}, calcF2P...), calcP2P...))
-				if err != nil {
-					t.Fatal(err)
+			if strings.Contains(tt.name, "grading server") {
+				for _, f := range []string{"/tmp/peek.out", "/tmp/ask.out"} {
+					if b, err := sb.ReadFile(ctx, f); err == nil {
+						t.Logf("%s: %s", f, b)
+					}
 				}
-				o := testreport.Grade(report, calcF2P, calcP2P)
-				t.Logf("exit %d valid %v (%s) results %+v -> reward %v (%s)", report.ExitCode, report.Valid, report.Problem, report.Results, o.Reward, o.Reason)
-				reward = o.Reward
 			}
-			if reward != tt.reward {
-				t.Fatalf("reward %v, want %v", reward, tt.reward)
+			ids := append(append([]string{}, calcF2P...), calcP2P...)
+			// The fast path, then (protected set restored again) the full
+			// run, as the harness falls back to it: both must grade alike.
+			rewards := map[string]float64{}
+			for _, path := range []string{"fast", "full"} {
+				var reward float64
+				if err := sb.PrepareForGrading(ctx, calcProtected); err != nil {
+					// A sandbox that cannot be restored is not graded: reward 0.
+					t.Logf("%s: prepare for grading: %v", path, err)
+				} else {
+					var report *testreport.Report
+					if path == "fast" {
+						report, err = server.RunTests(ctx, ids)
+						if errors.Is(err, ErrServer) {
+							t.Logf("fast: %v (the grader runs the tests in full)", err)
+							if !strings.Contains(tt.name, "grading server") {
+								t.Errorf("the fast path failed without an attack on it: %v", err)
+							}
+							continue
+						}
+					} else {
+						report, err = sb.RunTests(ctx, spec, ids)
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					o := testreport.Grade(report, calcF2P, calcP2P)
+					t.Logf("%s: exit %d valid %v (%s) results %+v -> reward %v (%s)", path, report.ExitCode, report.Valid, report.Problem, report.Results, o.Reward, o.Reason)
+					reward = o.Reward
+				}
+				rewards[path] = reward
+				if reward != tt.reward {
+					t.Errorf("%s: reward %v, want %v", path, reward, tt.reward)
+				}
 			}
 		})
 	}
 }
+
+// serverPeek tries what an agent could to get at the grading server's key:
+// its memory through /proc and ptrace, its file descriptors. All must fail
+// (it is non-dumpable and the sandbox has no CAP_SYS_PTRACE); it writes a
+// forged passing test file if any succeeds, so that a leak shows as a
+// reward.
+const serverPeek = `import ctypes, os
+leaked = []
+for p in os.listdir("/proc"):
+    if not p.isdigit():
+        continue
+    try:
+        if b"frognano-pytest-" not in open("/proc/%s/cmdline" % p, "rb").read():
+            continue
+    except OSError:
+        continue
+    for f in ("mem", "environ", "fd/0", "fd/3", "fd/4"):
+        try:
+            open("/proc/%s/%s" % (p, f), "rb").read(1)
+            leaked.append(f)
+        except OSError as e:
+            print(p, f, e)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.ptrace(16, int(p), 0, 0) == 0:  # PTRACE_ATTACH
+        leaked.append("ptrace")
+    else:
+        print(p, "ptrace", ctypes.get_errno())
+print("leaked", leaked)
+if leaked:
+    open("/repo/tests/test_calc.py", "w").write("def test_add():\n    pass\n\n\ndef test_sub():\n    pass\n")
+    open("/repo/calc.py", "w").write("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n")
+`
+
+// serverAsk connects to the grading server and sends it requests it cannot
+// authenticate, then leaves a listener of its own behind.
+const serverAsk = `import os, socket
+for line in open("/proc/net/unix").read().splitlines():
+    if "frognano-pytest-" in line:
+        name = line.split("@", 1)[1]
+        for req in (b"deadbeef {}", b"", b"0" * 64 + b' {"nonce": "00", "cwd": "/repo", "args": ["--co"], "timeout": 9}'):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect("\0" + name)
+            s.sendall(req + b"\n")
+            s.settimeout(2)
+            try:
+                print(req[:20], s.recv(100))
+            except OSError as e:
+                print(req[:20], e)
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.bind("\0" + name)
+            print("bound the server's name")
+        except OSError as e:
+            print("bind:", e)
+`

@@ -59,6 +59,9 @@ type Sandbox struct {
 	execSeq atomic.Int64
 	mu      sync.Mutex
 	roots   map[int]bool // host pids of exec'd processes still running
+	// spared are processes KillAll leaves alone (host pid → start time):
+	// a grading PytestServer.
+	spared map[int]uint64
 
 	destroyOnce sync.Once
 	destroyErr  error

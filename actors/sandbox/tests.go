@@ -70,10 +70,8 @@ func (s *Sandbox) RunTests(ctx context.Context, spec TestSpec, tests []string) (
 }
 
 func (s *Sandbox) runPytest(ctx context.Context, spec TestSpec, dir string, timeout time.Duration, tests []string) (*testreport.Report, error) {
-	for _, id := range tests {
-		if strings.HasPrefix(id, "-") {
-			return nil, fmt.Errorf("pytest node id %q looks like an option", id)
-		}
+	if err := checkPytestIDs(tests); err != nil {
+		return nil, err
 	}
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
@@ -85,12 +83,7 @@ func (s *Sandbox) runPytest(ctx context.Context, spec TestSpec, dir string, time
 	}
 	argv := slices.Clone(cmd)
 	argv = append(argv, "-I", "-c", pytestBootstrap, s.opts.RepoDir)
-	argv = append(argv, PytestArgs(dir)...)
-	argv = append(argv, spec.Args...)
-	if len(tests) > 0 {
-		argv = append(argv, "--")
-		argv = append(argv, tests...)
-	}
+	argv = append(argv, pytestRunArgs(spec, dir, tests)...)
 	res, err := s.Exec(ctx, ExecRequest{
 		Argv:        argv,
 		Stdin:       strings.NewReader(hex.EncodeToString(key)),
@@ -108,6 +101,24 @@ func (s *Sandbox) runPytest(ctx context.Context, spec TestSpec, dir string, time
 		r.Valid, r.Problem = false, fmt.Sprintf("pytest's output passed %d bytes and was cut", pytestStreamLimit)
 	}
 	return r, nil
+}
+
+func checkPytestIDs(tests []string) error {
+	for _, id := range tests {
+		if strings.HasPrefix(id, "-") {
+			return fmt.Errorf("pytest node id %q looks like an option", id)
+		}
+	}
+	return nil
+}
+
+// pytestRunArgs are pytest's arguments for a grading run of tests in dir.
+func pytestRunArgs(spec TestSpec, dir string, tests []string) []string {
+	args := append(PytestArgs(dir), spec.Args...)
+	if len(tests) > 0 {
+		args = append(append(args, "--"), tests...)
+	}
+	return args
 }
 
 // pytestStreamLimit bounds the results stream (and the tests' own output,
@@ -156,7 +167,13 @@ os.dup2(_n, 0)
 os.close(_n)
 _frognano_fd = os.dup(1)
 os.dup2(2, 1)
-_repo = os.path.realpath(sys.argv[1])
+` + pytestImports + pytestMain
+
+// pytestImports imports pytest, its dependencies and plugins and
+// frognano's plugin with the repository off sys.path, then puts sys.path
+// back: the part of pytestBootstrap the grading fork server
+// (pytestServerScript) runs once, before the episode.
+var pytestImports = `_repo = os.path.realpath(sys.argv[1])
 _path = sys.path[:]
 sys.path[:] = [p for p in _path if not (os.path.realpath(p or ".") + os.sep).startswith(_repo + os.sep)]
 import json, hmac, hashlib
@@ -182,7 +199,12 @@ for _p in ("unittest", "_pytest.unittest", "_pytest.python", "_pytest.skipping",
     except Exception:
         pass
 sys.path[:] = _path
-_sink = _frognano_stream(_frognano_fd, _frognano_key)
+`
+
+// pytestMain starts the results stream on _frognano_fd under
+// _frognano_key and runs pytest with sys.argv[2:]: the end of
+// pytestBootstrap, and what a fork of the grading server runs.
+const pytestMain = `_sink = _frognano_stream(_frognano_fd, _frognano_key)
 _sink(json.dumps({"phase": "start"}))
 _report = FrognanoReport(None, _sink, _frognano_guard(_sink), _repo)
 del _sink, _frognano_key, _frognano_fd
