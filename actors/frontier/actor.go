@@ -194,8 +194,8 @@ func (a *frontierActor) Receive(ctx actor.Context) {
 		if err == nil {
 			a.active[name] = time.Now()
 			var res RecordResult
-			if res, err = est.Record(bg, m.GetOutcomes()); err == nil {
-				ctx.Respond(&messages.OutcomesAck{Recorded: int32(res.Recorded)})
+			if res, err = est.RecordStep(bg, m.GetStep(), m.GetOutcomes()); err == nil {
+				ctx.Respond(&messages.OutcomesAck{Recorded: int32(res.Recorded), Duplicate: res.Duplicate})
 				a.plan(ctx, name)
 				return
 			}

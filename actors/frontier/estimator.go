@@ -743,6 +743,9 @@ func recentPicks(tp *messages.TaskPicks, seq, window int64) int {
 // RecordResult says what Record did with a report.
 type RecordResult struct {
 	Recorded int
+	// Duplicate: RecordStep was given a step already recorded; nothing
+	// changed, and Recorded is what that step recorded the first time.
+	Duplicate bool
 	// Rejected counts outcomes left out, by counter name.
 	Rejected  map[string]int
 	Groups    int
@@ -757,7 +760,21 @@ type RecordResult struct {
 // in one report form a group (G episodes of a batch); a group is effective
 // when its rewards are not all equal.
 func (e *Estimator) Record(ctx context.Context, outcomes []*messages.EpisodeOutcome) (RecordResult, error) {
+	return e.RecordStep(ctx, 0, outcomes)
+}
+
+// RecordStep is Record for the outcomes of training step step (> 0), each
+// step once: a step not newer than the newest recorded one (a step
+// replayed after a crash whose first report was recorded) changes nothing
+// and answers Duplicate with the first report's count. The step is
+// recorded in the same commit as its outcomes. Step 0 is Record.
+func (e *Estimator) RecordStep(ctx context.Context, step int64, outcomes []*messages.EpisodeOutcome) (RecordResult, error) {
 	res := RecordResult{Rejected: map[string]int{}}
+	if step > 0 && step <= e.state.GetLastStep() {
+		e.log.Warn("frontier: outcomes of a step already recorded left out", "step", step, "last_step", e.state.GetLastStep(), "outcomes", len(outcomes))
+		res.Recorded, res.Duplicate = int(e.state.GetLastStepRecorded()), true
+		return res, nil
+	}
 	st := e.cloneState()
 	unknownSynced := false
 	groups := map[string][]*messages.EpisodeOutcome{}
@@ -887,6 +904,9 @@ func (e *Estimator) Record(ctx context.Context, outcomes []*messages.EpisodeOutc
 		}
 	}
 	st.ActiveUnixNano = e.cfg.Now().UnixNano()
+	if step > 0 {
+		st.LastStep, st.LastStepRecorded = step, int64(res.Recorded)
+	}
 	if err := e.commit(ctx, st, changed); err != nil {
 		return res, fmt.Errorf("record outcomes: %w", err)
 	}

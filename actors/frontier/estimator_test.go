@@ -619,3 +619,42 @@ func TestPlayModeReachesTheDifficultyModel(t *testing.T) {
 		t.Errorf("outcome in mode chat: rejected %v, want bad_outcome", res.Rejected)
 	}
 }
+
+// TestStepRecordedOnce: a training step's outcomes are recorded once. The
+// step replayed after a crash (same step, other episodes) changes nothing,
+// also for an estimator reopened from the store, and answers with the
+// first report's count; the next step is recorded; a step older than the
+// newest is a duplicate too; step 0 (no step) is always recorded.
+func TestStepRecordedOnce(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, task("a", "env", "off_by_one", 1, 1))
+	e := f.open(t, Params{})
+	res, err := e.RecordStep(ctx, 1, outcomes("a", 0, 1, 0))
+	if err != nil || res.Recorded != 2 || res.Duplicate {
+		t.Fatalf("step 1: %+v, %v", res, err)
+	}
+	before := e.Stats("a")
+	e = f.open(t, Params{}) // the process that resumes
+	res, err = e.RecordStep(ctx, 1, outcomes("a", 0, 1, 1, 1))
+	if err != nil || !res.Duplicate || res.Recorded != 2 {
+		t.Fatalf("step 1 again: %+v, %v", res, err)
+	}
+	if st := e.Stats("a"); st.GetAttempts() != before.GetAttempts() || st.GetAlpha() != before.GetAlpha() || e.State().GetReports() != 1 ||
+		e.State().GetCounters()[CountRecorded] != 2 {
+		t.Fatalf("a duplicate step changed the state: %v, reports %d, counters %v", st, e.State().GetReports(), e.State().GetCounters())
+	}
+	if res, err = e.RecordStep(ctx, 2, outcomes("a", 1, 0, 0)); err != nil || res.Duplicate || res.Recorded != 2 || e.Stats("a").GetAttempts() != 4 {
+		t.Fatalf("step 2: %+v, %v, stats %v", res, err, e.Stats("a"))
+	}
+	if res, err = e.RecordStep(ctx, 1, outcomes("a", 1, 1)); err != nil || !res.Duplicate || res.Recorded != 2 || e.Stats("a").GetAttempts() != 4 {
+		t.Fatalf("step 1 after step 2: %+v, %v", res, err)
+	}
+	for range 2 {
+		if res, err = e.Record(ctx, outcomes("a", 1, 1)); err != nil || res.Duplicate || res.Recorded != 1 {
+			t.Fatalf("no step: %+v, %v", res, err)
+		}
+	}
+	if st := e.State(); st.GetLastStep() != 2 || st.GetLastStepRecorded() != 2 || e.Stats("a").GetAttempts() != 6 {
+		t.Fatalf("state: last step %d (%d recorded), attempts %d", st.GetLastStep(), st.GetLastStepRecorded(), e.Stats("a").GetAttempts())
+	}
+}

@@ -138,7 +138,11 @@ type EpisodeResult struct {
 	PolicyMask []bool    // true: sampled by the policy
 	LogProbs   []float32 // the sampler's log-prob for policy tokens, 0 elsewhere
 
-	PolicyVersion int64 // of the first turn (a turn never mixes versions)
+	// PolicyVersion is the first turn's, the oldest of the episode: a later
+	// turn asks for at least its predecessor's version, and a turn never
+	// mixes versions; each assistant Turn records its own
+	// (Turn.policy_version), so every token's version is known.
+	PolicyVersion int64
 	Seed          uint64
 	// Grade is nil when the episode was not graded: an infrastructure
 	// ending, or nothing in the repository could have changed (no tool that
@@ -445,7 +449,7 @@ func (e *episode) generate() (*turn, Ending, string, error) {
 		return nil, EndPolicyError, "decode: " + err.Error(), nil
 	}
 	t.text = text
-	e.res.Turns = append(e.res.Turns, &messages.Turn{Role: messages.Role_ROLE_ASSISTANT, Content: text, Seconds: secs})
+	e.res.Turns = append(e.res.Turns, &messages.Turn{Role: messages.Role_ROLE_ASSISTANT, Content: text, Seconds: secs, PolicyVersion: out.PolicyVersion})
 	return t, "", "", nil
 }
 

@@ -601,3 +601,62 @@ func TestRunRefusesBadInput(t *testing.T) {
 		t.Fatalf("a cancelled episode: %v, want context.Canceled", err)
 	}
 }
+
+// movingPolicy is a scripted policy whose Sampler moves to a newer
+// version after every turn, as a Sampler swapping weights between the
+// turns of an episode does; it checks that each turn asks for at least the
+// episode's first version.
+type movingPolicy struct {
+	*ScriptedPolicy
+	first int64
+	asked []int64
+}
+
+func (p *movingPolicy) Generate(ctx context.Context, req GenerateRequest) (GenerateResult, error) {
+	p.asked = append(p.asked, req.MinPolicyVersion)
+	out, err := p.ScriptedPolicy.Generate(ctx, req)
+	out.PolicyVersion = p.first + int64(len(p.asked)-1)
+	return out, err
+}
+
+// TestTurnsRecordTheirVersions: an episode whose turns were sampled by
+// successive policy versions records each assistant turn's own version
+// (in the trajectory too); the episode's version is the first, the oldest.
+func TestTurnsRecordTheirVersions(t *testing.T) {
+	task := memTask(1)
+	script, err := SolveScript(task, ModeAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, sp := runner(t, script...)
+	p := &movingPolicy{ScriptedPolicy: sp, first: 3}
+	r.Policy = p
+	res, err := r.Run(context.Background(), task, newMemWorkspace(), ModeAgent, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.asked) < 2 {
+		t.Fatalf("%d turns: want a multi-turn episode", len(p.asked))
+	}
+	if res.PolicyVersion != 3 {
+		t.Fatalf("episode version %d, want the first turn's 3", res.PolicyVersion)
+	}
+	traj := res.Trajectory("id", "run", task.GetId())
+	var got []int64
+	for _, turn := range traj.GetTurns() {
+		switch {
+		case turn.GetRole() == messages.Role_ROLE_ASSISTANT:
+			got = append(got, turn.GetPolicyVersion())
+		case turn.GetPolicyVersion() != 0:
+			t.Fatalf("a %v turn has policy version %d", turn.GetRole(), turn.GetPolicyVersion())
+		}
+	}
+	for i, v := range got {
+		if v != 3+int64(i) {
+			t.Fatalf("assistant turns' versions %v, want 3, 4, …", got)
+		}
+		if i > 0 && p.asked[i] < 3 {
+			t.Fatalf("turn %d asked for version ≥ %d, below the episode's first (3)", i, p.asked[i])
+		}
+	}
+}

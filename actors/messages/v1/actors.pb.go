@@ -1532,9 +1532,14 @@ func (x *EpisodeOutcome) GetMode() string {
 }
 
 type OutcomesReport struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Outcomes      []*EpisodeOutcome      `protobuf:"bytes,1,rep,name=outcomes,proto3" json:"outcomes,omitempty"`
-	Run           string                 `protobuf:"bytes,2,opt,name=run,proto3" json:"run,omitempty"` // as in BatchRequest
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Outcomes []*EpisodeOutcome      `protobuf:"bytes,1,rep,name=outcomes,proto3" json:"outcomes,omitempty"`
+	Run      string                 `protobuf:"bytes,2,opt,name=run,proto3" json:"run,omitempty"` // as in BatchRequest
+	// step, when positive, is the training step whose outcomes these are:
+	// the run's estimator records each step once, so a step replayed after a
+	// crash (its outcomes already recorded, its record not yet written) is
+	// not counted twice. Steps are reported in increasing order.
+	Step          int64 `protobuf:"varint,3,opt,name=step,proto3" json:"step,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1583,9 +1588,19 @@ func (x *OutcomesReport) GetRun() string {
 	return ""
 }
 
+func (x *OutcomesReport) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
 type OutcomesAck struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Recorded      int32                  `protobuf:"varint,1,opt,name=recorded,proto3" json:"recorded,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Recorded int32                  `protobuf:"varint,1,opt,name=recorded,proto3" json:"recorded,omitempty"`
+	// duplicate: the step was recorded already; nothing changed, and recorded
+	// is what that first report recorded.
+	Duplicate     bool `protobuf:"varint,2,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1625,6 +1640,13 @@ func (x *OutcomesAck) GetRecorded() int32 {
 		return x.Recorded
 	}
 	return 0
+}
+
+func (x *OutcomesAck) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
 }
 
 type GenerateRequest struct {
@@ -2897,12 +2919,14 @@ const file_actors_proto_rawDesc = "" +
 	"\x0epolicy_version\x18\x02 \x01(\x03R\rpolicyVersion\x12\x16\n" +
 	"\x06reward\x18\x03 \x01(\x01R\x06reward\x12'\n" +
 	"\x0fsandbox_failure\x18\x04 \x01(\bR\x0esandboxFailure\x12\x12\n" +
-	"\x04mode\x18\x05 \x01(\tR\x04mode\"d\n" +
+	"\x04mode\x18\x05 \x01(\tR\x04mode\"x\n" +
 	"\x0eOutcomesReport\x12@\n" +
 	"\boutcomes\x18\x01 \x03(\v2$.frognano.messages.v1.EpisodeOutcomeR\boutcomes\x12\x10\n" +
-	"\x03run\x18\x02 \x01(\tR\x03run\")\n" +
+	"\x03run\x18\x02 \x01(\tR\x03run\x12\x12\n" +
+	"\x04step\x18\x03 \x01(\x03R\x04step\"G\n" +
 	"\vOutcomesAck\x12\x1a\n" +
-	"\brecorded\x18\x01 \x01(\x05R\brecorded\"\xf8\x01\n" +
+	"\brecorded\x18\x01 \x01(\x05R\brecorded\x12\x1c\n" +
+	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"\xf8\x01\n" +
 	"\x0fGenerateRequest\x12\x1d\n" +
 	"\n" +
 	"prompt_ids\x18\x01 \x03(\x05R\tpromptIds\x12\x1d\n" +

@@ -556,8 +556,12 @@ type FrontierState struct {
 	// active_unix_nano: when the estimator last handed out a batch or
 	// recorded outcomes.
 	ActiveUnixNano int64 `protobuf:"varint,16,opt,name=active_unix_nano,json=activeUnixNano,proto3" json:"active_unix_nano,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// last_step is the newest training step whose outcomes were recorded
+	// (OutcomesReport.step), last_step_recorded how many it recorded.
+	LastStep         int64 `protobuf:"varint,17,opt,name=last_step,json=lastStep,proto3" json:"last_step,omitempty"`
+	LastStepRecorded int64 `protobuf:"varint,18,opt,name=last_step_recorded,json=lastStepRecorded,proto3" json:"last_step_recorded,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *FrontierState) Reset() {
@@ -698,6 +702,20 @@ func (x *FrontierState) GetMode() string {
 func (x *FrontierState) GetActiveUnixNano() int64 {
 	if x != nil {
 		return x.ActiveUnixNano
+	}
+	return 0
+}
+
+func (x *FrontierState) GetLastStep() int64 {
+	if x != nil {
+		return x.LastStep
+	}
+	return 0
+}
+
+func (x *FrontierState) GetLastStepRecorded() int64 {
+	if x != nil {
+		return x.LastStepRecorded
 	}
 	return 0
 }
@@ -995,7 +1013,7 @@ const file_frontier_proto_rawDesc = "" +
 	"\x0edone_unix_nano\x18\v \x01(\x03R\fdoneUnixNano\x12%\n" +
 	"\x0epolicy_version\x18\f \x01(\x03R\rpolicyVersion\"%\n" +
 	"\tTaskPicks\x12\x18\n" +
-	"\abatches\x18\x01 \x03(\x03R\abatches\"\xc6\b\n" +
+	"\abatches\x18\x01 \x03(\x03R\abatches\"\x91\t\n" +
 	"\rFrontierState\x12%\n" +
 	"\x0epolicy_version\x18\x01 \x01(\x03R\rpolicyVersion\x12\x1b\n" +
 	"\tbatch_seq\x18\x02 \x01(\x03R\bbatchSeq\x12;\n" +
@@ -1013,7 +1031,9 @@ const file_frontier_proto_rawDesc = "" +
 	"\fnext_request\x18\r \x01(\x03R\vnextRequest\x12\x18\n" +
 	"\areports\x18\x0e \x01(\x03R\areports\x12\x12\n" +
 	"\x04mode\x18\x0f \x01(\tR\x04mode\x12(\n" +
-	"\x10active_unix_nano\x18\x10 \x01(\x03R\x0eactiveUnixNano\x1a;\n" +
+	"\x10active_unix_nano\x18\x10 \x01(\x03R\x0eactiveUnixNano\x12\x1b\n" +
+	"\tlast_step\x18\x11 \x01(\x03R\blastStep\x12,\n" +
+	"\x12last_step_recorded\x18\x12 \x01(\x03R\x10lastStepRecorded\x1a;\n" +
 	"\rCountersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1aY\n" +

@@ -904,12 +904,17 @@ func (x *ToolCall) GetArgumentsJson() string {
 }
 
 type Turn struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Role          Role                   `protobuf:"varint,1,opt,name=role,proto3,enum=frognano.messages.v1.Role" json:"role,omitempty"`
-	Content       string                 `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
-	ToolCalls     []*ToolCall            `protobuf:"bytes,3,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
-	ToolCallId    string                 `protobuf:"bytes,4,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
-	Seconds       float64                `protobuf:"fixed64,5,opt,name=seconds,proto3" json:"seconds,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Role       Role                   `protobuf:"varint,1,opt,name=role,proto3,enum=frognano.messages.v1.Role" json:"role,omitempty"`
+	Content    string                 `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	ToolCalls  []*ToolCall            `protobuf:"bytes,3,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	ToolCallId string                 `protobuf:"bytes,4,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	Seconds    float64                `protobuf:"fixed64,5,opt,name=seconds,proto3" json:"seconds,omitempty"`
+	// policy_version: of an assistant turn, the policy version that sampled
+	// every one of its tokens (a turn never mixes versions; a later turn of
+	// an episode may be of a newer version when the Sampler moved between
+	// turns). 0 for other roles.
+	PolicyVersion int64 `protobuf:"varint,6,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -975,6 +980,13 @@ func (x *Turn) GetToolCallId() string {
 func (x *Turn) GetSeconds() float64 {
 	if x != nil {
 		return x.Seconds
+	}
+	return 0
+}
+
+func (x *Turn) GetPolicyVersion() int64 {
+	if x != nil {
+		return x.PolicyVersion
 	}
 	return 0
 }
@@ -2017,7 +2029,7 @@ const file_records_proto_rawDesc = "" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
-	"\x0earguments_json\x18\x03 \x01(\tR\rargumentsJson\"\xcb\x01\n" +
+	"\x0earguments_json\x18\x03 \x01(\tR\rargumentsJson\"\xf2\x01\n" +
 	"\x04Turn\x12.\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x1a.frognano.messages.v1.RoleR\x04role\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\x12=\n" +
@@ -2025,7 +2037,8 @@ const file_records_proto_rawDesc = "" +
 	"tool_calls\x18\x03 \x03(\v2\x1e.frognano.messages.v1.ToolCallR\ttoolCalls\x12 \n" +
 	"\ftool_call_id\x18\x04 \x01(\tR\n" +
 	"toolCallId\x12\x18\n" +
-	"\aseconds\x18\x05 \x01(\x01R\aseconds\"\x8b\x04\n" +
+	"\aseconds\x18\x05 \x01(\x01R\aseconds\x12%\n" +
+	"\x0epolicy_version\x18\x06 \x01(\x03R\rpolicyVersion\"\x8b\x04\n" +
 	"\n" +
 	"Trajectory\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
