@@ -40,8 +40,14 @@ func (Backend) ToHost(dst []float32, t kernels.Tensor) {
 	copy(dst, x.Data())
 }
 
-// Slice is the view of [lo, hi) along t's first dimension.
-func (Backend) Slice(t kernels.Tensor, lo, hi int) kernels.Tensor { return host(t).Slice(lo, hi) }
+// Slice is the view of [lo, hi) along t's first dimension (rows of a
+// QuantTensor).
+func (Backend) Slice(t kernels.Tensor, lo, hi int) kernels.Tensor {
+	if q, ok := t.(*QuantTensor); ok {
+		return q.slice(lo, hi)
+	}
+	return host(t).Slice(lo, hi)
+}
 
 // Reshape is a view of t with a new shape.
 func (Backend) Reshape(t kernels.Tensor, shape ...int) kernels.Tensor {

@@ -7,8 +7,12 @@ import (
 	"github.com/frognano/frognano/kernels/cpu/blas"
 )
 
-// MatMul sets dst[m,n] = a[m,k]·b[n,k]ᵀ.
+// MatMul sets dst[m,n] = a[m,k]·b[n,k]ᵀ; b may be a QuantTensor.
 func (Backend) MatMul(dst, a, b kernels.Tensor) {
+	if q, ok := b.(*QuantTensor); ok {
+		matMulQuant(dst, a, q)
+		return
+	}
 	d, x, w := host(dst), host(a), host(b)
 	m, k, n := x.Rows(), x.Cols(), w.Rows()
 	mustMatrix("MatMul", "b", w, n, k)

@@ -1,0 +1,233 @@
+package blas
+
+import (
+	"fmt"
+	"math"
+	"sync"
+)
+
+// Q8_0 weights: the matrix products of a quantized Sampler (y = x·Wᵀ with W
+// stored as int8) read ggml's block_q8_0 directly, the layout of a GGUF
+// Q8_0 tensor: each row of k values is k/32 blocks of 34 bytes, a
+// little-endian IEEE half scale d followed by 32 int8 q, value = q·d.
+//
+// Two ways of multiplying are here, measured side by side by
+// BenchmarkMatMulTQ8 (docs/quantized-sampling.md):
+//
+//   - MatMulTQ8 quantizes each row of x to int8 per block of 32 (float32
+//     scale amax/127, round to nearest even), as llama.cpp does for its
+//     Q8_0×Q8_0 dot products, and sums each block's products exactly in
+//     int32 before scaling;
+//   - MatMulTQ8F32 keeps x in float32 and widens each weight block to
+//     float32 as it is read.
+//
+// With cgo on amd64 both run AVX2/FMA/F16C kernels written in C (q8_cgo.go,
+// compiled for those features only and chosen at run time from the CPU's);
+// otherwise, and on CPUs without them, the Go loops below. The two agree
+// to float32 rounding: the int8 activations are bit-identical, and only the
+// order of the float32 sums differs.
+const (
+	Q8Block      = 32 // values per block
+	Q8BlockBytes = 34 // bytes per block: half scale + 32 int8
+)
+
+// Q8Impl names the Q8_0 kernels in use: "avx2" or "go".
+func Q8Impl() string {
+	if q8SIMD() {
+		return "avx2"
+	}
+	return "go"
+}
+
+// q8Scratch holds one product's quantized activations.
+type q8Scratch struct {
+	q []int8
+	d []float32
+}
+
+var q8Pool = sync.Pool{New: func() any { return new(q8Scratch) }}
+
+func checkQ8(op string, c, a []float32, w []byte, m, n, k int) {
+	if m < 0 || n < 0 || k < 0 || k%Q8Block != 0 || len(a) < m*k || len(w) < n*(k/Q8Block)*Q8BlockBytes || len(c) < m*n {
+		panic(fmt.Sprintf("blas: %s m=%d n=%d k=%d (a multiple of %d) with len(a)=%d len(w)=%d bytes len(c)=%d",
+			op, m, n, k, Q8Block, len(a), len(w), len(c)))
+	}
+}
+
+// MatMulTQ8 sets c[m,n] = a[m,k]·wᵀ, w being n rows of k/32 Q8_0 blocks (k
+// a multiple of 32), with a quantized to int8 per block of 32 first. It
+// uses every core when the product is large enough, and is safe for
+// concurrent use.
+func MatMulTQ8(c, a []float32, w []byte, m, n, k int) {
+	matMulTQ8(c, a, w, m, n, k, q8SIMD())
+}
+
+// matMulTQ8 is MatMulTQ8 with the AVX2 kernels (simd) or the Go loops.
+func matMulTQ8(c, a []float32, w []byte, m, n, k int, simd bool) {
+	checkQ8("MatMulTQ8", c, a, w, m, n, k)
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 {
+		clear(c[:m*n])
+		return
+	}
+	nb := k / Q8Block
+	s := q8Pool.Get().(*q8Scratch)
+	if cap(s.q) < m*k {
+		s.q = make([]int8, m*k)
+	}
+	if cap(s.d) < m*nb {
+		s.d = make([]float32, m*nb)
+	}
+	qa, da := s.q[:m*k], s.d[:m*nb]
+	if simd {
+		q8QuantizeC(a, m, k, qa, da)
+	} else {
+		QuantizeRowsQ8(a, m, k, qa, da)
+	}
+	// A column costs about a fifth of a float32 column: int8 products, 16
+	// to an instruction.
+	forColumns(n, 2*m*k/4, func(j0, j1 int) {
+		wj := w[j0*nb*Q8BlockBytes:]
+		if simd {
+			q8GemmC(m, j1-j0, nb, qa, da, wj, c[j0:], n)
+		} else {
+			q8GemmGo(m, j1-j0, nb, qa, da, wj, c[j0:], n)
+		}
+	})
+	q8Pool.Put(s)
+}
+
+// MatMulTQ8F32 sets c[m,n] = a[m,k]·wᵀ like MatMulTQ8, with a kept in
+// float32: each weight block is widened to float32 as it is read.
+func MatMulTQ8F32(c, a []float32, w []byte, m, n, k int) {
+	matMulTQ8F32(c, a, w, m, n, k, q8SIMD())
+}
+
+func matMulTQ8F32(c, a []float32, w []byte, m, n, k int, simd bool) {
+	checkQ8("MatMulTQ8F32", c, a, w, m, n, k)
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 {
+		clear(c[:m*n])
+		return
+	}
+	nb := k / Q8Block
+	forColumns(n, 2*m*k/2, func(j0, j1 int) {
+		wj := w[j0*nb*Q8BlockBytes:]
+		if simd {
+			q8GemmF32C(m, j1-j0, k, a, wj, c[j0:], n)
+		} else {
+			q8GemmF32Go(m, j1-j0, k, a, wj, c[j0:], n)
+		}
+	})
+}
+
+// QuantizeRowsQ8 quantizes the m rows of a (k values each, a multiple of
+// 32) to int8 per block of 32: d = amax/127 into da[i·k/32+b], q =
+// round-to-nearest-even(x·127/amax) into qa, as llama.cpp's AVX2
+// quantize_row_q8_0 does (its scale kept in float32 rather than half).
+func QuantizeRowsQ8(a []float32, m, k int, qa []int8, da []float32) {
+	nb := k / Q8Block
+	for i := range m {
+		for b := range nb {
+			x := a[i*k+b*Q8Block : i*k+(b+1)*Q8Block]
+			var amax float32
+			for _, v := range x {
+				amax = max(amax, float32(math.Abs(float64(v))))
+			}
+			da[i*nb+b] = amax / 127
+			var id float32
+			if amax != 0 {
+				id = 127 / amax
+			}
+			q := qa[i*k+b*Q8Block : i*k+(b+1)*Q8Block]
+			for j, v := range x {
+				q[j] = int8(math.RoundToEven(float64(v * id)))
+			}
+		}
+	}
+}
+
+// half widens an IEEE binary16 value (the block scales).
+func half(h uint16) float32 { return halfTable[h] }
+
+var halfTable = func() *[1 << 16]float32 {
+	var t [1 << 16]float32
+	for h := range t {
+		t[h] = halfSlow(uint16(h))
+	}
+	return &t
+}()
+
+func halfSlow(h uint16) float32 {
+	sign := uint32(h>>15) << 31
+	exp := uint32(h>>10) & 0x1f
+	frac := uint32(h) & 0x3ff
+	switch {
+	case exp == 0x1f:
+		return math.Float32frombits(sign | 0xff<<23 | frac<<13)
+	case exp == 0 && frac == 0:
+		return math.Float32frombits(sign)
+	case exp == 0:
+		e := uint32(127 - 15 + 1)
+		for frac&0x400 == 0 {
+			frac <<= 1
+			e--
+		}
+		return math.Float32frombits(sign | e<<23 | (frac&0x3ff)<<13)
+	}
+	return math.Float32frombits(sign | (exp+127-15)<<23 | frac<<13)
+}
+
+// q8GemmGo sets c[i·ldc+j] for i < m, j < n to the dot product of
+// quantized activation row i with weight row j.
+func q8GemmGo(m, n, nb int, qa []int8, da []float32, w []byte, c []float32, ldc int) {
+	const bb = Q8BlockBytes
+	for j := range n {
+		wr := w[j*nb*bb : (j+1)*nb*bb]
+		for i := range m {
+			var acc float32
+			for b := range nb {
+				blk := wr[b*bb : (b+1)*bb]
+				y := qa[(i*nb+b)*Q8Block : (i*nb+b+1)*Q8Block]
+				var s int32
+				for t, q := range blk[2:] {
+					s += int32(int8(q)) * int32(y[t])
+				}
+				acc += half(uint16(blk[0])|uint16(blk[1])<<8) * da[i*nb+b] * float32(s)
+			}
+			c[i*ldc+j] = acc
+		}
+	}
+}
+
+// q8GemmF32Go is q8GemmGo with float32 activations a[m, k].
+func q8GemmF32Go(m, n, k int, a []float32, w []byte, c []float32, ldc int) {
+	const bb = Q8BlockBytes
+	nb := k / Q8Block
+	var wf [Q8Block]float32
+	for j := range n {
+		wr := w[j*nb*bb : (j+1)*nb*bb]
+		for i := range m {
+			var acc float32
+			x := a[i*k : (i+1)*k]
+			for b := range nb {
+				blk := wr[b*bb : (b+1)*bb]
+				d := half(uint16(blk[0]) | uint16(blk[1])<<8)
+				for t, q := range blk[2:] {
+					wf[t] = float32(int8(q)) * d
+				}
+				xb := x[b*Q8Block : (b+1)*Q8Block]
+				var s float32
+				for t, v := range wf {
+					s += v * xb[t]
+				}
+				acc += s
+			}
+			c[i*ldc+j] = acc
+		}
+	}
+}

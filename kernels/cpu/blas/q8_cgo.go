@@ -1,0 +1,223 @@
+//go:build cgo && !purego
+
+package blas
+
+/*
+#include <stdint.h>
+#include <string.h>
+
+// The Q8_0 kernels (q8.go), for x86-64 CPUs with AVX2, FMA and F16C. Each
+// function is compiled for those features alone (target attributes, no
+// -mavx2 for the whole file), so the rest of the binary runs on any x86-64,
+// and q8_simd says at run time whether the CPU has them. The int8 dot
+// product per block is llama.cpp's: |w| as unsigned bytes times x with w's
+// sign (maddubs), pairs summed to int32 (madd), exact.
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+static int q8_simd(void) {
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+__attribute__((target("avx2,fma")))
+static inline float q8_hsum(__m256 x) {
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+__attribute__((target("f16c")))
+static inline float q8_scale(const uint8_t *blk) {
+	uint16_t h;
+	memcpy(&h, blk, 2);
+	return _cvtsh_ss(h);
+}
+
+// q8_quantize: the rows of a to int8 per block of 32 (see QuantizeRowsQ8).
+__attribute__((target("avx2,fma")))
+static void q8_quantize(const float *a, int m, int k, int8_t *qa, float *da) {
+	const int nb = k / 32;
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+	const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+	for (int i = 0; i < m; i++) {
+		for (int b = 0; b < nb; b++) {
+			const float *x = a + (size_t)i * k + (size_t)b * 32;
+			__m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+			__m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+			__m256 mx = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
+			                          _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+			__m128 m4 = _mm_max_ps(_mm256_extractf128_ps(mx, 1), _mm256_castps256_ps128(mx));
+			m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+			m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+			const float amax = _mm_cvtss_f32(m4);
+			da[(size_t)i * nb + b] = amax / 127.f;
+			const __m256 id = _mm256_set1_ps(amax != 0.f ? 127.f / amax : 0.f);
+			__m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v0, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+			__m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v1, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+			__m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v2, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+			__m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v3, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+			i0 = _mm256_packs_epi32(i0, i1);
+			i2 = _mm256_packs_epi32(i2, i3);
+			i0 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i0, i2), perm);
+			_mm256_storeu_si256((__m256i *)(qa + (size_t)i * k + (size_t)b * 32), i0);
+		}
+	}
+}
+
+// q8_block: one block's 8 int32 partial sums of w·y, as float32.
+__attribute__((target("avx2")))
+static inline __m256 q8_block(__m256i qx, __m256i ax, const int8_t *y) {
+	const __m256i sy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)y), qx);
+	const __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1));
+	return _mm256_cvtepi32_ps(s32);
+}
+
+// q8_gemm: c[i*ldc + j] = Σ_b dw·da·(w_j,b · y_i,b) for i < m, j < n. Four
+// activation rows share each weight block load; a lone row keeps two
+// accumulators so that consecutive blocks' FMAs overlap.
+__attribute__((target("avx2,fma,f16c")))
+static void q8_gemm(int m, int n, int nb, const int8_t *qa, const float *da, const uint8_t *w, float *c, int ldc) {
+	for (int j = 0; j < n; j++) {
+		const uint8_t *wr = w + (size_t)j * nb * 34;
+		int i = 0;
+		for (; i + 4 <= m; i += 4) {
+			__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+			const int8_t *y0 = qa + (size_t)i * nb * 32;
+			const float *d0 = da + (size_t)i * nb;
+			for (int b = 0; b < nb; b++) {
+				const uint8_t *blk = wr + (size_t)b * 34;
+				const float dw = q8_scale(blk);
+				const __m256i qx = _mm256_loadu_si256((const __m256i *)(blk + 2));
+				const __m256i ax = _mm256_sign_epi8(qx, qx);
+				acc0 = _mm256_fmadd_ps(_mm256_set1_ps(dw * d0[b]), q8_block(qx, ax, y0 + b * 32), acc0);
+				acc1 = _mm256_fmadd_ps(_mm256_set1_ps(dw * d0[nb + b]), q8_block(qx, ax, y0 + (size_t)(nb + b) * 32), acc1);
+				acc2 = _mm256_fmadd_ps(_mm256_set1_ps(dw * d0[2 * nb + b]), q8_block(qx, ax, y0 + (size_t)(2 * nb + b) * 32), acc2);
+				acc3 = _mm256_fmadd_ps(_mm256_set1_ps(dw * d0[3 * nb + b]), q8_block(qx, ax, y0 + (size_t)(3 * nb + b) * 32), acc3);
+			}
+			c[(size_t)i * ldc + j] = q8_hsum(acc0);
+			c[(size_t)(i + 1) * ldc + j] = q8_hsum(acc1);
+			c[(size_t)(i + 2) * ldc + j] = q8_hsum(acc2);
+			c[(size_t)(i + 3) * ldc + j] = q8_hsum(acc3);
+		}
+		for (; i < m; i++) {
+			__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+			const int8_t *y = qa + (size_t)i * nb * 32;
+			const float *d = da + (size_t)i * nb;
+			int b = 0;
+			for (; b + 2 <= nb; b += 2) {
+				const uint8_t *blk = wr + (size_t)b * 34;
+				const __m256i qx0 = _mm256_loadu_si256((const __m256i *)(blk + 2));
+				const __m256i qx1 = _mm256_loadu_si256((const __m256i *)(blk + 36));
+				acc0 = _mm256_fmadd_ps(_mm256_set1_ps(q8_scale(blk) * d[b]), q8_block(qx0, _mm256_sign_epi8(qx0, qx0), y + b * 32), acc0);
+				acc1 = _mm256_fmadd_ps(_mm256_set1_ps(q8_scale(blk + 34) * d[b + 1]), q8_block(qx1, _mm256_sign_epi8(qx1, qx1), y + (b + 1) * 32), acc1);
+			}
+			for (; b < nb; b++) {
+				const uint8_t *blk = wr + (size_t)b * 34;
+				const __m256i qx = _mm256_loadu_si256((const __m256i *)(blk + 2));
+				acc0 = _mm256_fmadd_ps(_mm256_set1_ps(q8_scale(blk) * d[b]), q8_block(qx, _mm256_sign_epi8(qx, qx), y + b * 32), acc0);
+			}
+			c[(size_t)i * ldc + j] = q8_hsum(_mm256_add_ps(acc0, acc1));
+		}
+	}
+}
+
+// q8_widen: one block's 32 weights as float32, times its scale.
+__attribute__((target("avx2,fma,f16c")))
+static inline void q8_widen(const uint8_t *blk, __m256 *w) {
+	const __m256 d = _mm256_set1_ps(q8_scale(blk));
+	const __m128i lo = _mm_loadu_si128((const __m128i *)(blk + 2));
+	const __m128i hi = _mm_loadu_si128((const __m128i *)(blk + 18));
+	w[0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)));
+	w[1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))));
+	w[2] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)));
+	w[3] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))));
+}
+
+__attribute__((target("avx2,fma")))
+static inline __m256 q8_fma4(const __m256 *w, const float *x, __m256 acc) {
+	acc = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(x), acc);
+	acc = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(x + 8), acc);
+	acc = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(x + 16), acc);
+	return _mm256_fmadd_ps(w[3], _mm256_loadu_ps(x + 24), acc);
+}
+
+// q8_gemm_f32: c[i*ldc + j] = a_i · widen(w_j), a row-major m×k float32.
+__attribute__((target("avx2,fma,f16c")))
+static void q8_gemm_f32(int m, int n, int k, const float *a, const uint8_t *w, float *c, int ldc) {
+	const int nb = k / 32;
+	__m256 wf[4];
+	for (int j = 0; j < n; j++) {
+		const uint8_t *wr = w + (size_t)j * nb * 34;
+		int i = 0;
+		for (; i + 4 <= m; i += 4) {
+			__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+			const float *x = a + (size_t)i * k;
+			for (int b = 0; b < nb; b++) {
+				q8_widen(wr + (size_t)b * 34, wf);
+				acc0 = q8_fma4(wf, x + b * 32, acc0);
+				acc1 = q8_fma4(wf, x + k + b * 32, acc1);
+				acc2 = q8_fma4(wf, x + 2 * (size_t)k + b * 32, acc2);
+				acc3 = q8_fma4(wf, x + 3 * (size_t)k + b * 32, acc3);
+			}
+			c[(size_t)i * ldc + j] = q8_hsum(acc0);
+			c[(size_t)(i + 1) * ldc + j] = q8_hsum(acc1);
+			c[(size_t)(i + 2) * ldc + j] = q8_hsum(acc2);
+			c[(size_t)(i + 3) * ldc + j] = q8_hsum(acc3);
+		}
+		for (; i < m; i++) {
+			__m256 acc = _mm256_setzero_ps();
+			const float *x = a + (size_t)i * k;
+			for (int b = 0; b < nb; b++) {
+				q8_widen(wr + (size_t)b * 34, wf);
+				acc = q8_fma4(wf, x + b * 32, acc);
+			}
+			c[(size_t)i * ldc + j] = q8_hsum(acc);
+		}
+	}
+}
+
+#else // not x86-64: q8_simd is false and the Go loops run.
+
+static int q8_simd(void) { return 0; }
+static void q8_quantize(const float *a, int m, int k, int8_t *qa, float *da) {}
+static void q8_gemm(int m, int n, int nb, const int8_t *qa, const float *da, const uint8_t *w, float *c, int ldc) {}
+static void q8_gemm_f32(int m, int n, int k, const float *a, const uint8_t *w, float *c, int ldc) {}
+
+#endif
+*/
+import "C"
+
+import (
+	"os"
+	"sync"
+	"unsafe"
+)
+
+// q8SIMD reports whether the AVX2 kernels run: the CPU has AVX2, FMA and
+// F16C, and FROGNANO_BLAS is not "go" (the switch that also keeps OpenBLAS
+// out).
+var q8SIMD = sync.OnceValue(func() bool {
+	return os.Getenv("FROGNANO_BLAS") != "go" && C.q8_simd() != 0
+})
+
+// q8HaveSIMD reports whether this CPU and build could run the AVX2 kernels,
+// whatever FROGNANO_BLAS says (tests compare them with the Go loops).
+func q8HaveSIMD() bool { return C.q8_simd() != 0 }
+
+func q8QuantizeC(a []float32, m, k int, qa []int8, da []float32) {
+	C.q8_quantize((*C.float)(unsafe.Pointer(&a[0])), C.int(m), C.int(k),
+		(*C.int8_t)(unsafe.Pointer(&qa[0])), (*C.float)(unsafe.Pointer(&da[0])))
+}
+
+func q8GemmC(m, n, nb int, qa []int8, da []float32, w []byte, c []float32, ldc int) {
+	C.q8_gemm(C.int(m), C.int(n), C.int(nb), (*C.int8_t)(unsafe.Pointer(&qa[0])), (*C.float)(unsafe.Pointer(&da[0])),
+		(*C.uint8_t)(unsafe.Pointer(&w[0])), (*C.float)(unsafe.Pointer(&c[0])), C.int(ldc))
+}
+
+func q8GemmF32C(m, n, k int, a []float32, w []byte, c []float32, ldc int) {
+	C.q8_gemm_f32(C.int(m), C.int(n), C.int(k), (*C.float)(unsafe.Pointer(&a[0])),
+		(*C.uint8_t)(unsafe.Pointer(&w[0])), (*C.float)(unsafe.Pointer(&c[0])), C.int(ldc))
+}

@@ -1,0 +1,289 @@
+package blas
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/frognano/frognano/kernels/gguf"
+)
+
+// q8Weights makes n×k weights whose blocks have scales from 1e-3 to 1 (as a
+// trained matrix's do), quantized by ggml's reference Q8_0 quantizer, and
+// their dequantized values.
+func q8Weights(t *testing.T, r *rand.Rand, n, k int) ([]byte, []float32) {
+	t.Helper()
+	w := make([]float32, n*k)
+	for b := 0; b < n*k; b += Q8Block {
+		scale := math.Pow(10, -3*r.Float64())
+		for j := range Q8Block {
+			w[b+j] = float32(r.NormFloat64() * scale)
+		}
+	}
+	q, err := gguf.Quantize(gguf.Q8_0, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deq := make([]float32, n*k)
+	if err := gguf.Dequantize(gguf.Q8_0, q, deq); err != nil {
+		t.Fatal(err)
+	}
+	return q, deq
+}
+
+func randAct(r *rand.Rand, n int) []float32 {
+	a := make([]float32, n)
+	for i := range a {
+		a[i] = float32(r.NormFloat64())
+	}
+	if n >= 64 {
+		clear(a[32:64]) // an all-zero block: scale 0
+	}
+	return a
+}
+
+// ref64 is a[m,k]·w[n,k]ᵀ in float64, and Σ|a||w| per element (the scale
+// of float32 rounding error).
+func ref64(a, w []float32, m, n, k int) (ref, mag []float64) {
+	ref, mag = make([]float64, m*n), make([]float64, m*n)
+	for i := range m {
+		for j := range n {
+			var s, g float64
+			for t := range k {
+				p := float64(a[i*k+t]) * float64(w[j*k+t])
+				s += p
+				g += math.Abs(p)
+			}
+			ref[i*n+j], mag[i*n+j] = s, g
+		}
+	}
+	return ref, mag
+}
+
+var q8Shapes = [][3]int{{1, 1, 32}, {1, 7, 64}, {2, 5, 96}, {3, 9, 160}, {4, 33, 576}, {5, 17, 1536}, {16, 100, 576}, {17, 40, 192}}
+
+// q8Impls are the kernels this machine can run.
+func q8Impls() []bool {
+	if q8HaveSIMD() {
+		return []bool{false, true}
+	}
+	return []bool{false}
+}
+
+func implName(simd bool) string {
+	if simd {
+		return "avx2"
+	}
+	return "go"
+}
+
+// TestQuantizeRowsQ8 checks the activation quantizer on hand-computed
+// blocks, and the AVX2 one against it bit for bit.
+func TestQuantizeRowsQ8(t *testing.T) {
+	a := make([]float32, 64)
+	for j := range 32 {
+		a[j] = float32(j-16) / 16 // -1 … 0.9375: amax 1, q = round(127x)
+	}
+	a[5] = 0.5 / 127 // a tie: 0.5 rounds to even, 0
+	a[6] = 1.5 / 127 // 1.5 rounds to 2
+	qa, da := make([]int8, 64), make([]float32, 2)
+	QuantizeRowsQ8(a, 1, 64, qa, da)
+	if da[0] != 1.0/127 || da[1] != 0 {
+		t.Fatalf("scales %v, want [1/127 0]", da)
+	}
+	for j := range 32 {
+		want := int8(math.RoundToEven(float64(a[j] * 127)))
+		if j == 5 {
+			want = 0
+		}
+		if j == 6 {
+			want = 2
+		}
+		if qa[j] != want {
+			t.Errorf("q[%d] = %d for %v, want %d", j, qa[j], a[j], want)
+		}
+		if qa[32+j] != 0 {
+			t.Errorf("zero block: q[%d] = %d", 32+j, qa[32+j])
+		}
+	}
+	if qa[0] != -127 {
+		t.Errorf("q[0] = %d for -1, want -127", qa[0])
+	}
+	if !q8HaveSIMD() {
+		t.Skip("no AVX2 kernels on this machine or build")
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, k := range []int{32, 576, 1536} {
+		m := 7
+		x := randAct(r, m*k)
+		for i := range x {
+			if i%11 == 0 {
+				x[i] = float32(math.Round(float64(x[i]*4))) / 4 // exact ties once scaled
+			}
+		}
+		q1, d1 := make([]int8, m*k), make([]float32, m*k/32)
+		q2, d2 := make([]int8, m*k), make([]float32, m*k/32)
+		QuantizeRowsQ8(x, m, k, q1, d1)
+		q8QuantizeC(x, m, k, q2, d2)
+		for i := range q1 {
+			if q1[i] != q2[i] {
+				t.Fatalf("k=%d: q[%d]: go %d, avx2 %d (x=%v)", k, i, q1[i], q2[i], x[i])
+			}
+		}
+		for i := range d1 {
+			if d1[i] != d2[i] {
+				t.Fatalf("k=%d: d[%d]: go %v, avx2 %v", k, i, d1[i], d2[i])
+			}
+		}
+	}
+}
+
+// TestMatMulTQ8Golden checks both Q8_0 products, Go and AVX2, against
+// float64 references on the dequantized blocks:
+//
+//   - MatMulTQ8 against the exact product with its own int8 activations
+//     (dequantized) within float32 rounding, 1e-5·Σ|a||w|; and against
+//     the product with the float32 activations within what rounding the
+//     activations can cost, Σ_b (d_b/2)·Σ|w_b| (each value of a block
+//     moves by at most half its scale);
+//   - MatMulTQ8F32 against the product with the float32 activations
+//     within float32 rounding.
+func TestMatMulTQ8Golden(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, s := range q8Shapes {
+		m, n, k := s[0], s[1], s[2]
+		w, wd := q8Weights(t, r, n, k)
+		a := randAct(r, m*k)
+		qa, da := make([]int8, m*k), make([]float32, m*k/32)
+		QuantizeRowsQ8(a, m, k, qa, da)
+		aq := make([]float32, m*k)
+		for i := range aq {
+			aq[i] = float32(qa[i]) * da[i/32]
+		}
+		exact, mag := ref64(a, wd, m, n, k)
+		withQ, magQ := ref64(aq, wd, m, n, k)
+		bound := make([]float64, m*n) // what activation rounding may cost
+		for i := range m {
+			for j := range n {
+				for b := range k / 32 {
+					var sw float64
+					for t := range 32 {
+						sw += math.Abs(float64(wd[j*k+b*32+t]))
+					}
+					bound[i*n+j] += float64(da[i*k/32+b]) / 2 * sw
+				}
+			}
+		}
+		for _, simd := range q8Impls() {
+			t.Run(fmt.Sprintf("%s/%dx%dx%d", implName(simd), m, n, k), func(t *testing.T) {
+				c := make([]float32, m*n)
+				for i := range c {
+					c[i] = float32(math.NaN())
+				}
+				matMulTQ8(c, a, w, m, n, k, simd)
+				for i := range c {
+					if d := math.Abs(float64(c[i]) - withQ[i]); !(d <= 1e-5*magQ[i]+1e-30) {
+						t.Fatalf("MatMulTQ8 [%d,%d] = %v, int8-activation reference %v (|Δ| %.3g > %.3g)", i/n, i%n, c[i], withQ[i], d, 1e-5*magQ[i])
+					}
+					if d := math.Abs(float64(c[i]) - exact[i]); !(d <= bound[i]+1e-5*mag[i]+1e-30) {
+						t.Fatalf("MatMulTQ8 [%d,%d] = %v, float32-activation reference %v (|Δ| %.3g > bound %.3g)", i/n, i%n, c[i], exact[i], d, bound[i])
+					}
+				}
+				for i := range c {
+					c[i] = float32(math.NaN())
+				}
+				matMulTQ8F32(c, a, w, m, n, k, simd)
+				for i := range c {
+					if d := math.Abs(float64(c[i]) - exact[i]); !(d <= 1e-5*mag[i]+1e-30) {
+						t.Fatalf("MatMulTQ8F32 [%d,%d] = %v, reference %v (|Δ| %.3g)", i/n, i%n, c[i], exact[i], d)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestQ8AVX2MatchesGo runs both kernels on the same inputs: the int8 sums
+// are the same, so they differ by float32 summation order only.
+func TestQ8AVX2MatchesGo(t *testing.T) {
+	if !q8HaveSIMD() {
+		t.Skip("no AVX2 kernels on this machine or build")
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, s := range q8Shapes {
+		m, n, k := s[0], s[1], s[2]
+		w, wd := q8Weights(t, r, n, k)
+		a := randAct(r, m*k)
+		_, mag := ref64(a, wd, m, n, k)
+		for _, f := range []struct {
+			name string
+			mm   func(c, a []float32, w []byte, m, n, k int, simd bool)
+		}{{"MatMulTQ8", matMulTQ8}, {"MatMulTQ8F32", matMulTQ8F32}} {
+			goC, simdC := make([]float32, m*n), make([]float32, m*n)
+			f.mm(goC, a, w, m, n, k, false)
+			f.mm(simdC, a, w, m, n, k, true)
+			for i := range goC {
+				if d := math.Abs(float64(goC[i] - simdC[i])); d > 2e-6*mag[i] {
+					t.Fatalf("%s %dx%dx%d [%d]: go %v, avx2 %v", f.name, m, n, k, i, goC[i], simdC[i])
+				}
+			}
+		}
+	}
+}
+
+func TestMatMulTQ8Panics(t *testing.T) {
+	for name, f := range map[string]func(){
+		"k not a multiple of 32": func() { MatMulTQ8(make([]float32, 1), make([]float32, 33), make([]byte, 68), 1, 1, 33) },
+		"short weights":          func() { MatMulTQ8(make([]float32, 2), make([]float32, 32), make([]byte, 34), 1, 2, 32) },
+		"short output":           func() { MatMulTQ8F32(make([]float32, 1), make([]float32, 32), make([]byte, 68), 1, 2, 32) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: no panic", name)
+				}
+			}()
+			f()
+		}()
+	}
+}
+
+// BenchmarkMatMulTQ8 compares, on SmolLM2-135M's shapes, float32 sgemm with
+// the two Q8_0 products (int8 activations, and float32 activations with
+// widened weights), at 1 and 16 rows (decoding at batch 1 and 16) and 128
+// (prefill).
+func BenchmarkMatMulTQ8(b *testing.B) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, s := range [][2]int{{1536, 576}, {576, 1536}, {49152, 576}} {
+		n, k := s[0], s[1]
+		wf := make([]float32, n*k)
+		for i := range wf {
+			wf[i] = float32(r.NormFloat64() * 0.05)
+		}
+		w, err := gguf.Quantize(gguf.Q8_0, wf)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, m := range []int{1, 16, 128} {
+			a := randAct(r, m*k)
+			c := make([]float32, m*n)
+			for _, v := range []struct {
+				name  string
+				bytes int
+				run   func()
+			}{
+				{"f32", 4 * n * k, func() { MatMulT(c, a, wf, m, n, k) }},
+				{"q8xq8", len(w), func() { MatMulTQ8(c, a, w, m, n, k) }},
+				{"q8xf32", len(w), func() { MatMulTQ8F32(c, a, w, m, n, k) }},
+			} {
+				b.Run(fmt.Sprintf("%s/m=%d/n=%d/k=%d", v.name, m, n, k), func(b *testing.B) {
+					b.SetBytes(int64(v.bytes))
+					for b.Loop() {
+						v.run()
+					}
+				})
+			}
+		}
+	}
+}
