@@ -27,15 +27,9 @@ record (settings, metrics, every curve point) as JSON, which frognano runs
 compare reads.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.connect(cmd)
+			run, err := getRun(a, cmd, args[0])
 			if err != nil {
 				return err
-			}
-			defer c.close()
-			runs := &trainer.Runs{Root: c.system.Root, PID: c.pid(trainer.HostName)}
-			run, err := runs.Get(cmd.Context(), args[0])
-			if err != nil {
-				return fmt.Errorf("run %s: %w", args[0], err)
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "run %s: %s\n", run.GetId(), run.GetStatus())
@@ -92,4 +86,19 @@ pass@1, as a fraction of B's. It needs no node.
 	}
 	cmd.AddCommand(show, compare, runsExportCmd(a))
 	return cmd
+}
+
+// getRun reads run id's record from the node (embedded or --node).
+func getRun(a *app, cmd *cobra.Command, id string) (*messages.Run, error) {
+	c, err := a.connect(cmd)
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+	runs := &trainer.Runs{Root: c.system.Root, PID: c.pid(trainer.HostName)}
+	run, err := runs.Get(cmd.Context(), id)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", id, err)
+	}
+	return run, nil
 }

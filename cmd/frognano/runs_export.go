@@ -6,7 +6,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/frognano/frognano/actors/trainer"
 	"github.com/frognano/frognano/actors/ui"
 )
 
@@ -30,15 +29,9 @@ its step. Exporting again replaces the file; tensorboard --logdir DIR plots it.`
 			if format != "csv" && format != "jsonl" && format != "tensorboard" {
 				return fmt.Errorf("--format %q: want csv, jsonl or tensorboard", format)
 			}
-			c, err := a.connect(cmd)
+			run, err := getRun(a, cmd, args[0])
 			if err != nil {
 				return err
-			}
-			defer c.close()
-			runs := &trainer.Runs{Root: c.system.Root, PID: c.pid(trainer.HostName)}
-			run, err := runs.Get(cmd.Context(), args[0])
-			if err != nil {
-				return fmt.Errorf("run %s: %w", args[0], err)
 			}
 			switch format {
 			case "csv":

@@ -16,12 +16,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/frognano/frognano/actors/harness"
 	"github.com/frognano/frognano/actors/sampler"
 	"github.com/frognano/frognano/kernels/sample"
 	"github.com/frognano/frognano/kernels/tokenizer"
+	"github.com/frognano/frognano/runtime/config"
 )
 
 // Paths served by Handler.
@@ -109,7 +109,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 // name the field.
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	if r.Method != http.MethodPost {
-		return &httpError{status: http.StatusMethodNotAllowed, allow: http.MethodPost, msg: clip(r.Method, 20) + " " + clip(r.URL.Path, 80) + ": use POST"}
+		return &httpError{status: http.StatusMethodNotAllowed, allow: http.MethodPost, msg: config.Clip(r.Method, 20) + " " + config.Clip(r.URL.Path, 80) + ": use POST"}
 	}
 	if r.ContentLength > MaxBody {
 		return &httpError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("the body is %d bytes; at most %d are read", r.ContentLength, MaxBody)}
@@ -125,24 +125,11 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	if err := json.Unmarshal(body, v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return badRequest(clip(te.Field, 80), "field %q must be %s, not a JSON %s", clip(te.Field, 80), jsonKind(te.Type.Kind().String()), clip(te.Value, 40))
+			return badRequest(config.Clip(te.Field, 80), "field %q must be %s, not a JSON %s", config.Clip(te.Field, 80), jsonKind(te.Type.Kind().String()), config.Clip(te.Value, 40))
 		}
 		return badRequest("", "the body is not valid JSON for this endpoint: %v", err)
 	}
 	return nil
-}
-
-// clip shortens s for an error message: a huge argument is not echoed back
-// whole.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
 }
 
 // fitTokens caps a request's token limit (0: none) at the room its prompt
@@ -387,7 +374,7 @@ func chatPrompt(req *ChatRequest, tok *tokenizer.Tokenizer) (ids []int32, tools 
 					args = json.RawMessage("{}")
 				}
 				if !json.Valid(args) {
-					return nil, false, badRequest(p+".tool_calls", "%s.tool_calls[%d].function.arguments is not JSON: %q", p, j, clip(tc.Function.Arguments, 80))
+					return nil, false, badRequest(p+".tool_calls", "%s.tool_calls[%d].function.arguments is not JSON: %q", p, j, config.Clip(tc.Function.Arguments, 80))
 				}
 				msg.ToolCalls = append(msg.ToolCalls, tokenizer.ToolCall{Name: tc.Function.Name, Arguments: args})
 			}
@@ -395,7 +382,7 @@ func chatPrompt(req *ChatRequest, tok *tokenizer.Tokenizer) (ids []int32, tools 
 		case "":
 			return nil, false, badRequest(p+".role", "%s has no role", p)
 		default:
-			return nil, false, badRequest(p+".role", "%s has role %q; roles are system, developer, user, assistant and tool", p, clip(m.Role, 40))
+			return nil, false, badRequest(p+".role", "%s has role %q; roles are system, developer, user, assistant and tool", p, config.Clip(m.Role, 40))
 		}
 	}
 	offer := len(req.Tools) > 0
