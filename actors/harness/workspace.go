@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
@@ -22,7 +25,27 @@ type SandboxWorkspace struct {
 	// testPatch is applied after the protected files are restored, before
 	// the tests run (SWE-bench instances bring their tests this way).
 	testPatch string
+	log       *slog.Logger
+	// server is the grading fork server started before the episode (nil
+	// when fast grading is off or it did not start).
+	server *sandbox.PytestServer
 }
+
+// Fast grading: counts for the node's logs and the benchmark.
+var fastGrading struct {
+	started, startFailed, fast, fallback atomic.Int64
+}
+
+// FastGradingCounts says how many workspaces started a grading fork
+// server, how many failed to (and grade in full), how many episodes the
+// fast path graded and how many fell back to the full run.
+func FastGradingCounts() (started, startFailed, fast, fallback int64) {
+	return fastGrading.started.Load(), fastGrading.startFailed.Load(), fastGrading.fast.Load(), fastGrading.fallback.Load()
+}
+
+// FullGradingEnv, set to 1, turns fast grading off for every workspace
+// of the process (WorkspaceOptions.FullGrading).
+const FullGradingEnv = "FROGNANO_FULL_GRADING"
 
 var _ Workspace = (*SandboxWorkspace)(nil)
 
@@ -33,6 +56,14 @@ type WorkspaceOptions struct {
 	// TestTimeout bounds the grading run (default: the task's validation
 	// time ×10, at least 2 minutes, at most 15).
 	TestTimeout time.Duration
+	// FullGrading turns off the fast path: by default a pytest workspace
+	// starts a grading fork server (sandbox.PytestServer) before the
+	// episode, and Grade runs the tests in a fork of it, falling back to
+	// the full run (sandbox.RunTests) on any error of the server.
+	FullGrading bool
+	// Logger gets a line when the fast path falls back (default
+	// slog.Default()).
+	Logger *slog.Logger
 }
 
 // NewWorkspace prepares sb, a fresh sandbox of the task's environment
@@ -59,7 +90,27 @@ func NewWorkspace(ctx context.Context, sb *sandbox.Sandbox, spec sandbox.TestSpe
 			return nil, fmt.Errorf("task %s: %w", task.GetId(), err)
 		}
 	}
-	return &SandboxWorkspace{sb: sb, spec: spec, task: task, testPatch: opts.TestPatch}, nil
+	w := &SandboxWorkspace{sb: sb, spec: spec, task: task, testPatch: opts.TestPatch, log: opts.Logger}
+	if w.log == nil {
+		w.log = slog.Default()
+	}
+	// Not with a test patch: a fallback after a fork that ran would apply
+	// it twice.
+	if spec.Framework == testreport.Pytest && opts.TestPatch == "" && !opts.FullGrading && os.Getenv(FullGradingEnv) != "1" {
+		// Before the agent acts: see sandbox.PytestServer.
+		server, err := sb.StartPytestServer(ctx, spec)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			fastGrading.startFailed.Add(1)
+			w.log.Warn("grading fork server did not start; the episode is graded by the full run", "task", task.GetId(), "err", err)
+		} else {
+			fastGrading.started.Add(1)
+			w.server = server
+		}
+	}
+	return w, nil
 }
 
 // Sandbox is the underlying sandbox.
@@ -147,26 +198,58 @@ func Protected(task *messages.Task, f testreport.Framework) (protected, except [
 // only when every one of them passes. A repository the agent made
 // impossible to restore safely grades 0.
 func (w *SandboxWorkspace) Grade(ctx context.Context) (Grade, error) {
+	if g, err := w.prepareGrading(ctx); g != nil || err != nil {
+		return *g, err
+	}
+	var rep *testreport.Report
+	if server := w.server; server != nil {
+		w.server = nil
+		r, err := server.RunTests(ctx, GradingTests(w.task))
+		switch {
+		case err == nil:
+			fastGrading.fast.Add(1)
+			rep = r
+		case !errors.Is(err, sandbox.ErrServer) || ctx.Err() != nil:
+			return Grade{}, err
+		default:
+			// The fork may have run some of the tests: the full run starts
+			// from a freshly restored repository, as it would have.
+			fastGrading.fallback.Add(1)
+			w.log.Warn("grading fork server failed; grading by the full run", "task", w.task.GetId(), "sandbox", w.sb.ID(), "err", err)
+			if g, err := w.prepareGrading(ctx); g != nil || err != nil {
+				return *g, err
+			}
+		}
+	}
+	if rep == nil {
+		var err error
+		if rep, err = w.sb.RunTests(ctx, w.spec, GradingTests(w.task)); err != nil {
+			return Grade{}, err
+		}
+	}
+	o := testreport.Grade(rep, w.task.GetFailToPass(), w.task.GetPassToPass())
+	return Grade{Report: rep.Proto(), Resolved: o.Resolved, Reward: o.Reward, Reason: o.Reason}, nil
+}
+
+// prepareGrading kills what the agent left (but the grading server),
+// restores the protected set, applies the test patch and drops bytecode.
+// A non-nil Grade is the episode's grade already (tampered).
+func (w *SandboxWorkspace) prepareGrading(ctx context.Context) (*Grade, error) {
 	protected, except := Protected(w.task, w.spec.Framework)
 	if err := w.sb.PrepareForGrading(ctx, protected, except...); errors.Is(err, sandbox.ErrTampered) {
-		return Grade{Reason: "tampered: " + err.Error()}, nil
+		return &Grade{Reason: "tampered: " + err.Error()}, nil
 	} else if err != nil {
-		return Grade{}, err
+		return &Grade{}, err
 	}
 	if w.testPatch != "" {
 		if err := w.sb.ApplyPatch(ctx, w.testPatch); err != nil {
-			return Grade{}, fmt.Errorf("apply the test patch: %w", err)
+			return &Grade{}, fmt.Errorf("apply the test patch: %w", err)
 		}
 	}
 	if w.spec.Framework == testreport.Pytest {
 		if _, err := w.sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", dropBytecode}, Timeout: time.Minute}); err != nil {
-			return Grade{}, err
+			return &Grade{}, err
 		}
 	}
-	rep, err := w.sb.RunTests(ctx, w.spec, GradingTests(w.task))
-	if err != nil {
-		return Grade{}, err
-	}
-	o := testreport.Grade(rep, w.task.GetFailToPass(), w.task.GetPassToPass())
-	return Grade{Report: rep.Proto(), Resolved: o.Resolved, Reward: o.Reward, Reason: o.Reason}, nil
+	return nil, nil
 }

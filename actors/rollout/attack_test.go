@@ -175,11 +175,23 @@ func TestCheatingPoliciesGetNothing(t *testing.T) {
 	sbs := containerd(t)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			// Graded by the fast path (the default: a fork of the grading
+			// server started before the episode), then by the full run.
+			_, _, fast0, fallback0 := harness.FastGradingCounts()
 			reward, why := playCheat(t, sbs, task, tt.turns)
-			if reward != tt.want {
-				t.Fatalf("reward %v, want %v (%s)", reward, tt.want, why)
+			if _, _, fast, fallback := harness.FastGradingCounts(); fast != fast0+1 || fallback != fallback0 {
+				t.Errorf("the fast path did not grade the episode: %d fast, %d fallbacks", fast-fast0, fallback-fallback0)
 			}
-			t.Logf("reward %v: %s", reward, why)
+			if reward != tt.want {
+				t.Errorf("fast path: reward %v, want %v (%s)", reward, tt.want, why)
+			}
+			t.Logf("fast path: reward %v: %s", reward, why)
+			t.Setenv(harness.FullGradingEnv, "1")
+			full, whyFull := playCheat(t, sbs, task, tt.turns)
+			if full != tt.want || full != reward {
+				t.Errorf("full run: reward %v, fast path %v, want %v (%s)", full, reward, tt.want, whyFull)
+			}
+			t.Logf("full run: reward %v: %s", full, whyFull)
 		})
 	}
 }
