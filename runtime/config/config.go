@@ -25,6 +25,7 @@ import (
 // Config is everything a frognano node needs to start.
 type Config struct {
 	Node        Node        `yaml:"node"`
+	Remote      Remote      `yaml:"remote"`
 	Cluster     Cluster     `yaml:"cluster"`
 	Containerd  Containerd  `yaml:"containerd"`
 	Image       Image       `yaml:"image"`
@@ -51,6 +52,30 @@ type Node struct {
 	// is not a loopback address.
 	APIToken string `yaml:"api_token"`
 }
+
+// Remote secures actor remoting (node.remote_addr, gRPC) with mutual TLS:
+// when the three files are set, a node accepts only connections that
+// present a certificate signed by TLSCA, and presents TLSCert when it
+// dials, checking that the other side's certificate is signed by TLSCA and
+// names the host it dialled. `frognano cert` makes such files; any PEM CA,
+// certificate and key do.
+type Remote struct {
+	// TLSCA is a PEM file of the CA certificate(s) that sign the cluster's
+	// node certificates.
+	TLSCA string `yaml:"tls_ca"`
+	// TLSCert is this node's (or client's) PEM certificate, usable for both
+	// server and client authentication.
+	TLSCert string `yaml:"tls_cert"`
+	// TLSKey is the PEM private key of TLSCert.
+	TLSKey string `yaml:"tls_key"`
+	// AllowInsecure lets remoting bind off loopback without TLS. UNSAFE:
+	// anyone who can reach node.remote_addr can then spawn actors of any
+	// registered kind (sandbox workers included) and send any message.
+	AllowInsecure bool `yaml:"allow_insecure"`
+}
+
+// TLS reports whether mutual TLS is configured (any of the three files).
+func (r Remote) TLS() bool { return r.TLSCA != "" || r.TLSCert != "" || r.TLSKey != "" }
 
 // Cluster is how nodes find each other.
 type Cluster struct {
@@ -317,6 +342,9 @@ func (c *Config) Validate() error {
 	if err := c.checkToken(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.checkRemoteTLS(); err != nil {
+		errs = append(errs, err)
+	}
 	for _, s := range c.Cluster.Seeds {
 		if err := HostPort(s); err != nil {
 			errs = append(errs, fmt.Errorf("cluster.seeds: %w", err))
@@ -376,6 +404,51 @@ func (c *Config) checkToken() error {
 			Clip(c.Node.HTTPAddr, 80), env, MinTokenLength)
 	}
 	return nil
+}
+
+// RemoteTLSKeys are the settings that turn on mutual TLS for remoting.
+var RemoteTLSKeys = []string{"remote.tls_ca", "remote.tls_cert", "remote.tls_key"}
+
+// checkRemoteTLS enforces remoting's binding rule: off loopback, mutual TLS
+// (or the explicit, unsafe remote.allow_insecure), and the TLS files come
+// as a set of three.
+func (c *Config) checkRemoteTLS() error {
+	r := c.Remote
+	if r.TLS() {
+		var missing []string
+		for i, v := range []string{r.TLSCA, r.TLSCert, r.TLSKey} {
+			if v == "" {
+				missing = append(missing, RemoteTLSKeys[i]+" ("+EnvName(RemoteTLSKeys[i])+")")
+			}
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("remote: mutual TLS needs all of %s; missing %s", strings.Join(RemoteTLSKeys, ", "), strings.Join(missing, ", "))
+		}
+		return nil
+	}
+	if !r.AllowInsecure && !LoopbackAddr(c.Node.RemoteAddr) {
+		return RemoteTLSRequired(c.Node.RemoteAddr, "")
+	}
+	return nil
+}
+
+// RemoteTLSRequired is the error for remoting off loopback without TLS;
+// bound, when not empty, is the address the listener really bound.
+func RemoteTLSRequired(addr, bound string) error {
+	where := "node.remote_addr " + Clip(addr, 80)
+	if bound != "" {
+		where += " bound to " + bound + ", which"
+	}
+	var envs []string
+	for _, k := range RemoteTLSKeys {
+		envs = append(envs, EnvName(k))
+	}
+	return fmt.Errorf("remote.tls_ca, remote.tls_cert, remote.tls_key: required because %s is not a loopback address "+
+		"(anyone who can reach it could spawn actors, sandbox workers included, and send any message to the node): "+
+		"make a CA and node certificates with `frognano cert ca` and `frognano cert node` and set remote.tls_ca, remote.tls_cert "+
+		"and remote.tls_key in the config file, %s or --remote-tls-ca, --remote-tls-cert, --remote-tls-key; "+
+		"or bind node.remote_addr to 127.0.0.1; remote.allow_insecure: true (%s) skips this check and is unsafe",
+		where, strings.Join(envs, ", "), EnvName("remote.allow_insecure"))
 }
 
 // LoopbackAddr reports whether a HOST:PORT listen address binds to loopback

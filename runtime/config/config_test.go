@@ -232,3 +232,54 @@ func TestHugeValuesAreClipped(t *testing.T) {
 		t.Fatalf("Clip cut inside a rune: %q", got)
 	}
 }
+
+// TestRemoteTLSRequiredOffLoopback: remoting bound off loopback needs the
+// three remote.tls_* files (or the unsafe remote.allow_insecure); the
+// files come as a set; each is settable from YAML and the environment.
+func TestRemoteTLSRequiredOffLoopback(t *testing.T) {
+	tlsFiles := Remote{TLSCA: "ca.crt", TLSCert: "node.crt", TLSKey: "node.key"}
+	tests := []struct {
+		addr    string
+		remote  Remote
+		wantErr string // "" when valid
+	}{
+		{"127.0.0.1:7071", Remote{}, ""},
+		{"127.0.0.1:0", Remote{}, ""},
+		{"[::1]:7071", Remote{}, ""},
+		{"localhost:7071", Remote{}, ""},
+		{"0.0.0.0:7071", Remote{}, "FROGNANO_REMOTE_TLS_CA"},
+		{":7071", Remote{}, "remote.tls_cert"},
+		{"[::]:7071", Remote{}, "remote.tls_key"},
+		{"10.0.0.2:7071", Remote{}, "frognano cert"},
+		{"myhost.example:7071", Remote{}, "remote.allow_insecure"},
+		{"0.0.0.0:7071", tlsFiles, ""},
+		{"127.0.0.1:7071", tlsFiles, ""},
+		{"0.0.0.0:7071", Remote{AllowInsecure: true}, ""},
+		{"0.0.0.0:7071", Remote{TLSCA: "ca.crt"}, "missing remote.tls_cert (FROGNANO_REMOTE_TLS_CERT), remote.tls_key (FROGNANO_REMOTE_TLS_KEY)"},
+		{"127.0.0.1:7071", Remote{TLSCert: "n.crt", TLSKey: "n.key"}, "missing remote.tls_ca"},
+	}
+	for _, tt := range tests {
+		cfg := Default()
+		cfg.Node.RemoteAddr, cfg.Remote = tt.addr, tt.remote
+		err := cfg.Validate()
+		switch {
+		case tt.wantErr == "" && err != nil:
+			t.Errorf("%s with %+v: %v", tt.addr, tt.remote, err)
+		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+			t.Errorf("%s with %+v: error %v, want one mentioning %q", tt.addr, tt.remote, err, tt.wantErr)
+		}
+	}
+	cfg, err := Load("", []string{"FROGNANO_NODE_REMOTE_ADDR=0.0.0.0:7071", "FROGNANO_REMOTE_TLS_CA=/c/ca.crt",
+		"FROGNANO_REMOTE_TLS_CERT=/c/node.crt", "FROGNANO_REMOTE_TLS_KEY=/c/node.key"})
+	if err != nil || cfg.Remote != (Remote{TLSCA: "/c/ca.crt", TLSCert: "/c/node.crt", TLSKey: "/c/node.key"}) || cfg.Validate() != nil {
+		t.Fatalf("TLS from the environment: %v %+v %v", err, cfg.Remote, cfg.Validate())
+	}
+	if _, err := Load("", []string{"FROGNANO_REMOTE_TLS_CRT=/c/node.crt"}); err == nil || !strings.Contains(err.Error(), "FROGNANO_REMOTE_TLS_CRT") {
+		t.Errorf("a misspelt FROGNANO_REMOTE_ variable: %v", err)
+	}
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(path, []byte("node:\n  remote_addr: 0.0.0.0:7071\nremote:\n  allow_insecure: true\n"), 0o644)
+	if cfg, err := Load(path, nil); err != nil || !cfg.Remote.AllowInsecure || cfg.Validate() != nil {
+		t.Fatalf("allow_insecure from YAML: %v %+v", err, cfg.Remote)
+	}
+}

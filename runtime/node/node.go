@@ -34,6 +34,7 @@ import (
 	"github.com/frognano/frognano/runtime/capabilities"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/membership"
+	"github.com/frognano/frognano/runtime/mtls"
 	"github.com/frognano/frognano/runtime/supervise"
 )
 
@@ -161,9 +162,23 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 		return nil, fmt.Errorf("node.api_token: required because node.http_addr %s bound to %s, which is not a loopback address: set node.api_token or %s",
 			cfg.Node.HTTPAddr, ip, config.EnvName("node.api_token"))
 	}
-	remoteHost, remotePort, err := reserveRemote(cfg.Node.RemoteAddr)
+	remoteHost, remotePort, remoteIP, err := reserveRemote(cfg.Node.RemoteAddr)
 	if err != nil {
 		return nil, err
+	}
+	// Remoting off loopback needs mutual TLS: Validate read the name; this
+	// is where it really bound.
+	if !cfg.Remote.TLS() && !cfg.Remote.AllowInsecure && !remoteIP.IsLoopback() {
+		return nil, config.RemoteTLSRequired(cfg.Node.RemoteAddr, remoteIP.String())
+	}
+	tlsOpts, creds, err := mtls.RemoteOptions(cfg.Remote)
+	if err != nil {
+		return nil, err
+	}
+	if h := dialledHost(remoteHost, cfg.Node.Advertise); creds != nil && h != "" {
+		if err := creds.CheckHost(h); err != nil {
+			return nil, err
+		}
 	}
 
 	if err := os.MkdirAll(cfg.Node.DataDir, 0o755); err != nil {
@@ -208,7 +223,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 	}
 	sort.Strings(n.kinds)
 
-	remoteOpts := []remote.ConfigOption{remote.WithKinds(remoteKinds...)}
+	remoteOpts := append([]remote.ConfigOption{remote.WithKinds(remoteKinds...)}, tlsOpts...)
 	if cfg.Node.Advertise != "" {
 		remoteOpts = append(remoteOpts, remote.WithAdvertisedHost(cfg.Node.Advertise))
 	}
@@ -247,7 +262,11 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 	}
 
 	n.serveHTTP()
-	log.Info("node started", "id", n.ID(), "remote", n.system.Address(), "http", n.HTTPAddr(),
+	tlsDesc := "off"
+	if creds != nil {
+		tlsDesc = "mutual (" + creds.Leaf.Subject.CommonName + ")"
+	}
+	log.Info("node started", "id", n.ID(), "remote", n.system.Address(), "remote_tls", tlsDesc, "http", n.HTTPAddr(),
 		"data_dir", cfg.Node.DataDir, "kinds", strings.Join(n.kinds, ","), "cores", n.caps.Cores,
 		"memory_bytes", n.caps.MemoryBytes, "containerd", n.caps.Containerd, "gpus", len(n.caps.Gpus))
 	return n, nil
@@ -258,19 +277,38 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 func StoreDir(cfg config.Config) string { return filepath.Join(cfg.Node.DataDir, "db") }
 
 // reserveRemote checks the remoting address is free (protoactor panics when it
-// is not) and resolves port 0 to a concrete free port.
-func reserveRemote(addr string) (string, int, error) {
+// is not) and resolves port 0 to a concrete free port; ip is the address
+// the listener bound.
+func reserveRemote(addr string) (host string, port int, ip net.IP, err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return "", 0, fmt.Errorf("node.remote_addr %s: %w (is another node running?)", addr, ErrAddressInUse)
+		return "", 0, nil, fmt.Errorf("node.remote_addr %s: %w (is another node running?)", addr, ErrAddressInUse)
 	}
-	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	ip = ln.Addr().(*net.TCPAddr).IP
+	host, p, _ := net.SplitHostPort(ln.Addr().String())
 	ln.Close()
-	p, _ := strconv.Atoi(port)
+	port, _ = strconv.Atoi(p)
 	if h, _, _ := net.SplitHostPort(addr); h != "" {
 		host = h
 	}
-	return host, p, nil
+	return host, port, ip, nil
+}
+
+// dialledHost is the host other nodes dial this node's remoting at: the
+// advertised address's, else the listen address's; empty for an
+// unspecified listen address (0.0.0.0, ::) without an advertised one,
+// which names no host to check.
+func dialledHost(listenHost, advertise string) string {
+	if advertise != "" {
+		if h, _, err := net.SplitHostPort(advertise); err == nil {
+			return h
+		}
+		return advertise
+	}
+	if ip := net.ParseIP(listenHost); listenHost == "" || ip != nil && ip.IsUnspecified() {
+		return ""
+	}
+	return listenHost
 }
 
 func startCluster(c *cluster.Cluster) (err error) {
