@@ -6,6 +6,7 @@ import (
 
 	"github.com/frognano/frognano/kernels"
 	"github.com/frognano/frognano/kernels/cpu/blas"
+	"github.com/frognano/frognano/kernels/cpu/simd"
 )
 
 // attnBlock is how many query rows one work item takes: its scores are
@@ -17,7 +18,8 @@ const attnBlock = 64
 //
 // A work item is one head for a block of up to attnBlock query rows: the
 // scores Q·Kᵀ of that head's columns against its kv head's columns of the
-// cache, one strided matrix product; the causal softmax of each row in Go;
+// cache, one strided matrix product; the causal softmax of each row
+// (package simd's vector kernel, or Go);
 // then P·V, another product, written straight into dst's columns. Items are
 // dealt round-robin to the cores, as later blocks see more keys.
 func (Backend) Attention(dst, q, k, v kernels.Tensor, nHeads, nKVHeads int) {
@@ -54,8 +56,12 @@ func (Backend) Attention(dst, q, k, v kernels.Tensor, nHeads, nKVHeads int) {
 			kvOff := (h / group) * hd
 			p := scores[:rows*keys]
 			blas.Gemm(true, rows, keys, hd, qd[i0*qc+h*hd:], qc, kd[kvOff:], kc, p, keys)
-			for r := range rows {
-				causalSoftmax(p[r*keys:(r+1)*keys], s-t+i0+r+1, scale)
+			if simd.On() {
+				simd.SoftmaxCausal(p, rows, keys, s-t+i0+1, float32(scale))
+			} else {
+				for r := range rows {
+					causalSoftmax(p[r*keys:(r+1)*keys], s-t+i0+r+1, scale)
+				}
 			}
 			blas.Gemm(false, rows, hd, keys, p, keys, vd[kvOff:], kc, dd[i0*qc+h*hd:], qc)
 		}

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/frognano/frognano/kernels/cpu/simd"
 	"github.com/frognano/frognano/kernels/tensor"
 )
 
@@ -63,12 +64,14 @@ func benchRows(b *testing.B, name string, rows, cols, inputs int, op func()) {
 }
 
 func BenchmarkRMSNorm(b *testing.B) {
-	be, r := New(), rand.New(rand.NewPCG(2, 2))
-	w := randTensor(r, hidden)
-	for _, rows := range []int{1, 128} {
-		x, y := randTensor(r, rows, hidden), tensor.New(rows, hidden)
-		benchRows(b, "", rows, hidden, 1, func() { be.RMSNorm(y, x, w, 1e-5) })
-	}
+	forLevels(b, func(b *testing.B) {
+		be, r := New(), rand.New(rand.NewPCG(2, 2))
+		w := randTensor(r, hidden)
+		for _, rows := range []int{1, 128} {
+			x, y := randTensor(r, rows, hidden), tensor.New(rows, hidden)
+			benchRows(b, "", rows, hidden, 1, func() { be.RMSNorm(y, x, w, 1e-5) })
+		}
+	})
 }
 
 func BenchmarkRoPE(b *testing.B) {
@@ -84,11 +87,13 @@ func BenchmarkRoPE(b *testing.B) {
 }
 
 func BenchmarkSwiGLU(b *testing.B) {
-	be, r := New(), rand.New(rand.NewPCG(4, 4))
-	for _, rows := range []int{1, 128} {
-		g, u, y := randTensor(r, rows, inter), randTensor(r, rows, inter), tensor.New(rows, inter)
-		benchRows(b, "", rows, inter, 2, func() { be.SwiGLU(y, g, u) })
-	}
+	forLevels(b, func(b *testing.B) {
+		be, r := New(), rand.New(rand.NewPCG(4, 4))
+		for _, rows := range []int{1, 128} {
+			g, u, y := randTensor(r, rows, inter), randTensor(r, rows, inter), tensor.New(rows, inter)
+			benchRows(b, "", rows, inter, 2, func() { be.SwiGLU(y, g, u) })
+		}
+	})
 }
 
 func BenchmarkAdd(b *testing.B) {
@@ -124,15 +129,37 @@ func BenchmarkEmbedding(b *testing.B) {
 // BenchmarkAttention covers one decoding step against a long cache and a
 // full causal pass; bytes are q, k, v and the output once each.
 func BenchmarkAttention(b *testing.B) {
-	be, r := New(), rand.New(rand.NewPCG(8, 8))
-	for _, s := range []struct{ t, s int }{{1, 512}, {1, 2048}, {128, 128}, {512, 512}} {
-		q, k, v := randTensor(r, s.t, nHeads*headDim), randTensor(r, s.s, nKV*headDim), randTensor(r, s.s, nKV*headDim)
-		out := tensor.New(s.t, nHeads*headDim)
-		b.Run(fmt.Sprintf("t%d/s%d", s.t, s.s), func(b *testing.B) {
-			b.SetBytes(int64(4 * (2*s.t*nHeads*headDim + 2*s.s*nKV*headDim)))
-			for b.Loop() {
-				be.Attention(out, q, k, v, nHeads, nKV)
+	forLevels(b, func(b *testing.B) {
+		be, r := New(), rand.New(rand.NewPCG(8, 8))
+		for _, s := range []struct{ t, s int }{{1, 512}, {1, 2048}, {128, 128}, {512, 512}} {
+			q, k, v := randTensor(r, s.t, nHeads*headDim), randTensor(r, s.s, nKV*headDim), randTensor(r, s.s, nKV*headDim)
+			out := tensor.New(s.t, nHeads*headDim)
+			b.Run(fmt.Sprintf("t%d/s%d", s.t, s.s), func(b *testing.B) {
+				b.SetBytes(int64(4 * (2*s.t*nHeads*headDim + 2*s.s*nKV*headDim)))
+				for b.Loop() {
+					be.Attention(out, q, k, v, nHeads, nKV)
+				}
+			})
+		}
+	})
+}
+
+// BenchmarkCausalSoftmaxRow is the non-product part of Attention for one
+// query row of 512 keys.
+func BenchmarkCausalSoftmaxRow(b *testing.B) {
+	forLevels(b, func(b *testing.B) {
+		r := rand.New(rand.NewPCG(9, 1))
+		const n = 512
+		s0 := randTensor(r, n).Data()
+		s := make([]float32, n)
+		b.SetBytes(4 * n)
+		for b.Loop() {
+			copy(s, s0)
+			if simd.On() {
+				simd.SoftmaxCausal(s, 1, n, n, 0.125)
+			} else {
+				causalSoftmax(s, n, 0.125)
 			}
-		})
-	}
+		}
+	})
 }

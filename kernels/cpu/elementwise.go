@@ -1,6 +1,9 @@
 package cpu
 
-import "github.com/frognano/frognano/kernels"
+import (
+	"github.com/frognano/frognano/kernels"
+	"github.com/frognano/frognano/kernels/cpu/simd"
+)
 
 // Add sets dst = a + b.
 func (Backend) Add(dst, a, b kernels.Tensor) {
@@ -22,13 +25,18 @@ func (Backend) Copy(dst, src kernels.Tensor) {
 	copy(d.Data(), x.Data())
 }
 
-// SwiGLU sets dst = silu(gate)·up.
+// SwiGLU sets dst = silu(gate)·up: package simd's vector kernel when a
+// vector level is on, else the Go loop.
 func (Backend) SwiGLU(dst, gate, up kernels.Tensor) {
 	d, g, u := host(dst), host(gate), host(up)
 	mustSameLen("SwiGLU", d, g, u)
 	dd, gd, ud := d.Data(), g.Data(), u.Data()
 	forRows(len(dd), costExp, func(lo, hi int) {
 		dd, gd, ud := dd[lo:hi], gd[lo:hi], ud[lo:hi]
+		if simd.On() {
+			simd.SwiGLU(dd, gd, ud)
+			return
+		}
 		for i := range dd {
 			x := gd[i]
 			dd[i] = x / (1 + exp32(-x)) * ud[i]

@@ -7,6 +7,7 @@ import (
 
 	"github.com/frognano/frognano/kernels"
 	"github.com/frognano/frognano/kernels/cpu/blas"
+	"github.com/frognano/frognano/kernels/cpu/simd"
 )
 
 // The backward of the decoder's operations (kernels.GradBackend). Products
@@ -181,6 +182,10 @@ func (Backend) SwiGLUBackward(dgate, dup, dy, gate, up kernels.Tensor) {
 		dgd, dud, gd, gtd, ud := dgd[lo:hi], dud[lo:hi], gd[lo:hi], gtd[lo:hi:hi], ud[lo:hi]
 		dgd, dud, ud = dgd[:len(gd)], dud[:len(gd)], ud[:len(gd)]
 		gtd = gtd[:len(gd)]
+		if simd.On() {
+			simd.SwiGLUBackward(dgd, dud, gd, gtd, ud)
+			return
+		}
 		for i, gv := range gd {
 			x, y := gtd[i], ud[i]
 			bits := math.Float32bits(x)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/frognano/frognano/kernels"
 	"github.com/frognano/frognano/kernels/cpu/blas"
+	"github.com/frognano/frognano/kernels/cpu/simd"
 )
 
 // attnGradBlock is how many query rows one work item of AttentionBackward
@@ -21,7 +22,8 @@ const attnGradBlock = 64
 // where rowsum(P ⊙ dP) equals rowsum(dY ⊙ Y), so the forward output is not
 // needed. A work item is one query head for a block of attnGradBlock query
 // rows, against the keys up to its last row: two strided products
-// recompute its P and dP, the softmax and dS are Go, and three more
+// recompute its P and dP, the softmax and dS are package simd's vector
+// kernel (or Go), and three more
 // products give its dQ rows and its contributions to dK and dV. Items are
 // dealt round-robin to the cores; each core adds its dK and dV terms into
 // its own buffers (the first core straight into dk and dv), summed at the
@@ -79,8 +81,12 @@ func (Backend) AttentionBackward(dq, dk, dv, dy, q, k, v kernels.Tensor, nHeads,
 			pb, dpb := p[:rows*keys], dp[:rows*keys]
 			blas.Gemm(true, rows, keys, hd, qd[qOff:], qc, kd[kvOff:], kc, pb, keys)
 			blas.Gemm(true, rows, keys, hd, gd[qOff:], qc, vd[kvOff:], kc, dpb, keys)
-			for r := range rows {
-				softmaxBackwardRow(pb[r*keys:(r+1)*keys], dpb[r*keys:(r+1)*keys], i0+r+1, scale)
+			if simd.On() {
+				simd.SoftmaxCausalBackward(pb, dpb, rows, keys, i0+1, float32(scale))
+			} else {
+				for r := range rows {
+					softmaxBackwardRow(pb[r*keys:(r+1)*keys], dpb[r*keys:(r+1)*keys], i0+r+1, scale)
+				}
 			}
 			blas.Gemm(false, rows, hd, keys, dpb, keys, kd[kvOff:], kc, dqd[qOff:], qc)
 			blas.GemmFull(true, false, true, keys, hd, rows, dpb, keys, qd[qOff:], qc, dkw[kvOff:], kc)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/frognano/frognano/kernels"
+	"github.com/frognano/frognano/kernels/cpu/simd"
 	"github.com/frognano/frognano/kernels/tensor"
 )
 
@@ -69,45 +70,49 @@ func BenchmarkMatMulTN(b *testing.B) {
 // sequence of T tokens. FLOPs count the five causal products (half of each
 // T×T score matrix): 5·T²·headDim per head.
 func BenchmarkAttentionBackward(b *testing.B) {
-	be, r := New(), rand.New(rand.NewPCG(13, 1))
-	for _, T := range []int{256, 512} {
-		q, k, v := randTensor(r, T, nHeads*headDim), randTensor(r, T, nKV*headDim), randTensor(r, T, nKV*headDim)
-		dy := randTensor(r, T, nHeads*headDim)
-		dq, dk, dv := tensor.New(T, nHeads*headDim), tensor.New(T, nKV*headDim), tensor.New(T, nKV*headDim)
-		b.Run(fmt.Sprintf("T%d", T), func(b *testing.B) {
-			for b.Loop() {
-				be.AttentionBackward(dq, dk, dv, dy, q, k, v, nHeads, nKV)
-			}
-			gflops(b, 5*float64(T*T*headDim*nHeads))
-		})
-	}
+	forLevels(b, func(b *testing.B) {
+		be, r := New(), rand.New(rand.NewPCG(13, 1))
+		for _, T := range []int{256, 512} {
+			q, k, v := randTensor(r, T, nHeads*headDim), randTensor(r, T, nKV*headDim), randTensor(r, T, nKV*headDim)
+			dy := randTensor(r, T, nHeads*headDim)
+			dq, dk, dv := tensor.New(T, nHeads*headDim), tensor.New(T, nKV*headDim), tensor.New(T, nKV*headDim)
+			b.Run(fmt.Sprintf("T%d", T), func(b *testing.B) {
+				for b.Loop() {
+					be.AttentionBackward(dq, dk, dv, dy, q, k, v, nHeads, nKV)
+				}
+				gflops(b, 5*float64(T*T*headDim*nHeads))
+			})
+		}
+	})
 }
 
 // BenchmarkTokenLogProbs covers the loss head over a [T, vocab] logits
 // tensor; bytes are one read of the logits (and one write for the
 // backward).
 func BenchmarkTokenLogProbs(b *testing.B) {
-	be, r := New(), rand.New(rand.NewPCG(14, 1))
-	for _, T := range []int{256, 512} {
-		logits := randTensor(r, T, vocab)
-		targets, dlogp, logp := make([]int32, T), make([]float32, T), make([]float32, T)
-		for i := range targets {
-			targets[i], dlogp[i] = int32(r.IntN(vocab)), float32(r.NormFloat64())
+	forLevels(b, func(b *testing.B) {
+		be, r := New(), rand.New(rand.NewPCG(14, 1))
+		for _, T := range []int{256, 512} {
+			logits := randTensor(r, T, vocab)
+			targets, dlogp, logp := make([]int32, T), make([]float32, T), make([]float32, T)
+			for i := range targets {
+				targets[i], dlogp[i] = int32(r.IntN(vocab)), float32(r.NormFloat64())
+			}
+			d := tensor.New(T, vocab)
+			b.Run(fmt.Sprintf("forward/T%d", T), func(b *testing.B) {
+				b.SetBytes(int64(4 * T * vocab))
+				for b.Loop() {
+					be.TokenLogProbs(logp, logits, targets)
+				}
+			})
+			b.Run(fmt.Sprintf("backward/T%d", T), func(b *testing.B) {
+				b.SetBytes(int64(8 * T * vocab))
+				for b.Loop() {
+					be.TokenLogProbsBackward(d, logits, targets, dlogp)
+				}
+			})
 		}
-		d := tensor.New(T, vocab)
-		b.Run(fmt.Sprintf("forward/T%d", T), func(b *testing.B) {
-			b.SetBytes(int64(4 * T * vocab))
-			for b.Loop() {
-				be.TokenLogProbs(logp, logits, targets)
-			}
-		})
-		b.Run(fmt.Sprintf("backward/T%d", T), func(b *testing.B) {
-			b.SetBytes(int64(8 * T * vocab))
-			for b.Loop() {
-				be.TokenLogProbsBackward(d, logits, targets, dlogp)
-			}
-		})
-	}
+	})
 }
 
 func BenchmarkRMSNormBackward(b *testing.B) {
@@ -119,11 +124,13 @@ func BenchmarkRMSNormBackward(b *testing.B) {
 }
 
 func BenchmarkSwiGLUBackward(b *testing.B) {
-	be, r := New(), rand.New(rand.NewPCG(16, 1))
-	const T = 512
-	g, u, dy := randTensor(r, T, inter), randTensor(r, T, inter), randTensor(r, T, inter)
-	dg, du := tensor.New(T, inter), tensor.New(T, inter)
-	benchRows(b, "", T, inter, 4, func() { be.SwiGLUBackward(dg, du, dy, g, u) })
+	forLevels(b, func(b *testing.B) {
+		be, r := New(), rand.New(rand.NewPCG(16, 1))
+		const T = 512
+		g, u, dy := randTensor(r, T, inter), randTensor(r, T, inter), randTensor(r, T, inter)
+		dg, du := tensor.New(T, inter), tensor.New(T, inter)
+		benchRows(b, "", T, inter, 4, func() { be.SwiGLUBackward(dg, du, dy, g, u) })
+	})
 }
 
 func BenchmarkRoPEBackward(b *testing.B) {
@@ -179,17 +186,24 @@ func BenchmarkOptimizer(b *testing.B) {
 	})
 }
 
-// BenchmarkSoftmaxBackwardRow is the Go part of AttentionBackward for one
-// query row of 512 keys: the recomputed softmax and the scores' gradient.
+// BenchmarkSoftmaxBackwardRow is the non-product part of AttentionBackward
+// for one query row of 512 keys: the recomputed softmax and the scores'
+// gradient.
 func BenchmarkSoftmaxBackwardRow(b *testing.B) {
-	r := rand.New(rand.NewPCG(20, 1))
-	const n = 512
-	s0, dp0 := randTensor(r, n).Data(), randTensor(r, n).Data()
-	s, dp := make([]float32, n), make([]float32, n)
-	b.SetBytes(4 * n)
-	for b.Loop() {
-		copy(s, s0)
-		copy(dp, dp0)
-		softmaxBackwardRow(s, dp, n, 0.125)
-	}
+	forLevels(b, func(b *testing.B) {
+		r := rand.New(rand.NewPCG(20, 1))
+		const n = 512
+		s0, dp0 := randTensor(r, n).Data(), randTensor(r, n).Data()
+		s, dp := make([]float32, n), make([]float32, n)
+		b.SetBytes(4 * n)
+		for b.Loop() {
+			copy(s, s0)
+			copy(dp, dp0)
+			if simd.On() {
+				simd.SoftmaxCausalBackward(s, dp, 1, n, n, 0.125)
+			} else {
+				softmaxBackwardRow(s, dp, n, 0.125)
+			}
+		}
+	})
 }

@@ -5,17 +5,30 @@ import (
 	"math"
 
 	"github.com/frognano/frognano/kernels"
+	"github.com/frognano/frognano/kernels/cpu/simd"
 	"github.com/frognano/frognano/kernels/tensor"
 )
 
 // TokenLogProbs sets dst[i] = log softmax(logits[i])[targets[i]]: the
 // row's maximum, then Σ exp(x − max) with float32 exponentials
-// (expShifted) summed in float64, rows split across the cores.
+// (expShifted) summed in float64, rows split across the cores; with a
+// vector level on, package simd's LogSumExp does the rows.
 func (Backend) TokenLogProbs(dst []float32, logits kernels.Tensor, targets []int32) {
 	x := host(logits)
 	mustTargets("TokenLogProbs", x, targets)
 	if len(dst) != len(targets) {
 		panic(fmt.Sprintf("cpu: TokenLogProbs: %d outputs for %d rows", len(dst), len(targets)))
+	}
+	if simd.On() {
+		cols, xd := x.Cols(), x.Data()
+		forRows(len(targets), costExp*cols, func(lo, hi int) {
+			lse := make([]float64, hi-lo)
+			simd.LogSumExp(lse, xd[lo*cols:hi*cols], hi-lo, cols)
+			for r := lo; r < hi; r++ {
+				dst[r] = float32(float64(xd[r*cols+int(targets[r])]) - lse[r-lo])
+			}
+		})
+		return
 	}
 	forRows(len(targets), costExp*x.Cols(), func(lo, hi int) {
 		var buf [1024]float32 // the exponentials, a piece at a time, in L1
@@ -55,9 +68,13 @@ func (Backend) TokenLogProbsBackward(dlogits, logits kernels.Tensor, targets []i
 				clear(out)
 				continue
 			}
-			m := rowMax(in)
-			sum := expShifted(out, in, 1, m)
-			scaleSlice(out, float32(-float64(g)/sum))
+			if simd.On() {
+				simd.SoftmaxScaled(out, in, g)
+			} else {
+				m := rowMax(in)
+				sum := expShifted(out, in, 1, m)
+				scaleSlice(out, float32(-float64(g)/sum))
+			}
 			out[targets[r]] += g
 		}
 	})

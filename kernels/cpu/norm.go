@@ -5,11 +5,13 @@ import (
 	"math"
 
 	"github.com/frognano/frognano/kernels"
+	"github.com/frognano/frognano/kernels/cpu/simd"
 	"github.com/frognano/frognano/kernels/tensor"
 )
 
 // RMSNorm sets each row to x/sqrt(mean(x²)+eps)·weight. The mean is
-// accumulated in float64.
+// accumulated in float64; package simd's vector kernel does the rows when
+// a vector level is on.
 func (Backend) RMSNorm(dst, x, weight kernels.Tensor, eps float32) {
 	d, xs, w := host(dst), host(x), host(weight)
 	mustSameLen("RMSNorm", d, xs)
@@ -19,6 +21,10 @@ func (Backend) RMSNorm(dst, x, weight kernels.Tensor, eps float32) {
 	}
 	wd := w.Data()
 	forRows(xs.Rows(), 2*cols, func(lo, hi int) {
+		if simd.On() {
+			simd.RMSNorm(d.Data()[lo*cols:hi*cols], xs.Data()[lo*cols:hi*cols], wd, hi-lo, cols, eps)
+			return
+		}
 		for r := lo; r < hi; r++ {
 			in, out := xs.Row(r), d.Row(r)
 			var ss float64
