@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -21,6 +22,7 @@ import (
 	"github.com/frognano/frognano/cmd/internal/nodeflags"
 	"github.com/frognano/frognano/cmd/internal/services"
 	"github.com/frognano/frognano/runtime/config"
+	"github.com/frognano/frognano/runtime/mtls"
 	"github.com/frognano/frognano/runtime/node"
 )
 
@@ -34,6 +36,10 @@ type client struct {
 	policy    *services.Policy
 	remote    *remote.Remote
 	log       *slog.Logger
+	// tls: the client's remoting uses mutual TLS (remote.tls_*).
+	tls bool
+	// answered: the node has answered once (so remoting works).
+	answered atomic.Bool
 }
 
 // connect uses the node at httpAddr, or starts an embedded one when it is empty.
@@ -63,11 +69,19 @@ func connect(ctx context.Context, httpAddr string, load func() (config.Config, e
 	if err != nil {
 		return nil, err
 	}
+	// The client joins the actor system with the node's remoting settings:
+	// with remote.tls_* set it presents that certificate and accepts only
+	// a node whose certificate the same CA signed (and the node answers
+	// through this client's loopback listener, which then requires one too).
+	tlsOpts, _, err := mtls.RemoteOptions(cfg.Remote)
+	if err != nil {
+		return nil, err
+	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
-	r := remote.NewRemote(system, remote.Configure("127.0.0.1", 0))
+	r := remote.NewRemote(system, remote.Configure("127.0.0.1", 0, tlsOpts...))
 	r.Start()
-	return &client{system: system, manager: actor.NewPID(info.Address, node.ManagerName), remote: r, log: log}, nil
+	return &client{system: system, manager: actor.NewPID(info.Address, node.ManagerName), remote: r, log: log, tls: cfg.Remote.TLS()}, nil
 }
 
 // nodeURL is the base URL of a node's HTTP API given as HOST:PORT or as
@@ -138,12 +152,27 @@ func (c *client) ask(req any, timeout time.Duration) (any, error) {
 func (c *client) askActor(pid *actor.PID, req any, timeout time.Duration) (any, error) {
 	res, err := c.system.Root.RequestFuture(pid, req, timeout).Result()
 	if err != nil {
-		return nil, fmt.Errorf("node %s did not answer: %w", c.manager.Address, err)
+		return nil, fmt.Errorf("node %s did not answer: %w%s", c.manager.Address, err, c.tlsHint())
 	}
+	c.answered.Store(true)
 	if f, ok := res.(*messages.Failure); ok {
 		return nil, fmt.Errorf("%s", f.Message)
 	}
 	return res, nil
+}
+
+// tlsHint says which remoting settings to check when a remote node does
+// not answer: a TLS handshake that fails looks like silence from here.
+func (c *client) tlsHint() string {
+	if c.embedded != nil || c.answered.Load() {
+		return ""
+	}
+	if c.tls {
+		return fmt.Sprintf(" (this client uses mutual TLS from remote.tls_ca, remote.tls_cert and remote.tls_key: the node must use a certificate "+
+			"of the same CA that names the host in %s, and this client's certificate must name 127.0.0.1, where the node answers it)", c.manager.Address)
+	}
+	return fmt.Sprintf(" (if the node's remoting uses mutual TLS, set remote.tls_ca, remote.tls_cert and remote.tls_key: %s, %s, %s)",
+		config.EnvName("remote.tls_ca"), config.EnvName("remote.tls_cert"), config.EnvName("remote.tls_key"))
 }
 
 // pid is a named actor of the node the client talks to.
