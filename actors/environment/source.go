@@ -187,9 +187,10 @@ func fetchSdist(ctx context.Context, ref, dir string, logw io.Writer) error {
 	}
 	defer os.RemoveAll(dl)
 	cmd := exec.CommandContext(ctx, "python3", "-m", "pip", "download", "--quiet", "--no-binary", ":all:", "--no-deps", "--dest", dl, ref)
-	cmd.Stdout, cmd.Stderr = logw, logw
+	var tail tailBuffer
+	cmd.Stdout, cmd.Stderr = logw, io.MultiWriter(logw, &tail)
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("pip download %s: %w (see the log above)", ref, err)
+		return fmt.Errorf("pip download %s: %w: %s", ref, err, tail.reason())
 	}
 	entries, err := os.ReadDir(dl)
 	if err != nil || len(entries) != 1 {
@@ -372,4 +373,45 @@ func copyTree(src, dst string, skip func(rel string, d fs.DirEntry) bool) error 
 		}
 		return nil // symlinks and devices are not part of a source tree we take
 	})
+}
+
+// tailBuffer keeps the last few KiB written to it: a tool's stderr, whose
+// own words say why it failed (the log it also goes to may be discarded,
+// as it is in embedded mode).
+type tailBuffer struct{ b []byte }
+
+const tailMax = 8 << 10
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if len(t.b) > tailMax {
+		t.b = append(t.b[:0], t.b[len(t.b)-tailMax:]...)
+	}
+	return len(p), nil
+}
+
+// reason is what the tool said: its "ERROR:" lines if it wrote any (pip's
+// way), else its last non-empty lines; at most 600 bytes.
+func (t *tailBuffer) reason() string {
+	var errs, all []string
+	for _, l := range strings.Split(string(t.b), "\n") {
+		if l = strings.TrimSpace(l); l == "" {
+			continue
+		}
+		all = append(all, l)
+		if strings.HasPrefix(l, "ERROR:") {
+			errs = append(errs, l)
+		}
+	}
+	if len(errs) == 0 {
+		errs = all[max(0, len(all)-3):]
+	}
+	r := strings.Join(errs, "; ")
+	if r == "" {
+		return "it printed nothing"
+	}
+	if len(r) > 600 {
+		r = r[:600] + "…"
+	}
+	return r
 }
