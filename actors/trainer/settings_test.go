@@ -35,6 +35,7 @@ func TestSettingsValidate(t *testing.T) {
 		{"negative evaluation interval", func(s *Settings) { s.EvalTasks, s.EvalK, s.EvalEvery = 8, 2, -1 }, "evaluation"},
 		{"negative budget", func(s *Settings) { s.BudgetSeconds = -1 }, "budget"},
 		{"infinite budget", func(s *Settings) { s.BudgetSeconds = math.Inf(1) }, "budget"},
+		{"negative staleness", func(s *Settings) { s.MaxStaleness = -1 }, "staleness"},
 	} {
 		s := validSettings()
 		c.edit(&s)

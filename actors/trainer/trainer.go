@@ -39,6 +39,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -108,13 +109,22 @@ type Settings struct {
 	// (its end point is evaluated) with Steps as an upper bound only. The
 	// warm start counts; a step or warm start under way finishes.
 	BudgetSeconds float64 `json:"budget_seconds,omitempty"`
+	// MaxStaleness makes steps asynchronous (pipeline.go): the rollouts of
+	// later steps are played while the Learner trains on the current one,
+	// at most this many policy versions behind the version they are
+	// trained at; a group older than that is dropped and counted, never
+	// trained on. 0: synchronous steps (every group of the current
+	// version).
+	MaxStaleness int `json:"max_staleness,omitempty"`
 }
 
 // MetricBudgetSpent is 1 once a run has ended on its BudgetSeconds.
 const MetricBudgetSpent = "budget_spent"
 
 // seconds prints a number of seconds as a duration (1h0m0s, 1ns).
-func seconds(x float64) time.Duration { return time.Duration(x * float64(time.Second)).Round(time.Nanosecond) }
+func seconds(x float64) time.Duration {
+	return time.Duration(x * float64(time.Second)).Round(time.Nanosecond)
+}
 
 // TrainSeconds is the run's training time so far: its wall time over every
 // process that ran it, less the time its held-out evaluations took.
@@ -166,6 +176,8 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("trainer: checkpoint every %d steps: want 0 or more", s.CheckpointEvery)
 	case s.BudgetSeconds < 0 || math.IsNaN(s.BudgetSeconds) || math.IsInf(s.BudgetSeconds, 0):
 		return fmt.Errorf("trainer: budget of %v seconds: want a finite number ≥ 0", s.BudgetSeconds)
+	case s.MaxStaleness < 0:
+		return fmt.Errorf("trainer: max staleness %d: want 0 (synchronous steps) or more", s.MaxStaleness)
 	}
 	return s.validateWarmStart()
 }
@@ -223,6 +235,13 @@ type Trainer struct {
 	runner   *rollout.Runner
 	learner  *actor.PID // the run's Learner, once opened
 	clock    clock
+	// attempt is the record's MetricAttempts for this process: episodes
+	// of a step replayed after a crash get seeds of their own.
+	attempt int
+	// evalSeconds mirrors the record's MetricEvalSeconds (float64 bits)
+	// for the producer of asynchronous steps, which must not read the record.
+	evalSeconds atomic.Uint64
+	printMu     sync.Mutex
 }
 
 // New returns a Trainer for the node at cfg.Node.
@@ -287,6 +306,16 @@ const (
 	MetricSecondsReport   = "seconds_report"
 	MetricSecondsLearning = "seconds_learning"
 	MetricSecondsSwap     = "seconds_swap"
+	// MetricAttempts counts the processes that trained the run (Train
+	// calls); a step replayed after a crash seeds its episodes with it.
+	MetricAttempts = "train_attempts"
+	// Staleness of the groups handed to the Learner: groups dropped for
+	// being more than Settings.MaxStaleness versions old, the oldest
+	// staleness seen, and episodes whose turns span more than one version.
+	MetricStaleDropped   = "train_stale_groups_dropped"
+	MetricMaxStaleness   = "train_max_staleness_seen"
+	MetricMixedEpisodes  = "train_mixed_version_episodes"
+	MetricOutcomesRepeat = "train_outcome_reports_repeated" // steps replayed after a crash whose outcomes the frontier had
 )
 
 // Summary is what a run has done so far.
@@ -328,6 +357,8 @@ func SummaryOf(run *messages.Run, steps int) Summary {
 }
 
 func (t *Trainer) printf(format string, args ...any) {
+	t.printMu.Lock()
+	defer t.printMu.Unlock()
 	fmt.Fprintf(t.cfg.Progress, format+"\n", args...)
 }
 
@@ -354,6 +385,8 @@ func (t *Trainer) Train(ctx context.Context, run *messages.Run, s Settings) (Sum
 	if run.Metrics == nil {
 		run.Metrics = map[string]float64{}
 	}
+	run.Metrics[MetricAttempts]++ // stored by open
+	t.attempt = int(run.Metrics[MetricAttempts])
 	maxContext, err := t.open(ctx, run, s)
 	if err != nil {
 		return SummaryOf(run, s.Steps), err
@@ -382,16 +415,26 @@ func (t *Trainer) Train(ctx context.Context, run *messages.Run, s Settings) (Sum
 			return SummaryOf(run, s.Steps), err
 		}
 	}
-	for step := int(run.GetStep()) + 1; step <= s.Steps; step++ {
-		if err := ctx.Err(); err != nil {
+	if s.MaxStaleness > 0 {
+		if err := t.pipeline(ctx, run, s, lim); err != nil {
 			return SummaryOf(run, s.Steps), err
 		}
-		t.clock.tick(run)
-		if BudgetSpent(run, s) {
-			break
-		}
-		if err := t.step(ctx, run, s, lim, step); err != nil {
-			return SummaryOf(run, s.Steps), fmt.Errorf("step %d: %w", step, err)
+	} else {
+		for step := int(run.GetStep()) + 1; step <= s.Steps; step++ {
+			if err := ctx.Err(); err != nil {
+				return SummaryOf(run, s.Steps), err
+			}
+			t.clock.tick(run)
+			if BudgetSpent(run, s) {
+				break
+			}
+			p, err := t.produce(ctx, run.GetId(), s, lim, step, int64(run.Metrics[MetricPolicyVersion]))
+			if err == nil {
+				err = t.consume(ctx, run, s, lim, p)
+			}
+			if err != nil {
+				return SummaryOf(run, s.Steps), fmt.Errorf("step %d: %w", step, err)
+			}
 		}
 	}
 	if s.Steps > 0 && BudgetSpent(run, s) && !Finished(run, s) {
@@ -508,39 +551,71 @@ func (t *Trainer) swap(runID string, step, version int64) error {
 	return nil
 }
 
-// step runs one step and records it.
-func (t *Trainer) step(ctx context.Context, run *messages.Run, s Settings, lim harness.Limits, step int) error {
-	m := run.Metrics
-	version := int64(m[MetricPolicyVersion])
-	tag := fmt.Sprintf("step %d/%d", step, s.Steps)
-	seed := s.Seed ^ uint64(step)*0x9e3779b97f4a7c15
+// prepared is one step's batch and rollouts, ready for the Learner.
+type prepared struct {
+	step  int
+	tasks []*messages.Task
+	// version is the policy version the batch was asked at, the oldest its
+	// episodes may use.
+	version                   int64
+	results                   []*rollout.Result
+	batchSeconds, rollSeconds float64
+}
 
-	// 1. A batch from the frontier, waiting for the synthesizer when the
-	// pool is empty.
-	start := time.Now()
-	tasks, err := t.batch(ctx, tag, run.GetId(), s.TasksPerStep, version, seed, s.Mode, s.Sampler == SamplerUniform)
-	if err != nil {
-		return err
+// stepSeed seeds step's batch; the step's episodes take it too, mixed
+// with the process's attempt after the first, so that a step replayed
+// after a crash never reuses a stored trajectory's id.
+func stepSeed(s Settings, step, attempt int) (batch, episodes uint64) {
+	batch = s.Seed ^ uint64(step)*0x9e3779b97f4a7c15
+	episodes = batch
+	if attempt > 1 {
+		episodes ^= uint64(attempt) * 0xbf58476d1ce4e5b9
 	}
-	batchSeconds := time.Since(start).Seconds()
+	return batch, episodes
+}
+
+// produce asks the frontier for step's batch at policy version (waiting
+// for the synthesizer when the pool is empty) and plays G episodes of
+// every task, concurrently, with episodes of at least that version.
+func (t *Trainer) produce(ctx context.Context, runID string, s Settings, lim harness.Limits, step int, version int64) (*prepared, error) {
+	tag := fmt.Sprintf("step %d/%d", step, s.Steps)
+	seed, epSeed := stepSeed(s, step, t.attempt)
+
+	// 1. A batch from the frontier.
+	start := time.Now()
+	tasks, err := t.batch(ctx, tag, runID, s.TasksPerStep, version, seed, s.Mode, s.Sampler == SamplerUniform)
+	if err != nil {
+		return nil, err
+	}
+	p := &prepared{step: step, tasks: tasks, version: version, batchSeconds: time.Since(start).Seconds()}
 	ids := make([]string, len(tasks))
 	for i, task := range tasks {
 		ids[i] = task.GetId()
 	}
-	t.printf("%s: batch of %d task(s) from the frontier at policy v%d in %.1fs: %s", tag, len(tasks), version, batchSeconds, strings.Join(ids, " "))
+	t.printf("%s: batch of %d task(s) from the frontier at policy v%d in %.1fs: %s", tag, len(tasks), version, p.batchSeconds, strings.Join(ids, " "))
 
 	// 2. G episodes of every task, concurrently.
 	start = time.Now()
 	t.printf("%s: rollouts: %d task(s) × %d episodes, %s mode, temperature 1, at most %d tokens a turn", tag, len(tasks), s.Group, s.Mode, lim.MaxTurnTokens)
-	results, err := t.rollouts(ctx, tag, run.GetId(), tasks, s, lim, version, seed)
-	if err != nil {
-		return err
+	if p.results, err = t.rollouts(ctx, tag, runID, tasks, s, lim, version, epSeed); err != nil {
+		return nil, err
 	}
-	rollSeconds := time.Since(start).Seconds()
+	p.rollSeconds = time.Since(start).Seconds()
+	return p, nil
+}
+
+// consume hands a prepared step to the Learner and records it: outcomes
+// to the frontier, the staleness filter, one GRPO step, the Sampler's
+// swap, the record.
+func (t *Trainer) consume(ctx context.Context, run *messages.Run, s Settings, lim harness.Limits, p *prepared) error {
+	m := run.Metrics
+	step, tasks, results := p.step, p.tasks, p.results
+	tag := fmt.Sprintf("step %d/%d", step, s.Steps)
+	rollSeconds := p.rollSeconds
 	var (
-		outcomes                         []*messages.EpisodeOutcome
-		groups                           []*messages.TrajectoryGroup
-		episodes, solved, infra, effectv int
+		outcomes                                []*messages.EpisodeOutcome
+		groups                                  []*messages.TrajectoryGroup
+		episodes, solved, infra, effectv, mixed int
 	)
 	for _, r := range results {
 		g := &messages.TrajectoryGroup{TaskId: r.TaskID}
@@ -557,7 +632,11 @@ func (t *Trainer) step(ctx context.Context, run *messages.Run, s Settings, lim h
 				solved++
 			}
 			rewards[res.Reward] = true
-			g.Trajectories = append(g.Trajectories, res.Trajectory(e.TrajectoryID, run.GetId(), r.TaskID))
+			tr := res.Trajectory(e.TrajectoryID, run.GetId(), r.TaskID)
+			if mixedVersions(tr) {
+				mixed++
+			}
+			g.Trajectories = append(g.Trajectories, tr)
 		}
 		if len(rewards) > 1 {
 			effectv++
@@ -569,17 +648,38 @@ func (t *Trainer) step(ctx context.Context, run *messages.Run, s Settings, lim h
 	t.printf("%s: rollouts done in %.1fs: %d/%d solved, %d infrastructure failure(s), %d of %d group(s) with mixed rewards",
 		tag, rollSeconds, solved, episodes-infra, infra, effectv, len(results))
 
-	// 3. Outcomes to the frontier.
-	start = time.Now()
-	res, err := t.ask(t.frontier, &messages.OutcomesReport{Outcomes: outcomes, Run: run.GetId()}, 5*time.Minute)
+	// 3. Outcomes to the frontier, once per step (a step replayed after a
+	// crash whose outcomes were recorded is not counted again).
+	start := time.Now()
+	res, err := t.ask(t.frontier, &messages.OutcomesReport{Outcomes: outcomes, Run: run.GetId(), Step: int64(step)}, 5*time.Minute)
 	if err != nil {
 		return fmt.Errorf("reporting outcomes: %w", err)
 	}
-	recorded := res.(*messages.OutcomesAck).GetRecorded()
+	ack := res.(*messages.OutcomesAck)
+	recorded := ack.GetRecorded()
 	reportSeconds := time.Since(start).Seconds()
-	t.printf("%s: frontier recorded %d of %d outcome(s)", tag, recorded, len(outcomes))
+	if ack.GetDuplicate() {
+		m[MetricOutcomesRepeat]++
+		t.printf("%s: the frontier had recorded %d outcome(s) of this step before the crash; this attempt's %d are not counted again", tag, recorded, len(outcomes))
+	} else {
+		t.printf("%s: frontier recorded %d of %d outcome(s)", tag, recorded, len(outcomes))
+	}
 
-	// 4. One GRPO step.
+	// 4. Staleness: the Learner trains at the run's policy version; a
+	// group more than MaxStaleness versions older is dropped, counted.
+	version := int64(m[MetricPolicyVersion])
+	st := filterStale(groups, version, s.MaxStaleness)
+	for _, d := range st.Dropped {
+		v, _ := groupVersion(d)
+		t.printf("%s: group of task %s from policy v%d is %d version(s) behind v%d (max %d): dropped, not trained on",
+			tag, d.GetTaskId(), v, version-v, version, s.MaxStaleness)
+	}
+	if s.MaxStaleness > 0 && len(st.Kept) > 0 {
+		t.printf("%s: %d group(s) at staleness %v (policy v%d; at most %d), %d dropped", tag, len(st.Kept), st.Ages, version, s.MaxStaleness, len(st.Dropped))
+	}
+	groups = st.Kept
+
+	// 5. One GRPO step.
 	start = time.Now()
 	var ls *messages.LearnerStep
 	if len(groups) == 0 {
@@ -601,7 +701,7 @@ func (t *Trainer) step(ctx context.Context, run *messages.Run, s Settings, lim h
 	}
 	learnSeconds := time.Since(start).Seconds()
 
-	// 5. The Sampler moves to the published version.
+	// 6. The Sampler moves to the published version.
 	start = time.Now()
 	if ls != nil && ls.GetPublishedStep() >= 0 {
 		if err := t.swap(run.GetId(), ls.GetPublishedStep(), ls.GetPolicyVersion()); err != nil {
@@ -610,7 +710,7 @@ func (t *Trainer) step(ctx context.Context, run *messages.Run, s Settings, lim h
 	}
 	swapSeconds := time.Since(start).Seconds()
 
-	// 6. The record.
+	// 7. The record.
 	run.Step = int64(step)
 	m[MetricSteps] = float64(step)
 	m[MetricTasks] += float64(len(tasks))
@@ -620,11 +720,14 @@ func (t *Trainer) step(ctx context.Context, run *messages.Run, s Settings, lim h
 	m[MetricGroups] += float64(len(results))
 	m[MetricEffective] += float64(effectv)
 	m[MetricOutcomes] += float64(recorded)
-	m[MetricSecondsBatch] += batchSeconds
+	m[MetricSecondsBatch] += p.batchSeconds
 	m[MetricSecondsRollouts] += rollSeconds
 	m[MetricSecondsReport] += reportSeconds
 	m[MetricSecondsLearning] += learnSeconds
 	m[MetricSecondsSwap] += swapSeconds
+	m[MetricStaleDropped] += float64(len(st.Dropped))
+	m[MetricMaxStaleness] = max(m[MetricMaxStaleness], float64(st.Max))
+	m[MetricMixedEpisodes] += float64(mixed)
 	if ls != nil {
 		m[MetricPolicyVersion] = float64(ls.GetPolicyVersion())
 		m[MetricLearnerStep] = float64(ls.GetStep())
@@ -638,7 +741,8 @@ func (t *Trainer) step(ctx context.Context, run *messages.Run, s Settings, lim h
 	} else {
 		m[MetricNoSignal]++
 	}
-	sm := map[string]float64{"solve_rate": 0, "effective_fraction": 0}
+	sm := map[string]float64{"solve_rate": 0, "effective_fraction": 0,
+		PointStaleDropped: float64(len(st.Dropped)), PointMaxStaleness: float64(st.Max)}
 	if n := episodes - infra; n > 0 {
 		sm["solve_rate"] = float64(solved) / float64(n)
 	}
@@ -662,8 +766,11 @@ func (t *Trainer) step(ctx context.Context, run *messages.Run, s Settings, lim h
 	// The held-out evaluation comes after the step is recorded: a run
 	// killed during it loses that point, never the step.
 	if s.EvalEvery > 0 && step%s.EvalEvery == 0 && step < s.Steps && !BudgetSpent(run, s) {
-		return t.record(ctx, run, s, lim, PhaseStep)
+		if err := t.record(ctx, run, s, lim, PhaseStep); err != nil {
+			return err
+		}
 	}
+	t.evalSeconds.Store(math.Float64bits(m[MetricEvalSeconds]))
 	return nil
 }
 

@@ -130,6 +130,9 @@ one.`,
 				if cmd.Flags().Changed("budget") {
 					stored.BudgetSeconds = budget.Seconds()
 				}
+				if cmd.Flags().Changed("max-staleness") {
+					stored.MaxStaleness = s.MaxStaleness // nothing is in flight between two processes
+				}
 				s = stored
 				fmt.Fprintf(out, "resuming run %s (%s) after step %d of %d\n", run.Id, run.Status, run.Step, s.Steps)
 			} else {
@@ -292,6 +295,7 @@ one.`,
 	fl.IntVar(&s.MaxContext, "max-context", 4096, "most tokens of a whole episode (capped by the model's context)")
 	fl.Float64Var(&s.WallSeconds, "wall-seconds", 600, "most seconds of one episode, grading excluded")
 	fl.Float64Var(&s.LR, "lr", 1e-5, "AdamW learning rate")
+	fl.IntVar(&s.MaxStaleness, "max-staleness", 3, "asynchronous steps: later steps' rollouts are played while the Learner trains, and a group more than this many policy versions old is dropped and counted, never trained on (0: synchronous steps)")
 	fl.IntVar(&s.CheckpointEvery, "checkpoint-every", 1, "full Learner checkpoint every this many updates (the run's end writes one too)")
 	fl.Uint64Var(&s.Seed, "seed", 0, "seed of batches, episodes and the Learner (0: from the clock)")
 	fl.StringVar(&s.Model, "model", "", "model the Learner trains (model store name or path; default the store's default, which the node's Sampler serves)")

@@ -107,7 +107,8 @@ func TestRunTrainsAndResumes(t *testing.T) {
 	data := t.TempDir()
 	const runID = "test-resume"
 	args := []string{"run", "--data-dir", data, "--log-level", "warn", "--jobs", "2", "--rounds", "10", "--env", proj, "--tasks", "2",
-		"--steps", "2", "--tasks-per-step", "1", "--group", "2", "--max-turn-tokens", "48", "--parallel", "2", "--run", runID, "--seed", "7"}
+		"--steps", "2", "--tasks-per-step", "1", "--group", "2", "--max-turn-tokens", "48", "--parallel", "2", "--run", runID, "--seed", "7",
+		"--max-staleness", "0"} // synchronous steps: killed at step 2, the record holds step 1 (TestAsyncRunResumes kills asynchronous ones)
 	defer runCLI(t, "", "env", "rm", "trainarith", "--data-dir", data, "--log-level", "warn")
 
 	// A real process, killed while it plays step 2.
@@ -215,6 +216,137 @@ func TestRunTrainsAndResumes(t *testing.T) {
 		}
 	} else if run.Metrics[trainer.MetricPolicyVersion] != 0 {
 		t.Fatalf("no update but policy v%v", run.Metrics[trainer.MetricPolicyVersion])
+	}
+}
+
+// TestAsyncRunResumes runs the main job with asynchronous steps
+// (--max-staleness 3) through a real frognano process and SIGKILLs it once
+// step 3's rollouts have begun, while the Learner is still behind (steps
+// produced, not recorded); the record holds only whole steps. The resumed
+// run plays the rest and ends with exactly the synchronous loop's counts
+// (3 steps, 6 episodes), every outcome the frontier recorded counted once
+// in the record and no step's outcomes recorded twice, each group's
+// staleness within the bound and none dropped, and stored trajectories of
+// the killed attempt left unused (their ids never reused).
+func TestAsyncRunResumes(t *testing.T) {
+	trainPrereqs(t)
+	proj := writeArith(t, "asyncarith")
+	data := t.TempDir()
+	const runID = "test-async"
+	args := []string{"run", "--data-dir", data, "--log-level", "warn", "--jobs", "2", "--rounds", "10", "--env", proj, "--tasks", "2",
+		"--steps", "3", "--tasks-per-step", "1", "--group", "2", "--max-turn-tokens", "48", "--parallel", "2", "--run", runID, "--seed", "11",
+		"--max-staleness", "3"}
+	defer runCLI(t, "", "env", "rm", "asyncarith", "--data-dir", data, "--log-level", "warn")
+
+	child := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--"}, args...)...)
+	child.Env = append(os.Environ(), childEnv+"=1")
+	stdout, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	child.Stderr = &stderr
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var before strings.Builder
+	killed := false
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		line := sc.Text()
+		before.WriteString(line + "\n")
+		if strings.HasPrefix(line, "step 3/3: rollouts:") {
+			if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			killed = true
+			break
+		}
+	}
+	_ = child.Wait()
+	t.Logf("before the kill:\n%s", before.String())
+	if !killed {
+		t.Fatalf("the run ended before step 3's rollouts:\n%s", stderr.String())
+	}
+	// Step 3's rollouts began before the Learner had trained on step 2:
+	// the steps overlap.
+	if strings.Contains(before.String(), "step 2/3: learner") {
+		t.Fatalf("the Learner trained on step 2 before step 3's rollouts began: the steps did not overlap")
+	}
+
+	ctx := context.Background()
+	db, err := persistence.Open(filepath.Join(data, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := db.Runs().Get(ctx, runID)
+	db.Close()
+	if err != nil || run.Status != "running" || run.Step > 1 || run.Metrics[trainer.MetricEpisodes] != float64(2*run.Step) {
+		t.Fatalf("record after the kill: %v, %v", run, err)
+	}
+	killedAt := run.Step
+
+	out, errOut, err := runCLI(t, "", "run", "--data-dir", data, "--log-level", "warn", "--jobs", "2", "--rounds", "10", "--env", proj, "--run", runID)
+	t.Logf("resumed:\n%s", out)
+	if err != nil {
+		t.Fatalf("resume: %v\n%s", err, errOut)
+	}
+	for _, want := range []string{fmt.Sprintf("resuming run %s (running) after step %d of 3", runID, killedAt), "step 3/3: frontier recorded",
+		"training run " + runID + ": 3 of 3 step(s): 3 task group(s), 6 episodes", "run " + runID + " done"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("resumed output lacks %q:\n%s", want, errOut)
+		}
+	}
+	if strings.Contains(out, fmt.Sprintf("step %d/3", killedAt)) && killedAt > 0 {
+		t.Fatalf("the resumed run replayed step %d", killedAt)
+	}
+	db, err = persistence.Open(filepath.Join(data, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	run, err = db.Runs().Get(ctx, runID)
+	m := run.GetMetrics()
+	if err != nil || run.Status != "done" || run.Step != 3 || m[trainer.MetricEpisodes] != 6 || m[trainer.MetricTasks] != 3 || m[trainer.MetricAttempts] != 2 {
+		t.Fatalf("final record: %v, %v", run, err)
+	}
+	s, err := trainer.DecodeSettings(run)
+	if err != nil || s.MaxStaleness != 3 {
+		t.Fatalf("stored settings %+v, %v", s, err)
+	}
+	if m[trainer.MetricStaleDropped] != 0 || m[trainer.MetricMaxStaleness] > 3 {
+		t.Fatalf("staleness: %v dropped, max %v seen (bound 3)", m[trainer.MetricStaleDropped], m[trainer.MetricMaxStaleness])
+	}
+	if m[trainer.MetricUpdates]+m[trainer.MetricNoSignal] != 3 {
+		t.Fatalf("learner figures: %v", m)
+	}
+	var points int
+	for _, p := range run.GetCurve() {
+		if p.GetPhase() != trainer.PhaseStep {
+			continue
+		}
+		points++
+		if _, ok := p.GetMetrics()[trainer.PointMaxStaleness]; !ok || p.GetMetrics()[trainer.PointStaleDropped] != 0 {
+			t.Fatalf("step point %d without its staleness: %v", p.GetStep(), p.GetMetrics())
+		}
+	}
+	if points != 3 {
+		t.Fatalf("%d step points, want 3", points)
+	}
+	// The frontier recorded each step's outcomes once, and the record
+	// counts exactly what it recorded.
+	st, err := db.Frontier().Get(ctx, runID)
+	if err != nil || st.GetLastStep() != 3 || float64(st.GetCounters()[frontier.CountRecorded]) != m[trainer.MetricOutcomes] || m[trainer.MetricOutcomes] > 6 {
+		t.Fatalf("frontier: last step %d, recorded %d; the record counts %v outcomes; %v", st.GetLastStep(), st.GetCounters()[frontier.CountRecorded], m[trainer.MetricOutcomes], err)
+	}
+	trajs, err := db.Trajectories().ListByRun(ctx, runID)
+	if err != nil || len(trajs) < 6 {
+		t.Fatalf("%d trajectories of the run, %v", len(trajs), err)
+	}
+	for _, tr := range trajs {
+		if tr.PolicyVersion > int64(m[trainer.MetricPolicyVersion]) {
+			t.Fatalf("trajectory %s of policy v%d, newer than the run's", tr.Id, tr.PolicyVersion)
+		}
 	}
 }
 
