@@ -44,6 +44,13 @@ func TestParseSource(t *testing.T) {
 			t.Errorf("ParseSource(%q) = %v, %v; want %v (error %v)", tt.arg, got, err, tt.want, tt.wantErr)
 		}
 	}
+	// A huge argument is refused without being echoed back whole.
+	for _, huge := range []string{strings.Repeat("x", 100000), strings.Repeat("x", 100000) + "==1.0", "pypi:" + strings.Repeat("y", 100000)} {
+		_, err := ParseSource(huge)
+		if err == nil || len(err.Error()) > 300 {
+			t.Errorf("a %d-byte source: error %.200v, want a short refusal", len(huge), err)
+		}
+	}
 }
 
 func TestDefaultName(t *testing.T) {

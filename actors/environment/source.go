@@ -21,6 +21,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/frognano/frognano/runtime/config"
 )
 
 // Kind is where an environment's repository comes from.
@@ -50,6 +52,9 @@ var (
 // or "image:" prefix, or else the shape of the argument (NAME==VERSION,
 // module@vX.Y.Z, an existing path).
 func ParseSource(arg string) (Source, error) {
+	if len(arg) > MaxSourceLen {
+		return Source{}, fmt.Errorf("source %q is too long: at most %d bytes", config.Clip(arg, 80), MaxSourceLen)
+	}
 	if k, ref, ok := strings.Cut(arg, ":"); ok {
 		switch k {
 		case "pypi":
@@ -104,6 +109,10 @@ func checkSource(s Source) (Source, error) {
 	}
 	return s, nil
 }
+
+// MaxSourceLen bounds a source argument: no registry name, module path or
+// directory comes near it, and a huge one is not echoed back whole.
+const MaxSourceLen = 4096
 
 // DefaultName derives an environment name from its source.
 func DefaultName(s Source) string {
