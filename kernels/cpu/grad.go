@@ -3,7 +3,6 @@ package cpu
 import (
 	"fmt"
 	"math"
-	"sync"
 
 	"github.com/frognano/frognano/kernels"
 	"github.com/frognano/frognano/kernels/cpu/blas"
@@ -288,15 +287,6 @@ func forRowsIndexed[T any](n, costPerRow int, fn func(lo, hi int) T) []T {
 		out[0] = fn(0, n)
 		return out
 	}
-	var wg sync.WaitGroup
-	for i := 1; i < len(out); i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out[i] = fn(i*step, min((i+1)*step, n))
-		}()
-	}
-	out[0] = fn(0, step)
-	wg.Wait()
+	blas.Run(len(out), func(i int) { out[i] = fn(i*step, min((i+1)*step, n)) })
 	return out
 }

@@ -1,10 +1,6 @@
 package cpu
 
-import (
-	"sync"
-
-	"github.com/frognano/frognano/kernels/cpu/blas"
-)
+import "github.com/frognano/frognano/kernels/cpu/blas"
 
 // minParallelWork is the least work, in rough float operations, worth a
 // second core: waking a parked goroutine on another core costs tens of
@@ -12,7 +8,12 @@ import (
 // paths on small tensors.
 var minParallelWork = 1 << 16
 
-// workers is how many pieces n items of the given cost should be split into.
+// workers is how many pieces n items of the given cost should be split
+// into: one per core (blas.Threads) when the work pays for it. The split
+// depends on the work and the machine only; blas.Run decides how many
+// goroutines run the pieces, from the helpers the whole process has free,
+// so concurrent kernels do not oversubscribe the cores and results do not
+// depend on scheduling.
 func workers(n, costPerItem int) int {
 	w := min(blas.Threads(), n)
 	if costPerItem > 0 {
@@ -23,7 +24,7 @@ func workers(n, costPerItem int) int {
 
 // forRows calls fn on contiguous ranges covering [0, n), one per core when
 // n·costPerRow is large enough and inline otherwise. The caller's goroutine
-// takes the first range, so a split into w ranges starts w-1 goroutines.
+// takes a share of the ranges.
 func forRows(n, costPerRow int, fn func(lo, hi int)) {
 	w := workers(n, costPerRow)
 	if w == 1 {
@@ -31,16 +32,7 @@ func forRows(n, costPerRow int, fn func(lo, hi int)) {
 		return
 	}
 	step := (n + w - 1) / w
-	var wg sync.WaitGroup
-	for lo := step; lo < n; lo += step {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fn(lo, min(lo+step, n))
-		}()
-	}
-	fn(0, min(step, n))
-	wg.Wait()
+	blas.Run((n+step-1)/step, func(i int) { fn(i*step, min((i+1)*step, n)) })
 }
 
 // forStrided calls fn(w, nw) for worker w of nw, each to take items w, w+nw,
@@ -48,18 +40,5 @@ func forRows(n, costPerRow int, fn func(lo, hi int)) {
 // causal attention's rows do.
 func forStrided(n, costPerItem int, fn func(w, nw int)) {
 	nw := workers(n, costPerItem)
-	if nw == 1 {
-		fn(0, 1)
-		return
-	}
-	var wg sync.WaitGroup
-	for w := 1; w < nw; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fn(w, nw)
-		}()
-	}
-	fn(0, nw)
-	wg.Wait()
+	blas.Run(nw, func(w int) { fn(w, nw) })
 }

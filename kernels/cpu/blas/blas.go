@@ -17,10 +17,7 @@
 // other kernels.
 package blas
 
-import (
-	"fmt"
-	"sync"
-)
+import "fmt"
 
 // minChunkFLOPs is the least work worth handing to another core.
 const minChunkFLOPs = 1 << 17
@@ -89,14 +86,5 @@ func forColumns(n, flopsPerColumn int, fn func(j0, j1 int)) {
 	}
 	step := (n + chunks - 1) / chunks
 	step = (step + 15) &^ 15
-	var wg sync.WaitGroup
-	for j0 := step; j0 < n; j0 += step {
-		wg.Add(1)
-		go func(j0 int) {
-			defer wg.Done()
-			fn(j0, min(j0+step, n))
-		}(j0)
-	}
-	fn(0, min(step, n))
-	wg.Wait()
+	Run((n+step-1)/step, func(i int) { fn(i*step, min((i+1)*step, n)) })
 }

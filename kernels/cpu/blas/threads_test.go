@@ -1,56 +1,12 @@
 package blas
 
 import (
-	"math"
-	"os"
-	"path/filepath"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
-
-func writeFiles(t *testing.T, root string, files map[string]string) {
-	for name, body := range files {
-		p := filepath.Join(root, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func TestCgroupLimit(t *testing.T) {
-	tests := []struct {
-		name  string
-		files map[string]string // under the fake /sys/fs/cgroup; "self" is /proc/self/cgroup
-		want  int
-	}{
-		{"v2 no limit", map[string]string{"self": "0::/a\n", "a/cpu.max": "max 100000\n"}, math.MaxInt},
-		{"v2 own", map[string]string{"self": "0::/a\n", "a/cpu.max": "150000 100000\n"}, 2},
-		{"v2 parent", map[string]string{"self": "0::/a/b\n", "a/cpu.max": "100000 100000\n", "a/b/cpu.max": "max 100000\n"}, 1},
-		{"v2 root", map[string]string{"self": "0::/\n", "cpu.max": "350000 100000\n"}, 4},
-		{"v2 tiny quota", map[string]string{"self": "0::/a\n", "a/cpu.max": "1000 100000\n"}, 1},
-		{"v1", map[string]string{"self": "4:cpu,cpuacct:/x\n3:memory:/x\n", "cpu,cpuacct/x/cpu.cfs_quota_us": "300000\n", "cpu,cpuacct/x/cpu.cfs_period_us": "100000\n"}, 3},
-		{"v1 unlimited", map[string]string{"self": "4:cpu:/x\n", "cpu/x/cpu.cfs_quota_us": "-1\n", "cpu/x/cpu.cfs_period_us": "100000\n"}, math.MaxInt},
-		{"no files", map[string]string{"self": "0::/a\n"}, math.MaxInt},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
-			self := tt.files["self"]
-			delete(tt.files, "self")
-			writeFiles(t, filepath.Join(dir, "fs"), tt.files)
-			writeFiles(t, dir, map[string]string{"cgroup": self})
-			if got := cgroupLimit(filepath.Join(dir, "cgroup"), filepath.Join(dir, "fs")); got != tt.want {
-				t.Fatalf("cgroupLimit = %d, want %d", got, tt.want)
-			}
-		})
-	}
-	if got := cgroupLimit(filepath.Join(t.TempDir(), "missing"), "/nonexistent"); got != math.MaxInt {
-		t.Fatalf("without /proc/self/cgroup: %d", got)
-	}
-}
 
 func TestThreads(t *testing.T) {
 	n := Threads()
@@ -61,4 +17,73 @@ func TestThreads(t *testing.T) {
 	if got := Threads(); got != 1 {
 		t.Fatalf("Threads() = %d with GOMAXPROCS 1", got)
 	}
+}
+
+// TestRunBounded runs many Run calls at once, each piece blocking a while,
+// and counts the pieces running together: never more than the callers plus
+// Threads()−1 helpers, every piece run exactly once, and the helpers all
+// given back.
+func TestRunBounded(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4)) // Threads() = min(CPUs, 4)
+	threads := Threads()
+	const callers, pieces = 6, 20
+	var running, peak atomic.Int64
+	var done [callers][pieces]atomic.Int32
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			Run(pieces, func(i int) {
+				n := running.Add(1)
+				for {
+					p := peak.Load()
+					if n <= p || peak.CompareAndSwap(p, n) {
+						break
+					}
+				}
+				time.Sleep(200 * time.Microsecond)
+				running.Add(-1)
+				done[c][i].Add(1)
+			})
+		}()
+	}
+	wg.Wait()
+	if p := peak.Load(); p > int64(callers+threads-1) {
+		t.Fatalf("%d pieces ran at once: more than %d callers + %d helpers", p, callers, threads-1)
+	}
+	for c := range done {
+		for i := range done[c] {
+			if n := done[c][i].Load(); n != 1 {
+				t.Fatalf("caller %d piece %d ran %d times", c, i, n)
+			}
+		}
+	}
+	if h := helpers.Load(); h != 0 {
+		t.Fatalf("%d helpers not given back", h)
+	}
+	// One caller alone gets every helper there is.
+	var seen sync.Map
+	Run(64, func(int) {
+		seen.Store(goid(), true)
+		time.Sleep(100 * time.Microsecond)
+	})
+	n := 0
+	seen.Range(func(any, any) bool { n++; return true })
+	if n > threads {
+		t.Fatalf("one Run used %d goroutines, Threads() is %d", n, threads)
+	}
+	Run(0, func(int) { t.Fatal("a piece of nothing ran") })
+}
+
+// goid is the current goroutine's id, from its stack header.
+func goid() string {
+	b := make([]byte, 32)
+	b = b[:runtime.Stack(b, false)]
+	for i := len("goroutine "); i < len(b); i++ {
+		if b[i] == ' ' {
+			return string(b[:i])
+		}
+	}
+	return string(b)
 }

@@ -1,9 +1,6 @@
 package blas
 
-import (
-	"fmt"
-	"sync"
-)
+import "fmt"
 
 // The products of a backward pass: the transposed forms of the forward's
 // a·bᵀ, and accumulation into the destination for parameter gradients.
@@ -67,16 +64,7 @@ func forRowsOrColumns(m, n, flops int, byRows, byCols func(lo, hi int)) {
 		return
 	}
 	step := (m + chunks - 1) / chunks
-	var wg sync.WaitGroup
-	for i0 := step; i0 < m; i0 += step {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			byRows(i0, min(i0+step, m))
-		}()
-	}
-	byRows(0, min(step, m))
-	wg.Wait()
+	Run((m+step-1)/step, func(i int) { byRows(i*step, min((i+1)*step, m)) })
 }
 
 // GemmFull sets the m×n matrix c to op(a)·op(b), or adds the product to c
