@@ -112,6 +112,13 @@ type Config struct {
 	// running sequence to copy that sequence's keys and values instead of
 	// computing them (default DefaultShareRunning; negative never copies).
 	ShareRunning int
+	// Quantization is the weights the engine's matrix products read:
+	// model.Float32 ("f32"), or "q8_0" (int8 blocks read directly by the
+	// CPU kernels, docs/quantized-sampling.md); "" keeps the model's
+	// own. Published versions arrive as float32 checkpoints and are
+	// quantized as they are swapped in. A type the backend's kernels do
+	// not have is served as float32, with one warning.
+	Quantization string
 }
 
 // Engine generates continuations for many concurrent callers with
@@ -194,6 +201,13 @@ func New(cfg Config) (*Engine, error) {
 		quit:   make(chan struct{}),
 		exited: make(chan struct{}),
 	}
+	if q := cfg.Quantization; q != "" && q != cfg.Model.Quantization() {
+		if err := cfg.Model.SetQuantization(q); err != nil {
+			log.Warn("the kernels cannot serve this quantization; serving dequantized weights", "quantization", q, "serving", cfg.Model.Quantization(), "err", err)
+		} else {
+			log.Info("serving quantized weights", "quantization", q, "bytes", cfg.Model.QuantizedBytes())
+		}
+	}
 	e.pool = newPrefixPool(cfg.Model, cfg.PrefixCaches, cfg.PrefixCacheBytes)
 	e.version.Store(cfg.Version)
 	go e.run()
@@ -205,6 +219,9 @@ var _ harness.Policy = (*Engine)(nil)
 // Model is the engine's model (its tokenizer and configuration; the
 // weights may be swapped at any time between steps).
 func (e *Engine) Model() *model.Model { return e.m }
+
+// Quantization is the weights the engine serves: "f32" or e.g. "q8_0".
+func (e *Engine) Quantization() string { return e.m.Quantization() }
 
 // ContextLength is the most positions a sequence may hold.
 func (e *Engine) ContextLength() int { return e.cfg.ContextLength }

@@ -105,13 +105,13 @@ func (r *Runner) Forward(caches []*Cache, tokens [][]int32, all bool) (Logits, e
 
 	if all {
 		w.OutputNorm.Forward(b, s.h, s.x, c.NormEps)
-		b.MatMul(s.logits, s.h, w.outputWeight())
+		b.MatMul(s.logits, s.h, r.m.outputMatrix())
 	} else {
 		for i, row := range s.last {
 			b.Copy(b.Slice(s.out, i, i+1), b.Slice(s.x, row, row+1))
 		}
 		w.OutputNorm.Forward(b, s.out, s.out, c.NormEps)
-		b.MatMul(s.logits, s.out, w.outputWeight())
+		b.MatMul(s.logits, s.out, r.m.outputMatrix())
 	}
 	return r.hostLogits(s.logits), nil
 }

@@ -170,7 +170,9 @@ type Model struct {
 
 	b     kernels.Backend
 	w     Transformer
-	fused []fusedLayer // per layer, see fuse.go
+	fused []fusedLayer   // per layer, see fuse.go
+	quant string         // the products' quantization, "" for float32 (quant.go)
+	outQ  kernels.Tensor // the output projection quantized, or nil
 }
 
 // Backend is the backend the weights live on.

@@ -13,11 +13,18 @@ import "github.com/frognano/frognano/kernels"
 type Linear struct {
 	Weight kernels.Tensor `gguf:"weight" hf:"weight"`
 	Bias   kernels.Tensor `gguf:"bias,optional" hf:"bias,optional"`
+	// q is Weight quantized, when the model serves quantized (quant.go).
+	q kernels.Tensor
 }
 
-// Forward sets dst[t, out] = x[t, in]·Wᵀ + b.
+// Forward sets dst[t, out] = x[t, in]·Wᵀ + b, by the quantized weight when
+// there is one.
 func (l *Linear) Forward(b kernels.Backend, dst, x kernels.Tensor) {
-	b.MatMul(dst, x, l.Weight)
+	if l.q != nil {
+		b.MatMul(dst, x, l.q)
+	} else {
+		b.MatMul(dst, x, l.Weight)
+	}
 	if l.Bias == nil {
 		return
 	}

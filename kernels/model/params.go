@@ -43,7 +43,8 @@ func (m *Model) Params() []NamedTensor {
 // values are copied, so src may be reused afterwards.
 //
 // SetParams writes the storage Runners and Trainers compute with, so it must
-// not run while any of them computes on this Model.
+// not run while any of them computes on this Model. A quantized model
+// (SetQuantization) re-quantizes the new weights.
 func (m *Model) SetParams(src map[string][]float32) error {
 	params := m.Params()
 	known := make(map[string]bool, len(params))
@@ -82,6 +83,11 @@ func (m *Model) SetParams(src map[string][]float32) error {
 		v := src[p.Name]
 		// FromHost adopts its argument on the CPU backend; Copy only reads it.
 		m.b.Copy(p.Value, m.b.FromHost(tensor.From(v, p.Value.Shape()...)))
+	}
+	// A quantized model serves the new weights quantized. The shapes are
+	// the ones quantized before, so this cannot fail.
+	if err := m.requantize(); err != nil {
+		panic(err)
 	}
 	return nil
 }
