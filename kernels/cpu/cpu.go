@@ -1,7 +1,10 @@
 // Package cpu is the CPU backend: kernels.Backend over host tensors
 // (*tensor.Tensor). Matrix products go to kernels/cpu/blas (OpenBLAS loaded at
-// run time, or Go loops); everything else is Go, split by rows across
-// every core when a call has enough work to pay for the goroutines.
+// run time, or Go loops); the softmaxes, the log-prob head, SwiGLU and
+// RMSNorm to kernels/cpu/simd (AVX2 or AVX-512, chosen at run time) where
+// the CPU has them, else to their Go loops, the reference; the rest is Go.
+// Work is split by rows across the cores (blas.Run) when a call has
+// enough of it to pay for the goroutines.
 package cpu
 
 import (
@@ -10,6 +13,7 @@ import (
 
 	"github.com/frognano/frognano/kernels"
 	"github.com/frognano/frognano/kernels/cpu/blas"
+	"github.com/frognano/frognano/kernels/cpu/simd"
 	"github.com/frognano/frognano/kernels/tensor"
 )
 
@@ -22,8 +26,10 @@ var _ kernels.Backend = Backend{}
 // New returns the CPU backend.
 func New() Backend { return Backend{} }
 
-// Name reports the backend and its matrix-product implementation.
-func (Backend) Name() string { return "cpu/" + blas.Impl() }
+// Name reports the backend, its matrix-product implementation and the
+// instruction set of its other kernels (package simd), e.g.
+// "cpu/openblas 0.3.34.481.3 SkylakeX, avx512".
+func (Backend) Name() string { return "cpu/" + blas.Impl() + ", " + simd.Current().String() }
 
 // New allocates a zero-filled host tensor.
 func (Backend) New(shape ...int) kernels.Tensor { return tensor.New(shape...) }
