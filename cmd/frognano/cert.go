@@ -114,7 +114,9 @@ of the CA's certificate in OUT/ca.crt, so that OUT holds the three files
 remote.tls_ca, remote.tls_cert and remote.tls_key name.
 
 --host lists every IP address and DNS name other nodes and the CLI dial this
-node's remoting at (its --advertise or --remote-addr host); a peer refuses a
+node's remoting at: the host of its --advertise address, or else the IP its
+--remote-addr binds (a host name there is advertised as the IP it resolves
+to); a peer refuses a
 node whose certificate does not name the host it dialled, and a node refuses
 to start with a certificate that does not name its own. Add 127.0.0.1 when
 the CLI on that machine uses the same files: the node answers the CLI on

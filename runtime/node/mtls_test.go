@@ -411,6 +411,14 @@ func TestRemotingOffLoopbackNeedsTLS(t *testing.T) {
 	if _, err := Start(context.Background(), cfg, Options{Logger: quiet}); err == nil || !strings.Contains(err.Error(), "does not name node-b.internal") {
 		t.Errorf("a certificate that does not name the advertised host: %v", err)
 	}
+	// A name in node.remote_addr is advertised, and so dialled, as the IP
+	// it resolved to: a certificate for the name alone would be refused.
+	cfg = testConfig(t)
+	cfg.Node.RemoteAddr = "localhost:0"
+	cfg.Remote = p.node(t, "by-name", "localhost")
+	if _, err := Start(context.Background(), cfg, Options{Logger: quiet}); err == nil || !strings.Contains(err.Error(), "remote.tls_cert") || !strings.Contains(err.Error(), "does not name") {
+		t.Errorf("a certificate naming localhost for a node advertised at its loopback IP: %v", err)
+	}
 	cfg = testConfig(t)
 	cfg.Remote = p.node(t, "broken", "127.0.0.1")
 	if err := os.WriteFile(cfg.Remote.TLSKey, []byte("not a key"), 0o600); err != nil {

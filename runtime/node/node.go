@@ -175,7 +175,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 	if err != nil {
 		return nil, err
 	}
-	if h := dialledHost(remoteHost, cfg.Node.Advertise); creds != nil && h != "" {
+	if h := dialledHost(remoteIP, cfg.Node.Advertise); creds != nil && h != "" {
 		if err := creds.CheckHost(h); err != nil {
 			return nil, err
 		}
@@ -295,20 +295,21 @@ func reserveRemote(addr string) (host string, port int, ip net.IP, err error) {
 }
 
 // dialledHost is the host other nodes dial this node's remoting at: the
-// advertised address's, else the listen address's; empty for an
-// unspecified listen address (0.0.0.0, ::) without an advertised one,
-// which names no host to check.
-func dialledHost(listenHost, advertise string) string {
+// advertised address's, else the IP the listener bound (protoactor
+// advertises the listener's address, so a host name in node.remote_addr is
+// dialled at the IP it resolved to); empty for an unspecified listen
+// address (0.0.0.0, ::) without an advertised one, which names no host.
+func dialledHost(bound net.IP, advertise string) string {
 	if advertise != "" {
 		if h, _, err := net.SplitHostPort(advertise); err == nil {
 			return h
 		}
 		return advertise
 	}
-	if ip := net.ParseIP(listenHost); listenHost == "" || ip != nil && ip.IsUnspecified() {
+	if bound == nil || bound.IsUnspecified() {
 		return ""
 	}
-	return listenHost
+	return bound.String()
 }
 
 func startCluster(c *cluster.Cluster) (err error) {
