@@ -12,8 +12,12 @@ import (
 // ErrQuantType is a quantization the CPU kernels have no dot product for.
 var ErrQuantType = errors.New("cpu: no kernels for this quantization")
 
-// QuantTypes are the quantizations Quantize makes and MatMul multiplies by.
-var QuantTypes = []string{"q8_0"}
+// QuantTypes are the quantizations Quantize makes and MatMul multiplies by:
+// Q8_0 weights times activations quantized to int8 per block as llama.cpp
+// does ("q8_0", the fastest), or times float32 activations ("q8_0-f32":
+// about half the error, and the same result whatever the batch, at some
+// speed; docs/quantized-sampling.md has both measured).
+var QuantTypes = []string{"q8_0", "q8_0-f32"}
 
 // QuantTensor is a weight matrix [rows, cols] held quantized, in the
 // block layout of the GGUF tensor type it names (Q8_0: ggml's block_q8_0,
@@ -22,6 +26,7 @@ var QuantTypes = []string{"q8_0"}
 type QuantTensor struct {
 	rows, cols int
 	typ        gguf.TensorType
+	f32act     bool   // multiply float32 activations (q8_0-f32)
 	data       []byte // rows × RowBytes(cols)
 }
 
@@ -30,8 +35,13 @@ var _ kernels.Tensor = (*QuantTensor)(nil)
 // Shape is [rows, cols], the float32 matrix's.
 func (q *QuantTensor) Shape() []int { return []int{q.rows, q.cols} }
 
-// Type names the quantization ("q8_0").
-func (q *QuantTensor) Type() string { return quantName(q.typ) }
+// Type names the quantization ("q8_0", "q8_0-f32").
+func (q *QuantTensor) Type() string {
+	if q.f32act {
+		return quantName(q.typ) + "-f32"
+	}
+	return quantName(q.typ)
+}
 
 // Bytes is the storage the matrix takes.
 func (q *QuantTensor) Bytes() int { return len(q.data) }
@@ -44,12 +54,12 @@ func quantName(t gguf.TensorType) string {
 }
 
 // Quantize makes a quantized copy of the float32 matrix w (its rows along
-// the last dimension) for MatMul, with ggml's reference quantizer: typ
-// "q8_0" only. Another type, or a row length that is not a whole number of
-// blocks, is an error wrapping ErrQuantType; the caller keeps w.
+// the last dimension) for MatMul, with ggml's reference quantizer: typ one
+// of QuantTypes. Another type, or a row length that is not a whole number
+// of blocks, is an error wrapping ErrQuantType; the caller keeps w.
 func (Backend) Quantize(w kernels.Tensor, typ string) (kernels.Tensor, error) {
 	x := host(w)
-	if typ != "q8_0" {
+	if typ != "q8_0" && typ != "q8_0-f32" {
 		return nil, fmt.Errorf("%w: %q (the CPU kernels have %v)", ErrQuantType, typ, QuantTypes)
 	}
 	rows, cols := x.Rows(), x.Cols()
@@ -60,7 +70,7 @@ func (Backend) Quantize(w kernels.Tensor, typ string) (kernels.Tensor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrQuantType, err)
 	}
-	return &QuantTensor{rows: rows, cols: cols, typ: gguf.Q8_0, data: data}, nil
+	return &QuantTensor{rows: rows, cols: cols, typ: gguf.Q8_0, f32act: typ == "q8_0-f32", data: data}, nil
 }
 
 // Dequantize returns q's values as float32, row-major.
@@ -78,12 +88,10 @@ func (q *QuantTensor) slice(lo, hi int) *QuantTensor {
 		panic(fmt.Sprintf("cpu: Slice [%d, %d) of a quantized [%d, %d]", lo, hi, q.rows, q.cols))
 	}
 	rb := q.typ.RowBytes(q.cols)
-	return &QuantTensor{rows: hi - lo, cols: q.cols, typ: q.typ, data: q.data[lo*rb : hi*rb : hi*rb]}
+	return &QuantTensor{rows: hi - lo, cols: q.cols, typ: q.typ, f32act: q.f32act, data: q.data[lo*rb : hi*rb : hi*rb]}
 }
 
-// matMulQuant is MatMul with a quantized b: the int8 × int8 product
-// (activations quantized per block), measured faster here than float32
-// activations times widened weights (docs/quantized-sampling.md).
+// matMulQuant is MatMul with a quantized b.
 func matMulQuant(dst, a kernels.Tensor, w *QuantTensor) {
 	d, x := host(dst), host(a)
 	m, k, n := x.Rows(), x.Cols(), w.rows
@@ -91,5 +99,9 @@ func matMulQuant(dst, a kernels.Tensor, w *QuantTensor) {
 		panic(fmt.Sprintf("cpu: MatMul: quantized b has shape [%d, %d], want [%d, %d]", w.rows, w.cols, n, k))
 	}
 	mustMatrix("MatMul", "dst", d, m, n)
+	if w.f32act {
+		blas.MatMulTQ8F32(d.Data(), x.Data(), w.data, m, n, k)
+		return
+	}
 	blas.MatMulTQ8(d.Data(), x.Data(), w.data, m, n, k)
 }

@@ -25,12 +25,25 @@ func TestQuantizedMatMul(t *testing.T) {
 	for i := range av {
 		av[i] = float32(r.NormFloat64())
 	}
-	qt, err := b.Quantize(tensor.From(append([]float32(nil), wv...), n, k), "q8_0")
+	for _, typ := range QuantTypes {
+		t.Run(typ, func(t *testing.T) { checkQuantized(t, typ, wv, av, m, n, k) })
+	}
+	if _, err := b.Quantize(tensor.New(4, 32), "q4_k"); !errors.Is(err, ErrQuantType) {
+		t.Errorf("q4_k: %v, want ErrQuantType", err)
+	}
+	if _, err := b.Quantize(tensor.New(4, 48), "q8_0"); !errors.Is(err, ErrQuantType) {
+		t.Errorf("rows of 48: %v, want ErrQuantType", err)
+	}
+}
+
+func checkQuantized(t *testing.T, typ string, wv, av []float32, m, n, k int) {
+	b := New()
+	qt, err := b.Quantize(tensor.From(append([]float32(nil), wv...), n, k), typ)
 	if err != nil {
 		t.Fatal(err)
 	}
 	q := qt.(*QuantTensor)
-	if got := q.Shape(); got[0] != n || got[1] != k || q.Type() != "q8_0" || q.Bytes() != n*k/32*34 {
+	if got := q.Shape(); got[0] != n || got[1] != k || q.Type() != typ || q.Bytes() != n*k/32*34 {
 		t.Fatalf("shape %v type %s bytes %d", got, q.Type(), q.Bytes())
 	}
 	wd := q.Dequantize()
@@ -59,11 +72,4 @@ func TestQuantizedMatMul(t *testing.T) {
 	}
 	check("whole", q, 0)
 	check("rows 16..40", b.Slice(q, 16, 40).(*QuantTensor), 16)
-
-	if _, err := b.Quantize(tensor.New(4, 32), "q4_k"); !errors.Is(err, ErrQuantType) {
-		t.Errorf("q4_k: %v, want ErrQuantType", err)
-	}
-	if _, err := b.Quantize(tensor.New(4, 48), "q8_0"); !errors.Is(err, ErrQuantType) {
-		t.Errorf("rows of 48: %v, want ErrQuantType", err)
-	}
 }

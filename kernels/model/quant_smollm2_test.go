@@ -16,12 +16,15 @@ import (
 // golden prompts (TestSmolLM2Q8Logits logs the figures).
 var q8LogitTol = kernelstest.Tolerance{Abs: 3, Rel: 0}
 
-// q8CacheTol bounds the difference between paths through the quantized
-// model (full pass, incremental, batched). The products' int8 sums are the
-// same on every path, but float32 rounding upstream can move a value
-// across a rounding boundary of its activation block, one int8 step, so
-// the paths differ more than float32 ones do (cacheTol).
-var q8CacheTol = kernelstest.Tolerance{Abs: 0.05, Rel: 0}
+// q8CacheTol bounds the difference between paths through the q8_0 model
+// (full pass, incremental, batched). The products' int8 sums are the same
+// on every path, but a float32 difference in the last bit upstream (an
+// attention product of another shape) can move an activation across a
+// rounding boundary of its int8 block, a whole step, and the difference
+// grows from layer to layer: the paths differ by up to 1.33 in a logit
+// (0.9 with the Go loops everywhere), where float32 paths differ by 3e-5
+// (cacheTol). q8_0-f32, with float32 activations, keeps to cacheTol.
+var q8CacheTol = kernelstest.Tolerance{Abs: 2, Rel: 0}
 
 // q8LogProbTol bounds |Δ log p| of the float32 model's most likely token
 // at each position: what a sampled token's log-probability moves by.
@@ -63,6 +66,9 @@ func logSoftmax64(row []float32) []float64 {
 // decodes incrementally and in batches as its own full pass does (the
 // int8 activations are quantized row by row, so a batch's layout changes
 // float32 summation order only).
+//
+// With float32 activations (q8_0-f32) the paths differ by float32
+// summation order only, within cacheTol.
 func TestSmolLM2Q8Logits(t *testing.T) {
 	m := freshSmolLM2(t)
 	g := readSmolGolden(t)
@@ -71,10 +77,19 @@ func TestSmolLM2Q8Logits(t *testing.T) {
 	for _, c := range cases {
 		want[c] = forwardAll(t, m, goldenIDs(t, g, c))
 	}
-	if err := m.SetQuantization("q8_0"); err != nil {
+	for _, q := range []struct {
+		typ     string
+		pathTol kernelstest.Tolerance
+	}{{"q8_0", q8CacheTol}, {"q8_0-f32", cacheTol}} {
+		t.Run(q.typ, func(t *testing.T) { checkQ8Logits(t, m, g, q.typ, cases, want, q.pathTol) })
+	}
+}
+
+func checkQ8Logits(t *testing.T, m *Model, g kernelstest.Golden, typ string, cases []string, want map[string][]float32, pathTol kernelstest.Tolerance) {
+	if err := m.SetQuantization(typ); err != nil {
 		t.Fatal(err)
 	}
-	if m.Quantization() != "q8_0" || m.QuantizedBytes() == 0 {
+	if m.Quantization() != typ || m.QuantizedBytes() == 0 {
 		t.Fatalf("quantization %q, %d bytes", m.Quantization(), m.QuantizedBytes())
 	}
 	v := m.Config.VocabSize
@@ -107,14 +122,14 @@ func TestSmolLM2Q8Logits(t *testing.T) {
 			rows++
 		}
 	}
-	t.Logf("Q8_0 vs float32 over %d positions: |Δ logit| mean %.3g max %.3g; |Δ log p(top token)| mean %.3g max %.3g; same top token at %d of %d",
-		rows, sumLogit/float64(n), maxLogit, sumLP/float64(rows), maxLP, agree, rows)
+	t.Logf("%s vs float32 over %d positions: |Δ logit| mean %.3g max %.3g; |Δ log p(top token)| mean %.3g max %.3g; same top token at %d of %d",
+		typ, rows, sumLogit/float64(n), maxLogit, sumLP/float64(rows), maxLP, agree, rows)
 	if agree < rows*9/10 {
 		t.Errorf("the top token agrees at %d of %d positions", agree, rows)
 	}
 	ids := goldenIDs(t, g, "chat")
-	checkIncremental(t, m, ids[:48], 40, q8CacheTol)
-	checkBatched(t, m, [][]int32{goldenIDs(t, g, "prose"), goldenIDs(t, g, "single"), ids, goldenIDs(t, g, "code")[:9]}, 6, q8CacheTol)
+	checkIncremental(t, m, ids[:48], 40, pathTol)
+	checkBatched(t, m, [][]int32{goldenIDs(t, g, "prose"), goldenIDs(t, g, "single"), ids, goldenIDs(t, g, "code")[:9]}, 6, pathTol)
 
 	if err := m.SetQuantization(Float32); err != nil {
 		t.Fatal(err)

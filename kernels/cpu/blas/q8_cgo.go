@@ -76,8 +76,12 @@ static inline __m256 q8_block(__m256i qx, __m256i ax, const int8_t *y) {
 }
 
 // q8_gemm: c[i*ldc + j] = Σ_b dw·da·(w_j,b · y_i,b) for i < m, j < n. Four
-// activation rows share each weight block load; a lone row keeps two
-// accumulators so that consecutive blocks' FMAs overlap.
+// activation rows share each weight block load. Every row sums its blocks
+// in the same order, in one accumulator, whether it is computed in a group
+// of four or alone, so that a row's result does not depend on the batch it
+// is in: a float32 difference of the last bit upstream can move an int8
+// activation by a whole step (q8_0's paths differ more than float32's,
+// kernels/model's q8CacheTol).
 __attribute__((target("avx2,fma,f16c")))
 static void q8_gemm(int m, int n, int nb, const int8_t *qa, const float *da, const uint8_t *w, float *c, int ldc) {
 	for (int j = 0; j < n; j++) {
@@ -103,23 +107,15 @@ static void q8_gemm(int m, int n, int nb, const int8_t *qa, const float *da, con
 			c[(size_t)(i + 3) * ldc + j] = q8_hsum(acc3);
 		}
 		for (; i < m; i++) {
-			__m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+			__m256 acc = _mm256_setzero_ps();
 			const int8_t *y = qa + (size_t)i * nb * 32;
 			const float *d = da + (size_t)i * nb;
-			int b = 0;
-			for (; b + 2 <= nb; b += 2) {
-				const uint8_t *blk = wr + (size_t)b * 34;
-				const __m256i qx0 = _mm256_loadu_si256((const __m256i *)(blk + 2));
-				const __m256i qx1 = _mm256_loadu_si256((const __m256i *)(blk + 36));
-				acc0 = _mm256_fmadd_ps(_mm256_set1_ps(q8_scale(blk) * d[b]), q8_block(qx0, _mm256_sign_epi8(qx0, qx0), y + b * 32), acc0);
-				acc1 = _mm256_fmadd_ps(_mm256_set1_ps(q8_scale(blk + 34) * d[b + 1]), q8_block(qx1, _mm256_sign_epi8(qx1, qx1), y + (b + 1) * 32), acc1);
-			}
-			for (; b < nb; b++) {
+			for (int b = 0; b < nb; b++) {
 				const uint8_t *blk = wr + (size_t)b * 34;
 				const __m256i qx = _mm256_loadu_si256((const __m256i *)(blk + 2));
-				acc0 = _mm256_fmadd_ps(_mm256_set1_ps(q8_scale(blk) * d[b]), q8_block(qx, _mm256_sign_epi8(qx, qx), y + b * 32), acc0);
+				acc = _mm256_fmadd_ps(_mm256_set1_ps(q8_scale(blk) * d[b]), q8_block(qx, _mm256_sign_epi8(qx, qx), y + b * 32), acc);
 			}
-			c[(size_t)i * ldc + j] = q8_hsum(_mm256_add_ps(acc0, acc1));
+			c[(size_t)i * ldc + j] = q8_hsum(acc);
 		}
 	}
 }
