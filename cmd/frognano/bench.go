@@ -23,7 +23,7 @@ import (
 // benchCmd groups benchmarks compared side by side.
 func benchCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Benchmarks compared side by side"}
-	cmd.AddCommand(benchFrontierCmd(), benchEnvsCmd(a), benchKernelsCmd(), benchGradingCmd(a))
+	cmd.AddCommand(benchFrontierCmd(), benchEnvsCmd(a), benchKernelsCmd(), benchGradingCmd(a), benchQuantCmd())
 	return cmd
 }
 

@@ -1,0 +1,50 @@
+package quantbench
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestRun measures SmolLM2 (FROGNANO_TEST_GGUF) with the smallest sizes:
+// every type gets positive speeds, and the mismatch measure is sound: a
+// float32 sampler matches the float32 learner to float32 rounding and no
+// token is masked, while q8_0 moves log-probabilities measurably.
+func TestRun(t *testing.T) {
+	p := os.Getenv("FROGNANO_TEST_GGUF")
+	if p == "" {
+		t.Skip("FROGNANO_TEST_GGUF is unset")
+	}
+	rep, err := Run(context.Background(), Options{Model: p, Rounds: 1, Decode: 2, Prefill: 32, Prompts: 2, Samples: 2, Tokens: 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Speeds) != 3 || len(rep.Mismatches) != 3 {
+		t.Fatalf("%d speeds, %d mismatches", len(rep.Speeds), len(rep.Mismatches))
+	}
+	for _, s := range rep.Speeds {
+		if !(s.Decode1 > 0 && s.Decode16 > 0 && s.PrefillTokens > 0 && s.WeightBytes > 0) {
+			t.Errorf("%+v", s)
+		}
+	}
+	if f, q := rep.Speeds[0], rep.Speeds[1]; f.Type != "f32" || q.Type != "q8_0" || q.WeightBytes*3 > f.WeightBytes {
+		t.Errorf("weights read: %s %d bytes, %s %d bytes", f.Type, f.WeightBytes, q.Type, q.WeightBytes)
+	}
+	f, q := rep.Mismatches[0], rep.Mismatches[1]
+	if f.Tokens == 0 || f.MaxAbs > 2e-3 || f.TVDropped != 0 {
+		t.Errorf("float32 sampler against the float32 learner: %+v", f)
+	}
+	if q.Type != "q8_0" || q.Tokens == 0 || !(q.MeanAbs > 10*f.MeanAbs) {
+		t.Errorf("q8_0 sampler: %+v (float32: %+v)", q, f)
+	}
+	var b bytes.Buffer
+	if err := rep.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "| q8_0-f32 |") {
+		t.Errorf("table:\n%s", b.String())
+	}
+	t.Logf("\n%s", b.String())
+}
