@@ -77,5 +77,6 @@ or the openai Python package with base_url="http://127.0.0.1:7070/v1".`,
 	f.StringVar(&pc.Models, "models", "", "model store directory (default $FROGNANO_MODELS, $XDG_DATA_HOME/frognano/models or ~/.local/share/frognano/models)")
 	f.IntVar(&pc.MaxSequences, "max-seqs", 16, "most sequences generated at once (continuous batching)")
 	f.IntVar(&pc.ContextLength, "context", 8192, "most positions per sequence, prompt included (capped at the model's)")
+	f.StringVar(&pc.Quantization, "quantization", "f32", "weights the Sampler's products read: f32, q8_0 (int8 weights and activations, fastest) or q8_0-f32 (int8 weights, float32 activations); see docs/quantized-sampling.md")
 	return cmd
 }

@@ -26,7 +26,10 @@ type PolicyConfig struct {
 	// MaxSequences and ContextLength go to the engine (0: its defaults).
 	MaxSequences  int
 	ContextLength int
-	Logger        *slog.Logger
+	// Quantization is the weights the engine serves: "f32" (the default,
+	// ""), "q8_0" or "q8_0-f32" (docs/quantized-sampling.md).
+	Quantization string
+	Logger       *slog.Logger
 }
 
 // Policy is a node's Sampler engine, loaded on first use (a node that
@@ -73,12 +76,12 @@ func (p *Policy) Engine(ctx context.Context) (*sampler.Engine, error) {
 	}
 	e, err := sampler.New(sampler.Config{
 		Model: m, MaxSequences: p.cfg.MaxSequences, ContextLength: p.cfg.ContextLength,
-		Checkpoints: p.checkpoints, Logger: p.cfg.Logger.With("component", "sampler"),
+		Quantization: p.cfg.Quantization, Checkpoints: p.checkpoints, Logger: p.cfg.Logger.With("component", "sampler"),
 	})
 	if err != nil {
 		return nil, err
 	}
-	p.cfg.Logger.Info("policy loaded", "model", path, "architecture", m.Config.Architecture, "context", e.ContextLength())
+	p.cfg.Logger.Info("policy loaded", "model", path, "architecture", m.Config.Architecture, "context", e.ContextLength(), "weights", e.Quantization())
 	p.eng = e
 	return e, nil
 }
