@@ -151,8 +151,8 @@ func (t *Trainer) pipeline(ctx context.Context, run *messages.Run, s Settings, l
 			case <-pctx.Done():
 				return
 			}
-			// No step starts once the budget is spent (the loop's own check,
-			// on the clock and the evaluation time it last recorded).
+			// No step starts once the budget is spent (BudgetSpent's test,
+			// on the clock and the evaluation time the loop last recorded).
 			if s.BudgetSeconds > 0 && t.clock.wall()-math.Float64frombits(t.evalSeconds.Load()) >= s.BudgetSeconds {
 				return
 			}
@@ -171,10 +171,9 @@ func (t *Trainer) pipeline(ctx context.Context, run *messages.Run, s Settings, l
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		// The producer decides when the budget stops the run: a step whose
+		// rollouts began before it was spent is under way and finishes.
 		t.clock.tick(run)
-		if BudgetSpent(run, s) {
-			return nil
-		}
 		var it produced
 		var ok bool
 		select {

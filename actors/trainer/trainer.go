@@ -682,9 +682,12 @@ func (t *Trainer) consume(ctx context.Context, run *messages.Run, s Settings, li
 	// 5. One GRPO step.
 	start = time.Now()
 	var ls *messages.LearnerStep
-	if len(groups) == 0 {
+	switch {
+	case len(groups) == 0 && len(st.Dropped) > 0:
+		t.printf("%s: learner: every group was dropped as stale; nothing to learn from", tag)
+	case len(groups) == 0:
 		t.printf("%s: learner: no group with two graded episodes; nothing to learn from", tag)
-	} else {
+	default:
 		res, err := t.ask(t.learner, &messages.LearnerTrainBatch{BatchId: fmt.Sprintf("%s/step-%d", run.GetId(), step), Groups: groups}, 2*time.Hour)
 		if err != nil {
 			return fmt.Errorf("learner: %w", err)

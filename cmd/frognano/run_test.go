@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -409,6 +410,13 @@ var goldSettings = trainer.Settings{Steps: 2, TasksPerStep: 1, Group: 2, Mode: "
 // task) with goldOrSampler, printing the loop's progress on stdout, until
 // its parent kills it.
 func goldChild(data, runID string) error {
+	return goldTrain(data, runID, goldSettings, os.Stdout)
+}
+
+// goldTrain trains run runID with settings s on the embedded node of data
+// (which holds one task) with goldOrSampler, printing the loop's progress
+// on out.
+func goldTrain(data, runID string, s trainer.Settings, out io.Writer) error {
 	fs := pflag.NewFlagSet("child", pflag.ContinueOnError)
 	load := nodeflags.Bind(fs)
 	if err := fs.Parse([]string{"--data-dir", data, "--log-level", "warn"}); err != nil {
@@ -436,9 +444,74 @@ func goldChild(data, runID string) error {
 		gold:    &harness.ScriptedPolicy{Tokenizer: tok, Turns: []string{fix}},
 		sampler: &sampler.Client{Root: c.system.Root, PID: c.pid(sampler.ActorName)},
 	}
-	run := &messages.Run{Id: runID, Status: "running", ConfigYaml: goldSettings.Encode(), Metrics: map[string]float64{}, StartedUnixNano: time.Now().UnixNano()}
-	_, err = train(ctx, &app{load: load}, c, run, goldSettings, 2, os.Stdout, policy, nil)
+	run := &messages.Run{Id: runID, Status: "running", ConfigYaml: s.Encode(), Metrics: map[string]float64{}, StartedUnixNano: time.Now().UnixNano()}
+	_, err = train(ctx, &app{load: load}, c, run, s, 2, out, policy, nil)
 	return err
+}
+
+// TestAsyncStaleGroupsDroppedNotTrainedOn trains with asynchronous steps
+// (at most 1 version of staleness) through the real loop, Learner and
+// Sampler, with goldOrSampler: every group has one episode of the task's
+// gold fix, whose scripted policy reports policy v0 at every step, and
+// one of the node's Sampler. Step 1 is trained at v0 and step 2, whose
+// rollouts ran while the Learner took step 1, at v1 (1 behind: kept), so
+// both update; from step 3 on the Learner is at v2 and every group holds
+// a v0 episode, 2 versions behind: steps 3 and 4 drop their group, count
+// it, print it, and take no update.
+func TestAsyncStaleGroupsDroppedNotTrainedOn(t *testing.T) {
+	trainPrereqs(t)
+	proj := writeArith(t, "stalearith")
+	data := t.TempDir()
+	const runID = "test-stale"
+	cli := func(args ...string) {
+		t.Helper()
+		out, errOut, err := runCLI(t, "", append(args, "--data-dir", data, "--log-level", "warn")...)
+		if err != nil {
+			t.Fatalf("frognano %s: %v\n%s\n%s", strings.Join(args, " "), err, out, errOut)
+		}
+	}
+	cli("env", "add", proj, "--min-tests", "1")
+	defer runCLI(t, "", "env", "rm", "stalearith", "--data-dir", data, "--log-level", "warn")
+	cli("synth", "--env", "stalearith", "--count", "1", "--seed", "1", "--hint-level", "2")
+
+	s := goldSettings
+	s.Steps, s.MaxStaleness, s.Seed = 4, 1, 5
+	var out bytes.Buffer
+	err := goldTrain(data, runID, s, &out)
+	t.Logf("run:\n%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"step 1/4: learner step 1 → policy v1", "step 2/4: 1 group(s) at staleness [1] (policy v1; at most 1), 0 dropped",
+		"step 2/4: learner step 2 → policy v2", "step 3/4: group of task", "is 2 version(s) behind v2 (max 1): dropped, not trained on",
+		"step 3/4: learner: every group was dropped as stale", "step 4/4: learner: every group was dropped as stale"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("output lacks %q", want)
+		}
+	}
+	db, err := persistence.Open(filepath.Join(data, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	run, err := db.Runs().Get(context.Background(), runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := run.GetMetrics()
+	if run.Step != 4 || m[trainer.MetricEpisodes] != 8 || m[trainer.MetricUpdates] != 2 || m[trainer.MetricLearnerStep] != 2 || m[trainer.MetricPolicyVersion] != 2 ||
+		m[trainer.MetricStaleDropped] != 2 || m[trainer.MetricMaxStaleness] != 2 || m[trainer.MetricNoSignal] != 2 {
+		t.Fatalf("record: step %d, %v", run.Step, m)
+	}
+	for _, p := range run.GetCurve() {
+		if p.GetPhase() != trainer.PhaseStep {
+			continue
+		}
+		want := map[int64][2]float64{1: {0, 0}, 2: {0, 1}, 3: {1, 2}, 4: {1, 2}}[p.GetStep()]
+		if got := [2]float64{p.GetMetrics()[trainer.PointStaleDropped], p.GetMetrics()[trainer.PointMaxStaleness]}; got != want {
+			t.Fatalf("step %d's point: dropped, max staleness %v, want %v", p.GetStep(), got, want)
+		}
+	}
 }
 
 // TestTrainStepPublishesAndResumes trains with a policy whose groups have
@@ -598,7 +671,7 @@ func TestRunOnSeveralEnvironmentsWithABudget(t *testing.T) {
 	if strings.Contains(out, "step 1/50") {
 		t.Fatalf("a step started after the budget was spent:\n%s", out)
 	}
-	out, errOut, err = runCLI(t, "", "run", "--data-dir", data, "--log-level", "warn", "--jobs", "2", "--rounds", "10", "--env", one + "," + two, "--run", runID)
+	out, errOut, err = runCLI(t, "", "run", "--data-dir", data, "--log-level", "warn", "--jobs", "2", "--rounds", "10", "--env", one+","+two, "--run", runID)
 	if err != nil || strings.Contains(out, "step 1/50") || strings.Contains(out, "synthesized") {
 		t.Fatalf("resuming a run whose budget is spent trained or synthesized: %v\n%s\n%s", err, out, errOut)
 	}
