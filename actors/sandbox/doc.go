@@ -43,6 +43,14 @@
 //     polled every 250 ms while a command runs, everything but PID 1 is
 //     killed when it is exceeded, so the overshoot is what a process writes
 //     in 250 ms.
+//   - Users: an episode sandbox (StorageTmpfs) runs in its own user
+//     namespace; its root is host uid and gid Config.UIDBase (default
+//     1_000_000) and its uids 0-65535 are the host's UIDBase…UIDBase+65535,
+//     a range frognano owns. The image's layers are idmapped bind mounts, so
+//     its root-owned files are the sandbox root's without being copied or
+//     chowned (userns.go). Config.UserNS "off" (or FROGNANO_USERNS=off)
+//     turns this off; StorageSnapshot build sandboxes always run as host
+//     root, because Commit turns their writes into image layers.
 //   - Privileges: root inside, but with a reduced capability set (no
 //     CAP_SYS_ADMIN, NET_ADMIN, NET_RAW, MKNOD, SYS_CHROOT, SYS_PTRACE),
 //     no_new_privs, containerd's default seccomp profile (no mount, unshare,
@@ -50,11 +58,9 @@
 //     /proc and /sys paths. The agent is not dumpable, so nothing in the
 //     sandbox can ptrace it or read its file descriptors.
 //
-// Not enforced here: user namespaces (root in the sandbox is root on the
-// host, held in by the measures above; containerd 1.6/runc 1.1 on this
-// host would need the image's files chowned per sandbox), disk I/O
-// bandwidth (no blkio weights; cgroup v1 throttling needs device numbers),
-// and the number of open files beyond RLIMIT_NOFILE 1024.
+// Not enforced here: disk I/O bandwidth (no blkio weights; cgroup v1
+// throttling needs device numbers), and the number of open files beyond
+// RLIMIT_NOFILE 1024.
 //
 // # Commands
 //

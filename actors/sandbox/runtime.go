@@ -47,6 +47,18 @@ type Config struct {
 	// DebianMirror is the Debian archive the base image is bootstrapped
 	// from; empty means the one in the host's apt sources.
 	DebianMirror string
+	// UserNS chooses whether episode sandboxes (StorageTmpfs) run in a user
+	// namespace, root inside being host uid UIDBase (see userns.go). Empty:
+	// the value of FROGNANO_USERNS, and on when that is empty too; New then
+	// fails with ErrUserNamespaces where the host cannot do it. "off": root
+	// in the sandbox is host root, held in only by capabilities, seccomp
+	// and the mount layout.
+	UserNS string
+	// UIDBase is the first of the 65536 host uids and gids sandboxes map
+	// (default DefaultUIDBase, 1_000_000). No user or subordinate id range
+	// of the host may overlap it: New checks /etc/passwd, /etc/group,
+	// /etc/subuid and /etc/subgid.
+	UIDBase uint32
 	// DialTimeout bounds the initial connection (default 5s).
 	DialTimeout time.Duration
 	Logger      *slog.Logger
@@ -74,6 +86,15 @@ func (c Config) withDefaults() Config {
 	if c.DialTimeout == 0 {
 		c.DialTimeout = 5 * time.Second
 	}
+	if c.UserNS == "" {
+		c.UserNS = os.Getenv("FROGNANO_USERNS")
+	}
+	if c.UserNS == "" {
+		c.UserNS = "on"
+	}
+	if c.UIDBase == 0 {
+		c.UIDBase = DefaultUIDBase
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -90,7 +111,8 @@ type Runtime struct {
 	client *containerd.Client
 	images *image.Store
 	owner  string
-	agent  string // host path of the exec agent binary, "" for the shell loop
+	agent  string    // host path of the exec agent binary, "" for the shell loop
+	userns *idmapper // nil when user namespaces are off
 
 	mu        sync.Mutex
 	imageInfo map[string]imageInfo // by image ref
@@ -134,7 +156,20 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		client.Close()
 		return nil, err
 	}
+	var userns *idmapper
+	switch cfg.UserNS {
+	case "on":
+		if userns, err = newIDMapper(cfg.UIDBase, cfg.StateDir); err != nil {
+			client.Close()
+			return nil, err
+		}
+	case "off":
+	default:
+		client.Close()
+		return nil, fmt.Errorf("sandbox user namespaces: %q is neither \"on\" nor \"off\"", cfg.UserNS)
+	}
 	r := &Runtime{
+		userns: userns,
 		cfg:    cfg,
 		client: client,
 		owner:  owner,
@@ -155,6 +190,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	default:
 		if _, err := os.Stat(cfg.Agent); err != nil {
 			client.Close()
+			userns.close()
 			return nil, fmt.Errorf("sandbox agent %s: %w", cfg.Agent, err)
 		}
 		r.agent = cfg.Agent
@@ -163,7 +199,19 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 }
 
 // Close drops the connection. Sandboxes keep running; Destroy them first.
-func (r *Runtime) Close() error { return r.client.Close() }
+func (r *Runtime) Close() error {
+	r.userns.close()
+	return r.client.Close()
+}
+
+// UserNS reports whether episode sandboxes get a user namespace, and the
+// host uid their root maps to.
+func (r *Runtime) UserNS() (on bool, rootUID uint32) {
+	if r.userns == nil {
+		return false, 0
+	}
+	return true, r.userns.base
+}
 
 // Client is the underlying containerd client, for callers (benchmarks,
 // diagnostics) that need something this package does not wrap.

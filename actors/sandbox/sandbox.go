@@ -67,6 +67,16 @@ type Sandbox struct {
 	destroyErr  error
 }
 
+// userNS is the mapping the sandbox runs under, nil when it runs as host
+// root: user namespaces are off, or the sandbox commits its writes into an
+// image (StorageSnapshot), where they must keep the image's own uids.
+func (s *Sandbox) userNS() *idmapper {
+	if s.opts.Storage != StorageTmpfs {
+		return nil
+	}
+	return s.rt.userns
+}
+
 // ID is the sandbox's id, shared by its container, lease and snapshot.
 func (s *Sandbox) ID() string { return s.id }
 
@@ -213,7 +223,7 @@ func (r *Runtime) Create(ctx context.Context, ref string, opts Options) (_ *Sand
 		containerd.WithImageName(ref),
 		containerd.WithContainerLabels(labels),
 		containerd.WithRuntime(r.cfg.Runtime, nil),
-		containerd.WithNewSpec(r.specOpts(info, opts)...))
+		containerd.WithNewSpec(r.specOpts(info, opts, s.userNS())...))
 	if err := step(); err != nil {
 		return nil, err
 	}
@@ -299,7 +309,7 @@ var sandboxCaps = []string{
 // specOpts builds the OCI spec, only from oci.SpecOpts, on top of
 // containerd's default (new PID/IPC/UTS/mount/network namespaces, masked
 // /proc paths, no new privileges).
-func (r *Runtime) specOpts(info imageInfo, opts Options) []oci.SpecOpts {
+func (r *Runtime) specOpts(info imageInfo, opts Options, userns *idmapper) []oci.SpecOpts {
 	cwd := info.config.WorkingDir
 	if cwd == "" {
 		cwd = opts.RepoDir
@@ -358,6 +368,9 @@ func (r *Runtime) specOpts(info imageInfo, opts Options) []oci.SpecOpts {
 	}
 	if opts.Network == NetworkHost {
 		so = append(so, oci.WithHostNamespace(specs.NetworkNamespace), oci.WithHostResolvconf, oci.WithHostHostsFile)
+	}
+	if userns != nil {
+		so = append(so, oci.WithUserNamespace(userns.mappings(), userns.mappings()))
 	}
 	return so
 }
@@ -425,6 +438,16 @@ func (r *Runtime) tmpfsRoot(ctx context.Context, s *Sandbox, labels map[string]s
 	}
 	if err := os.Mkdir(work, 0o700); err != nil {
 		return nil, err
+	}
+	if m := s.userNS(); m != nil {
+		// The layers show the image's uid N as host uid base+N; the upper
+		// directory is the sandbox's "/", owned by its root.
+		if lower, err = m.idmapLowers(lower, dir); err != nil {
+			return nil, fmt.Errorf("%w: %v; %s", ErrUserNamespaces, err, userNSOff)
+		}
+		if err := os.Chown(upper, int(m.base), int(m.base)); err != nil {
+			return nil, err
+		}
 	}
 	return []mount.Mount{{
 		Type:    "overlay",

@@ -211,6 +211,7 @@ func deleteContainer(ctx context.Context, c containerd.Container) error {
 // removeUpper unmounts a sandbox's tmpfs (lazily if a dying shim still holds
 // it) and removes its directory and owner file.
 func removeUpper(dir string) error {
+	unmountLowers(dir)
 	if err := mount.UnmountAll(dir, 0); err != nil {
 		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("unmount %s: %w", dir, err)
