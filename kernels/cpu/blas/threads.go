@@ -66,6 +66,12 @@ func Run(n int, piece func(i int)) {
 		}
 	}
 	var wg sync.WaitGroup
+	// Given back even when a piece on the caller's goroutine panics (a
+	// kernel's argument check), once the helpers are done.
+	defer func() {
+		wg.Wait()
+		helpers.Add(-int64(h))
+	}()
 	for range h {
 		wg.Add(1)
 		go func() {
@@ -74,6 +80,4 @@ func Run(n int, piece func(i int)) {
 		}()
 	}
 	work()
-	wg.Wait()
-	helpers.Add(-int64(h))
 }

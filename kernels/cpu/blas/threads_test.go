@@ -87,3 +87,26 @@ func goid() string {
 	}
 	return string(b)
 }
+
+// TestRunPanics: a piece that panics on the caller's goroutine still
+// gives the helpers back.
+func TestRunPanics(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("no panic")
+			}
+		}()
+		caller := goid()
+		Run(8, func(int) {
+			if goid() == caller { // a panic on a helper would end the process
+				panic("bad argument")
+			}
+			time.Sleep(100 * time.Microsecond)
+		})
+	}()
+	if h := helpers.Load(); h != 0 {
+		t.Fatalf("%d helpers not given back after a panic", h)
+	}
+}
