@@ -115,6 +115,31 @@ func matMulTQ8F32(c, a []float32, w []byte, m, n, k int, simd bool) {
 		return
 	}
 	nb := k / Q8Block
+	if m >= q8PanelMinRows {
+		// Enough rows to reuse each weight many times: widen a panel of
+		// weight rows into float32 that stays in the L2 cache, and
+		// multiply by it with sgemm.
+		panel := max(16, (q8PanelBytes/(4*k))&^15)
+		forColumns(n, 2*m*k, func(j0, j1 int) {
+			buf := q8PanelPool.Get().(*[]float32)
+			if cap(*buf) < panel*k {
+				*buf = make([]float32, panel*k)
+			}
+			wf := (*buf)[:panel*k]
+			for p0 := j0; p0 < j1; p0 += panel {
+				p1 := min(p0+panel, j1)
+				rows := w[p0*nb*Q8BlockBytes : p1*nb*Q8BlockBytes]
+				if simd {
+					q8WidenC(rows, (p1-p0)*nb, wf)
+				} else {
+					q8WidenGo(rows, (p1-p0)*nb, wf)
+				}
+				gemm(true, m, p1-p0, k, a, k, wf, k, c[p0:], n)
+			}
+			q8PanelPool.Put(buf)
+		})
+		return
+	}
 	forColumns(n, 2*m*k/2, func(j0, j1 int) {
 		wj := w[j0*nb*Q8BlockBytes:]
 		if simd {
@@ -123,6 +148,28 @@ func matMulTQ8F32(c, a []float32, w []byte, m, n, k int, simd bool) {
 			q8GemmF32Go(m, j1-j0, k, a, wj, c[j0:], n)
 		}
 	})
+}
+
+// MatMulTQ8F32 widens panels of weights to float32 for sgemm from
+// q8PanelMinRows rows of a on (prefill, batched decoding: measured faster
+// than the direct kernel from 8 rows), each panel about q8PanelBytes.
+const (
+	q8PanelMinRows = 8
+	q8PanelBytes   = 128 << 10
+)
+
+var q8PanelPool = sync.Pool{New: func() any { return new([]float32) }}
+
+// q8WidenGo writes the values of blocks Q8_0 blocks of w into out.
+func q8WidenGo(w []byte, blocks int, out []float32) {
+	for b := range blocks {
+		blk := w[b*Q8BlockBytes : (b+1)*Q8BlockBytes]
+		d := half(uint16(blk[0]) | uint16(blk[1])<<8)
+		o := out[b*Q8Block : (b+1)*Q8Block]
+		for t, q := range blk[2:] {
+			o[t] = float32(int8(q)) * d
+		}
+	}
 }
 
 // QuantizeRowsQ8 quantizes the m rows of a (k values each, a multiple of

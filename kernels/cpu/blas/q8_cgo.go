@@ -132,6 +132,20 @@ static inline void q8_widen(const uint8_t *blk, __m256 *w) {
 	w[3] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))));
 }
 
+// q8_widen_rows: blocks blocks of w as float32 into out.
+__attribute__((target("avx2,fma,f16c")))
+static void q8_widen_rows(const uint8_t *w, int blocks, float *out) {
+	__m256 v[4];
+	for (int b = 0; b < blocks; b++) {
+		q8_widen(w + (size_t)b * 34, v);
+		float *o = out + (size_t)b * 32;
+		_mm256_storeu_ps(o, v[0]);
+		_mm256_storeu_ps(o + 8, v[1]);
+		_mm256_storeu_ps(o + 16, v[2]);
+		_mm256_storeu_ps(o + 24, v[3]);
+	}
+}
+
 __attribute__((target("avx2,fma")))
 static inline __m256 q8_fma4(const __m256 *w, const float *x, __m256 acc) {
 	acc = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(x), acc);
@@ -181,6 +195,7 @@ static int q8_simd(void) { return 0; }
 static void q8_quantize(const float *a, int m, int k, int8_t *qa, float *da) {}
 static void q8_gemm(int m, int n, int nb, const int8_t *qa, const float *da, const uint8_t *w, float *c, int ldc) {}
 static void q8_gemm_f32(int m, int n, int k, const float *a, const uint8_t *w, float *c, int ldc) {}
+static void q8_widen_rows(const uint8_t *w, int blocks, float *out) {}
 
 #endif
 */
@@ -211,6 +226,10 @@ func q8QuantizeC(a []float32, m, k int, qa []int8, da []float32) {
 func q8GemmC(m, n, nb int, qa []int8, da []float32, w []byte, c []float32, ldc int) {
 	C.q8_gemm(C.int(m), C.int(n), C.int(nb), (*C.int8_t)(unsafe.Pointer(&qa[0])), (*C.float)(unsafe.Pointer(&da[0])),
 		(*C.uint8_t)(unsafe.Pointer(&w[0])), (*C.float)(unsafe.Pointer(&c[0])), C.int(ldc))
+}
+
+func q8WidenC(w []byte, blocks int, out []float32) {
+	C.q8_widen_rows((*C.uint8_t)(unsafe.Pointer(&w[0])), C.int(blocks), (*C.float)(unsafe.Pointer(&out[0])))
 }
 
 func q8GemmF32C(m, n, k int, a []float32, w []byte, c []float32, ldc int) {

@@ -18,3 +18,7 @@ func q8GemmC(m, n, nb int, qa []int8, da []float32, w []byte, c []float32, ldc i
 func q8GemmF32C(m, n, k int, a []float32, w []byte, c []float32, ldc int) {
 	panic("blas: no AVX2 kernels in a build without cgo")
 }
+
+func q8WidenC(w []byte, blocks int, out []float32) {
+	panic("blas: no AVX2 kernels in a build without cgo")
+}
