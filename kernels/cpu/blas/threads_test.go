@@ -99,11 +99,15 @@ func TestRunPanics(t *testing.T) {
 			}
 		}()
 		caller := goid()
+		var panicking atomic.Bool
 		Run(8, func(int) {
 			if goid() == caller { // a panic on a helper would end the process
+				panicking.Store(true)
 				panic("bad argument")
 			}
-			time.Sleep(100 * time.Microsecond)
+			for !panicking.Load() { // each helper holds its piece until then
+				time.Sleep(50 * time.Microsecond)
+			}
 		})
 	}()
 	if h := helpers.Load(); h != 0 {
