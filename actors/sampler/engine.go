@@ -47,6 +47,18 @@
 // (prefix.go). Stats.ReusedTokens counts the prompt tokens read from kept
 // caches, Stats.CopiedTokens those copied from running sequences,
 // Stats.PromptTokens those computed.
+//
+// # Quantized weights
+//
+// With Config.Quantization "q8_0" or "q8_0-f32" the engine's matrix
+// products read Q8_0 copies of the weights (kernels/model's
+// SetQuantization); the float32 weights stay the model's, and each version
+// swapped in is quantized as it arrives. Log-probabilities are then the
+// quantized policy's, which the float32 learner's differ from
+// (docs/quantized-sampling.md measures by how much). With q8_0, whose
+// activations are int8 too, a request's tokens may also differ between
+// batch layouts: a last-bit difference can move an activation by a whole
+// int8 step.
 package sampler
 
 import (

@@ -66,10 +66,17 @@ func (Backend) Quantize(w kernels.Tensor, typ string) (kernels.Tensor, error) {
 	if cols%blas.Q8Block != 0 {
 		return nil, fmt.Errorf("%w: q8_0 rows of %d values are not whole blocks of %d", ErrQuantType, cols, blas.Q8Block)
 	}
-	data, err := gguf.Quantize(gguf.Q8_0, x.Data()[:rows*cols])
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrQuantType, err)
-	}
+	// Rows are whole blocks, so row ranges quantize apart, one per core.
+	rb := gguf.Q8_0.RowBytes(cols)
+	data := make([]byte, rows*rb)
+	src := x.Data()
+	forRows(rows, 4*cols, func(lo, hi int) {
+		q, err := gguf.Quantize(gguf.Q8_0, src[lo*cols:hi*cols])
+		if err != nil {
+			panic(err) // whole blocks: cannot fail
+		}
+		copy(data[lo*rb:hi*rb], q)
+	})
 	return &QuantTensor{rows: rows, cols: cols, typ: gguf.Q8_0, f32act: typ == "q8_0-f32", data: data}, nil
 }
 

@@ -73,3 +73,27 @@ func checkQuantized(t *testing.T, typ string, wv, av []float32, m, n, k int) {
 	check("whole", q, 0)
 	check("rows 16..40", b.Slice(q, 16, 40).(*QuantTensor), 16)
 }
+
+// TestQ8RequantizeLossless: serving a Q8_0 file's weights, dequantized at
+// load and quantized again, gives its blocks back bit for bit.
+func TestQ8RequantizeLossless(t *testing.T) {
+	r := rand.New(rand.NewPCG(2, 2))
+	w := make([]float32, 64*96)
+	for i := range w {
+		w[i] = float32(r.NormFloat64() * math.Pow(10, -3*r.Float64()))
+	}
+	file, err := New().Quantize(tensor.From(w, 64, 96), "q8_0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := New().Quantize(tensor.From(file.(*QuantTensor).Dequantize(), 64, 96), "q8_0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := file.(*QuantTensor).data, again.(*QuantTensor).data
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("byte %d (block %d): %d, requantized %d", i, i/34, a[i], b[i])
+		}
+	}
+}
