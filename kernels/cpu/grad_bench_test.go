@@ -170,13 +170,15 @@ func BenchmarkOptimizer(b *testing.B) {
 		}
 	})
 	b.Run("AdamW", func(b *testing.B) {
-		b.SetBytes(7 * 4 * n)
-		o := kernels.AdamWParams{LR: 1e-4, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
-		step := 0
-		for b.Loop() {
-			step++
-			be.AdamW(p, g, m, v, o, step)
-		}
+		forLevels(b, func(b *testing.B) {
+			b.SetBytes(7 * 4 * n)
+			o := kernels.AdamWParams{LR: 1e-4, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
+			step := 0
+			for b.Loop() {
+				step++
+				be.AdamW(p, g, m, v, o, step)
+			}
+		})
 	})
 	b.Run("Axpy", func(b *testing.B) {
 		b.SetBytes(3 * 4 * n)

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/frognano/frognano/kernels"
+	"github.com/frognano/frognano/kernels/cpu/simd"
 )
 
 // AdamW updates param, m and v in place, element by element in float32, in
@@ -22,7 +23,10 @@ import (
 // m and v then equal torch's bit for bit; p differs by an ulp or two where
 // torch's vectorized sqrt is not correctly rounded. The decay uses the old
 // parameter, so the update is the interface's formula
-// p −= lr·(m̂/(sqrt(v̂)+eps) + wd·p) up to float32 rounding.
+// p −= lr·(m̂/(sqrt(v̂)+eps) + wd·p) up to float32 rounding. Package simd's
+// vector kernel does the same operations, with the FMA instructions
+// (rounded once, where fma32 rounds through float64) and the correctly
+// rounded sqrt.
 func (Backend) AdamW(param, grad, m, v kernels.Tensor, o kernels.AdamWParams, step int) {
 	p, g, ms, vs := host(param), host(grad), host(m), host(v)
 	mustSameLen("AdamW", p, g, ms, vs)
@@ -42,6 +46,11 @@ func (Backend) AdamW(param, grad, m, v kernels.Tensor, o kernels.AdamWParams, st
 	pd, gd, md, vd := p.Data(), g.Data(), ms.Data(), vs.Data()
 	forRows(len(pd), 8, func(lo, hi int) {
 		pd, gd, md, vd := pd[lo:hi], gd[lo:hi], md[lo:hi], vd[lo:hi]
+		if simd.On() {
+			simd.AdamW(pd, gd, md, vd, simd.AdamWParams{Decay: decay, LerpW: lerpW, LerpLow: lerpLow,
+				W2: w2, Beta2: beta2, NegStep: negStep, Bc2Sqrt: bc2Sqrt, Eps: eps})
+			return
+		}
 		for i := range pd {
 			gi, mi := gd[i], md[i]
 			if lerpLow {

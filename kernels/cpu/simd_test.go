@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/frognano/frognano/kernels"
 	"github.com/frognano/frognano/kernels/cpu/simd"
 	"github.com/frognano/frognano/kernels/kernelstest"
 	"github.com/frognano/frognano/kernels/tensor"
@@ -28,19 +29,21 @@ func forLevels[T interface {
 	}
 }
 
-// TestConformanceLevels runs the golden suite (float64 and PyTorch
-// references, the existing tolerances) on every level, serially and split
-// across goroutines.
+// TestConformanceLevels runs the golden suites, forward and backward
+// (float64 and PyTorch references, finite differences, the existing
+// tolerances), on every level, serially and split across goroutines.
 func TestConformanceLevels(t *testing.T) {
 	if len(simd.Levels()) == 1 {
 		t.Log("no vector level on this machine or build: the Go loops only")
 	}
 	forLevels(t, func(t *testing.T) {
 		kernelstest.Run(t, New(), "../testdata")
+		kernelstest.RunGrad(t, New(), "../testdata")
 		old := minParallelWork
 		minParallelWork = 1
 		defer func() { minParallelWork = old }()
 		kernelstest.Run(t, New(), "../testdata")
+		kernelstest.RunGrad(t, New(), "../testdata")
 	})
 }
 
@@ -230,6 +233,62 @@ func swigluGradBound(t *testing.T, dg, dy, g, u []float32) {
 		want := gv * y * s * (1 + x*(1-s))
 		if d := math.Abs(float64(dg[i]) - want); d > 1e-30+1e-6*math.Abs(gv*y*s)*(2+math.Abs(x)) {
 			t.Fatalf("dgate[%d] = %.9g, want %.9g (g %g, u %g, dy %g)", i, dg[i], want, x, y, gv)
+		}
+	}
+}
+
+// TestSIMDAdamW runs several steps from the same state under the Go loop
+// and each vector level: m and v within an ulp (the Go loop's fma32 rounds
+// through float64, the FMA instruction once), p within a few.
+func TestSIMDAdamW(t *testing.T) {
+	r := rand.New(rand.NewPCG(35, 1))
+	be := New()
+	for _, o := range []kernels.AdamWParams{
+		{LR: 3e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1},
+		{LR: 1e-2, Beta1: 0.3, Beta2: 0.999, Eps: 1e-6, WeightDecay: 0}, // 1 − β1 ≥ ½: the other lerp
+	} {
+		for _, n := range lengths {
+			p0, g := edgy(r, n, false), make([][]float32, 3)
+			for s := range g {
+				g[s] = edgy(r, n, false)
+			}
+			run := func() (p, m, v *tensor.Tensor) {
+				p, m, v = tensor.From(append([]float32(nil), p0...), n), tensor.New(n), tensor.New(n)
+				for s := range g {
+					be.AdamW(p, tensor.From(g[s], n), m, v, o, s+1)
+				}
+				return p, m, v
+			}
+			var wp, wm, wv *tensor.Tensor
+			t.Run(fmt.Sprintf("b1=%g/%d", o.Beta1, n), func(t *testing.T) {
+				vectorLevels(t, func() { wp, wm, wv = run() }, func(t *testing.T) {
+					p, m, v := run()
+					ulps(t, "m", m.Data(), wm.Data(), 1, 0)
+					ulps(t, "v", v.Data(), wv.Data(), 1, 0)
+					// p = p·decay + step: where the two cancel, the ulps of m and v
+					// carried over the steps show against a small p; bounded
+					// by ulps of the step's size, lr, instead.
+					ulps(t, "p", p.Data(), wp.Data(), 4, o.LR)
+				})
+			})
+		}
+	}
+}
+
+// ulps fails unless got is within n ulps of want (of floor, where want is
+// smaller), element by element.
+func ulps(t *testing.T, what string, got, want []float32, n int, floor float32) {
+	t.Helper()
+	for i := range got {
+		g, w := got[i], want[i]
+		if g == w {
+			continue
+		}
+		d := math.Abs(float64(g) - float64(w))
+		a := max(float32(math.Abs(float64(w))), floor)
+		u := float64(math.Nextafter32(a, float32(math.Inf(1))) - a)
+		if d > float64(n)*u {
+			t.Fatalf("%s[%d] = %.9g, want %.9g (%.1f ulp)", what, i, g, w, d/u)
 		}
 	}
 }

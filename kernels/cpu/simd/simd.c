@@ -431,3 +431,55 @@ void simd_rmsnorm(int lvl, float *out, const float *in, const float *w, long row
 		else rmsnorm_row_avx2(out + r * cols, x, w, cols, rs);
 	}
 }
+
+// ---- AdamW, element by element, with the Go loop's (and torch's)
+// operations and roundings: the moments by single-rounded FMAs, the rest
+// unfused. See kernels/cpu/optim.go for the formula.
+
+typedef struct {
+	float decay, lerpW, w2, beta2, negStep, bc2Sqrt, eps;
+	int lerpLow;
+} adamw_args;
+
+static AVX2 void adamw_avx2(float *p, const float *g, float *m, float *v, long n, const adamw_args *a) {
+	__m256 decay = _mm256_set1_ps(a->decay), lw = _mm256_set1_ps(a->lerpLow ? a->lerpW : a->lerpW - 1);
+	__m256 w2 = _mm256_set1_ps(a->w2), b2 = _mm256_set1_ps(a->beta2), ns = _mm256_set1_ps(a->negStep);
+	__m256 bc = _mm256_set1_ps(a->bc2Sqrt), eps = _mm256_set1_ps(a->eps);
+	for (long i = 0; i < n; i += 8) {
+		__m256i k = tail8(n - i);
+		__m256 gi = _mm256_maskload_ps(g + i, k), mi = _mm256_maskload_ps(m + i, k);
+		__m256 vi = _mm256_maskload_ps(v + i, k), pi = _mm256_maskload_ps(p + i, k);
+		mi = _mm256_fmadd_ps(lw, _mm256_sub_ps(gi, mi), a->lerpLow ? mi : gi);
+		vi = _mm256_fmadd_ps(_mm256_mul_ps(w2, gi), gi, _mm256_mul_ps(vi, b2));
+		__m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc), eps);
+		pi = _mm256_add_ps(_mm256_mul_ps(pi, decay), _mm256_div_ps(_mm256_mul_ps(ns, mi), denom));
+		_mm256_maskstore_ps(m + i, k, mi);
+		_mm256_maskstore_ps(v + i, k, vi);
+		_mm256_maskstore_ps(p + i, k, pi);
+	}
+}
+
+static AVX512 void adamw_avx512(float *p, const float *g, float *m, float *v, long n, const adamw_args *a) {
+	__m512 decay = _mm512_set1_ps(a->decay), lw = _mm512_set1_ps(a->lerpLow ? a->lerpW : a->lerpW - 1);
+	__m512 w2 = _mm512_set1_ps(a->w2), b2 = _mm512_set1_ps(a->beta2), ns = _mm512_set1_ps(a->negStep);
+	__m512 bc = _mm512_set1_ps(a->bc2Sqrt), eps = _mm512_set1_ps(a->eps);
+	for (long i = 0; i < n; i += 16) {
+		__mmask16 k = n - i >= 16 ? (__mmask16)0xffff : tail16(n - i);
+		__m512 gi = _mm512_maskz_loadu_ps(k, g + i), mi = _mm512_maskz_loadu_ps(k, m + i);
+		__m512 vi = _mm512_maskz_loadu_ps(k, v + i), pi = _mm512_maskz_loadu_ps(k, p + i);
+		mi = _mm512_fmadd_ps(lw, _mm512_sub_ps(gi, mi), a->lerpLow ? mi : gi);
+		vi = _mm512_fmadd_ps(_mm512_mul_ps(w2, gi), gi, _mm512_mul_ps(vi, b2));
+		__m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc), eps);
+		pi = _mm512_add_ps(_mm512_mul_ps(pi, decay), _mm512_div_ps(_mm512_mul_ps(ns, mi), denom));
+		_mm512_mask_storeu_ps(m + i, k, mi);
+		_mm512_mask_storeu_ps(v + i, k, vi);
+		_mm512_mask_storeu_ps(p + i, k, pi);
+	}
+}
+
+void simd_adamw(int lvl, float *p, const float *g, float *m, float *v, long n, float decay, float lerpW, int lerpLow,
+                float w2, float beta2, float negStep, float bc2Sqrt, float eps) {
+	adamw_args a = {decay, lerpW, w2, beta2, negStep, bc2Sqrt, eps, lerpLow};
+	if (lvl >= 2) adamw_avx512(p, g, m, v, n, &a);
+	else adamw_avx2(p, g, m, v, n, &a);
+}

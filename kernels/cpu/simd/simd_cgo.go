@@ -15,6 +15,8 @@ void simd_softmax_scaled(int lvl, float *out, const float *in, long n, float g);
 void simd_swiglu(int lvl, float *d, const float *g, const float *u, long n);
 void simd_swiglu_backward(int lvl, float *dg, float *du, const float *dy, const float *g, const float *u, long n);
 void simd_rmsnorm(int lvl, float *out, const float *in, const float *w, long rows, long cols, float eps);
+void simd_adamw(int lvl, float *p, const float *g, float *m, float *v, long n, float decay, float lerpW, int lerpLow,
+                float w2, float beta2, float negStep, float bc2Sqrt, float eps);
 */
 import "C"
 
@@ -128,4 +130,30 @@ func RMSNorm(out, x, w []float32, rows, cols int, eps float32) {
 	checkLen("RMSNorm", rows*cols, len(out), len(x))
 	checkLen("RMSNorm", cols, len(w))
 	C.simd_rmsnorm(C.int(lvl()), fp(out), fp(x), fp(w), C.long(rows), C.long(cols), C.float(eps))
+}
+
+// AdamWParams are AdamW's per-step factors, as kernels/cpu's AdamW computes
+// them (in float64, rounded to float32 once).
+type AdamWParams struct {
+	Decay   float32 // 1 − lr·wd
+	LerpW   float32 // 1 − β1
+	LerpLow bool    // 1 − β1 < ½: m = fma(1−β1, g − m, m), else fma(−β1, g − m, g)
+	W2      float32 // 1 − β2
+	Beta2   float32
+	NegStep float32 // −lr/(1 − β1^step)
+	Bc2Sqrt float32 // sqrt(1 − β2^step)
+	Eps     float32
+}
+
+// AdamW updates p, m and v over len(p) elements with gradient g: m and v by
+// single-rounded FMAs, p = p·decay + (negStep·m)/(sqrt(v)/bc2Sqrt + eps)
+// unfused, the operations and roundings of kernels/cpu's Go loop.
+func AdamW(p, g, m, v []float32, a AdamWParams) {
+	checkLen("AdamW", len(p), len(g), len(m), len(v))
+	low := 0
+	if a.LerpLow {
+		low = 1
+	}
+	C.simd_adamw(C.int(lvl()), fp(p), fp(g), fp(m), fp(v), C.long(len(p)), C.float(a.Decay), C.float(a.LerpW), C.int(low),
+		C.float(a.W2), C.float(a.Beta2), C.float(a.NegStep), C.float(a.Bc2Sqrt), C.float(a.Eps))
 }

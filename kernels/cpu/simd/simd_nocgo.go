@@ -20,3 +20,14 @@ func SoftmaxScaled(out, in []float32, g float32)                          { off(
 func SwiGLU(d, g, u []float32)                                            { off() }
 func SwiGLUBackward(dg, du, dy, g, u []float32)                           { off() }
 func RMSNorm(out, x, w []float32, rows, cols int, eps float32)            { off() }
+
+// AdamWParams are AdamW's per-step factors (see the cgo build's).
+type AdamWParams struct {
+	Decay, LerpW     float32
+	LerpLow          bool
+	W2, Beta2        float32
+	NegStep, Bc2Sqrt float32
+	Eps              float32
+}
+
+func AdamW(p, g, m, v []float32, a AdamWParams) { off() }
