@@ -13,7 +13,10 @@ import (
 // SetParams re-quantizes, so a published float32 version is served
 // quantized. Only the Runner's products (every Linear and the output
 // logits) use the copies; the embedding lookup, norms and biases stay
-// float32, as does everything a Trainer computes.
+// float32, as does everything a Trainer computes. Weights written in place
+// through Params (an optimizer step) reach the copies only at the next
+// SetParams or SetQuantization, so a model being trained is not one to
+// quantize: the Learner and the Sampler each load their own.
 
 // Quantizer is a backend that can hold weights quantized: Quantize returns
 // a tensor its MatMul accepts as b, and its Slice cuts by rows (the CPU
