@@ -216,3 +216,38 @@ func TestUserNSConfigErrors(t *testing.T) {
 		t.Fatalf("UserNS maybe: %v", err)
 	}
 }
+
+// BenchmarkUserNSCreate times an episode's sandbox (Create, Exec true,
+// Destroy) of the base image with and without a user namespace,
+// interleaved so that the host's load falls on both alike:
+//
+//	go test ./actors/sandbox -run '^$' -bench BenchmarkUserNSCreate -benchtime 20x
+func BenchmarkUserNSCreate(b *testing.B) {
+	if testing.Short() || setupErr != nil {
+		b.Skip("needs containerd:", setupErr)
+	}
+	off, err := New(context.Background(), Config{Namespace: testNamespace, UserNS: "off", Agent: testRT.agent, Address: os.Getenv("FROGNANO_CONTAINERD_ADDRESS")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer off.Close()
+	var total [2]time.Duration
+	for b.Loop() {
+		for i, rt := range []*Runtime{testRT, off} {
+			start := time.Now()
+			sb, err := rt.Create(context.Background(), testImage, Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if res, err := sb.Exec(context.Background(), ExecRequest{Argv: []string{"true"}}); err != nil || res.ExitCode != 0 {
+				b.Fatalf("exec: %+v %v", res, err)
+			}
+			if err := sb.Destroy(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			total[i] += time.Since(start)
+		}
+	}
+	b.ReportMetric(float64(total[0].Milliseconds())/float64(b.N), "ms-userns/episode")
+	b.ReportMetric(float64(total[1].Milliseconds())/float64(b.N), "ms-hostroot/episode")
+}
