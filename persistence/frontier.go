@@ -99,6 +99,9 @@ func (s *badgerFrontierStore) Commit(ctx context.Context, name string, state *me
 	if err := checkCommit(name, stats); err != nil {
 		return err
 	}
+	if err := fault("store/frontier-commit"); err != nil {
+		return err
+	}
 	type kv struct{ k, v []byte }
 	var writes []kv
 	if state != nil {

@@ -19,6 +19,9 @@ func (s *badgerRunStore) Put(ctx context.Context, r *messages.Run) error {
 	if err := checkID("run id", r.GetId()); err != nil {
 		return err
 	}
+	if err := fault("store/run-put"); err != nil {
+		return err
+	}
 	raw, err := marshal(r)
 	if err != nil {
 		return err

@@ -33,6 +33,9 @@ func (s *badgerTrajectoryStore) Append(ctx context.Context, t *messages.Trajecto
 	if err := checkTrajectory(t); err != nil {
 		return err
 	}
+	if err := fault("store/trajectory-append"); err != nil {
+		return err
+	}
 	raw, err := marshal(t)
 	if err != nil {
 		return err

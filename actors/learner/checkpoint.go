@@ -14,6 +14,7 @@ import (
 	"github.com/frognano/frognano/kernels/model"
 	"github.com/frognano/frognano/kernels/optim"
 	"github.com/frognano/frognano/persistence"
+	"github.com/frognano/frognano/runtime/failpoint"
 )
 
 // Names of the AdamW moments in a checkpoint's optimizer group.
@@ -108,6 +109,9 @@ func (l *Learner) Publish(ctx context.Context) (Publication, error) {
 	if l.lastPublished == l.version {
 		return p, nil
 	}
+	if err := failpoint.Inject("learner/publish"); err != nil {
+		return Publication{}, fmt.Errorf("learner: publish version %d: %w", l.version, err)
+	}
 	start := time.Now()
 	man := &messages.Checkpoint{RunId: l.cfg.RunID, Step: l.version, PolicyVersion: l.version, Model: ModelConfig(l.m), CreatedUnixNano: time.Now().UnixNano()}
 	if err := l.cfg.Store.Save(ctx, man, l.weightTensors(), nil); err != nil {
@@ -126,6 +130,9 @@ func (l *Learner) Publish(ctx context.Context) (Publication, error) {
 func (l *Learner) Checkpoint(ctx context.Context) error {
 	if l.lastCheckpoint == l.step {
 		return nil
+	}
+	if err := failpoint.Inject("learner/checkpoint"); err != nil {
+		return fmt.Errorf("learner: checkpoint step %d: %w", l.step, err)
 	}
 	start := time.Now()
 	rng, err := l.pcg.MarshalBinary()

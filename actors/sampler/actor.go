@@ -13,6 +13,7 @@ import (
 	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/kernels/sample"
+	"github.com/frognano/frognano/runtime/failpoint"
 )
 
 // Kind is the actor kind nodes register, so that a Sampler can be spawned
@@ -129,6 +130,9 @@ func (a *samplerActor) update(ctx actor.Context, m *messages.WeightsPublished) {
 	go func() {
 		var reply any = &messages.WeightsApplied{RunId: u.RunID, Step: u.Step, PolicyVersion: u.Version}
 		e, err := a.cfg.Engine(a.ctx)
+		if err == nil {
+			err = failpoint.Inject("sampler/swap")
+		}
 		if err == nil {
 			err = e.UpdateWeights(a.ctx, u)
 		}

@@ -155,6 +155,9 @@ const LabelWritable = "io.frognano.writable"
 // namespaces, and the limits in opts. Everything hangs off a lease named
 // after the sandbox, so a crash at any point leaves objects Sweep finds.
 func (r *Runtime) Create(ctx context.Context, ref string, opts Options) (_ *Sandbox, retErr error) {
+	if err := fault("sandbox/create"); err != nil {
+		return nil, err
+	}
 	ctx = r.ctx(ctx)
 	opts, err := opts.withDefaults()
 	if err != nil {

@@ -1,0 +1,8 @@
+package persistence
+
+import "github.com/frognano/frognano/runtime/failpoint"
+
+// fault is the fault-injection suite's hook at a store write (package
+// runtime/failpoint): nil unless the binary was built with -tags failpoints
+// and FROGNANO_FAILPOINTS arms the point.
+func fault(name string) error { return failpoint.Inject(name) }
