@@ -181,9 +181,9 @@ func (t *Trainer) pipeline(ctx context.Context, run *messages.Run, s Settings, l
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		if !ok { // the producer saw the budget spent
+		if !ok { // the producer saw the budget spent, or ctx ended
 			t.clock.tick(run)
-			return nil
+			return ctx.Err()
 		}
 		if it.err == nil && it.p.step != step {
 			it.err = fmt.Errorf("the producer made step %d", it.p.step)

@@ -17,8 +17,11 @@
 // moment resumes with Resume: the Learner reopens from its newest
 // checkpoint, the Sampler is moved to the newest published version, and the
 // loop continues after the last recorded step. A step cut short is played
-// again from its batch (its stored trajectories stay, unused); a step whose
-// update landed in a checkpoint but not in the record is counted as done.
+// again from its batch (its stored trajectories stay, unused; the replay's
+// episodes are seeded anew, and the frontier records each step's outcomes
+// once); a step whose update landed in a checkpoint but not in the record
+// is counted as done. With Settings.MaxStaleness > 0 the steps overlap
+// (pipeline.go): the same holds for every step produced but not recorded.
 //
 // # Sampling
 //

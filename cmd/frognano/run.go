@@ -73,6 +73,12 @@ its length): the Learner reopens from its newest checkpoint, the Sampler
 loads the newest published weights, and the loop continues after the last
 recorded step.
 
+Steps are asynchronous by default: the rollouts of later steps are played
+while the Learner trains on the current one, and a group reaches the Learner
+at most --max-staleness (3) policy versions after the version that sampled
+it; an older one is dropped and counted, never trained on. --max-staleness 0
+runs each step to its end before the next begins.
+
 With --budget D the run trains for D rather than a number of steps: no step
 starts once its wall time (summed over resumes, warm start included,
 held-out evaluation excluded) has reached D, and the run ends there, its
@@ -416,6 +422,11 @@ func printSummary(out io.Writer, s trainer.Summary, run *messages.Run) {
 		s.Updates, s.NoSignal, loss, s.LearnerStep, s.PolicyVersion)
 	fmt.Fprintf(out, "  seconds: synth %.1f, frontier batches %.1f, rollouts %.1f, outcomes %.1f, learning %.1f, sampler swaps %.1f\n",
 		run.GetMetrics()["seconds_synth"], s.SecondsBatch, s.SecondsRollout, s.SecondsReport, s.SecondsLearn, s.SecondsSwap)
+	if st, err := trainer.DecodeSettings(run); err == nil && st.MaxStaleness > 0 {
+		m := run.GetMetrics()
+		fmt.Fprintf(out, "  asynchronous steps (max staleness %d): %d group(s) dropped as stale, the oldest trained on or dropped %d version(s) behind, %d episode(s) spanning versions\n",
+			st.MaxStaleness, int(m[trainer.MetricStaleDropped]), int(m[trainer.MetricMaxStaleness]), int(m[trainer.MetricMixedEpisodes]))
+	}
 	if hasHeldOut(run) {
 		fmt.Fprintln(out, "learning curve (held-out environments, never trained on):")
 		if err := trainer.WriteCurve(out, run); err != nil {

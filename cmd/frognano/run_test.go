@@ -689,3 +689,63 @@ func TestRunOnSeveralEnvironmentsWithABudget(t *testing.T) {
 		t.Fatalf("stored settings %+v, %v: want the 1 ns budget", s, err)
 	}
 }
+
+// TestAsyncThroughput measures, only when FROGNANO_MEASURE_ASYNC is set,
+// training episodes per hour of the same run with synchronous and with
+// asynchronous steps (--max-staleness 3): goldOrSampler gives every group
+// mixed rewards, so the real Learner takes a GRPO step on SmolLM2-135M at
+// every step, which the asynchronous run overlaps with the next steps'
+// rollouts. It checks that both runs take the same steps, episodes and
+// updates, and logs the rates and the machine's load; it asserts nothing
+// about speed.
+func TestAsyncThroughput(t *testing.T) {
+	if os.Getenv("FROGNANO_MEASURE_ASYNC") == "" {
+		t.Skip("a measurement: set FROGNANO_MEASURE_ASYNC=1 to run it")
+	}
+	trainPrereqs(t)
+	proj := writeArith(t, "tputarith")
+	data := t.TempDir()
+	cli := func(args ...string) {
+		t.Helper()
+		out, errOut, err := runCLI(t, "", append(args, "--data-dir", data, "--log-level", "warn")...)
+		if err != nil {
+			t.Fatalf("frognano %s: %v\n%s\n%s", strings.Join(args, " "), err, out, errOut)
+		}
+	}
+	cli("env", "add", proj, "--min-tests", "1")
+	defer runCLI(t, "", "env", "rm", "tputarith", "--data-dir", data, "--log-level", "warn")
+	cli("synth", "--env", "tputarith", "--count", "1", "--seed", "1", "--hint-level", "2")
+	load := func() string { b, _ := os.ReadFile("/proc/loadavg"); return strings.TrimSpace(string(b)) }
+	rates := map[int]float64{}
+	for _, staleness := range []int{0, 3} {
+		s := goldSettings
+		s.Steps, s.Group, s.MaxStaleness, s.Seed = 4, 4, staleness, 5
+		runID := fmt.Sprintf("tput-%d", staleness)
+		var out bytes.Buffer
+		before := load()
+		start := time.Now()
+		err := goldTrain(data, runID, s, &out)
+		wall := time.Since(start)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", runID, err, out.String())
+		}
+		db, err := persistence.Open(filepath.Join(data, "db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run, err := db.Runs().Get(context.Background(), runID)
+		db.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := run.GetMetrics()
+		if run.Step != 4 || m[trainer.MetricEpisodes] != 16 || m[trainer.MetricUpdates] != 4 || m[trainer.MetricStaleDropped] != 0 {
+			t.Fatalf("%s: step %d, %v\n%s", runID, run.Step, m, out.String())
+		}
+		rates[staleness] = m[trainer.MetricEpisodes] / wall.Hours()
+		t.Logf("max staleness %d: %v episodes, %v updates in %.0fs (rollouts %.0fs, learning %.0fs): %.0f episodes/hour; max staleness seen %v; load before %s, after %s",
+			staleness, m[trainer.MetricEpisodes], m[trainer.MetricUpdates], wall.Seconds(), m[trainer.MetricSecondsRollouts], m[trainer.MetricSecondsLearning],
+			rates[staleness], m[trainer.MetricMaxStaleness], before, load())
+	}
+	t.Logf("asynchronous / synchronous episodes per hour: %.2f", rates[3]/rates[0])
+}
