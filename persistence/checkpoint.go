@@ -112,7 +112,7 @@ func (w *chunkWriter) commit() error {
 	if w.txn == nil {
 		return nil
 	}
-	err := w.txn.Commit()
+	err := w.db.commit(w.txn)
 	w.txn.Discard()
 	w.txn, w.pending = nil, 0
 	return err
@@ -169,7 +169,7 @@ func (db *DB) deleteKeys(ctx context.Context, keys [][]byte) error {
 				return err
 			}
 		}
-		err := txn.Commit()
+		err := db.commit(txn)
 		txn.Discard()
 		if err != nil {
 			return err

@@ -78,6 +78,7 @@ func WithChunkSize(n int) Option {
 type DB struct {
 	bdb    *badger.DB
 	dir    string
+	pin    *dirPin
 	log    *slog.Logger
 	closed atomic.Bool
 
@@ -109,7 +110,11 @@ var _ Stores = (*DB)(nil)
 // is changed. The one repair Open makes is deleting the empty log files a
 // crash can leave (see removeEmptyLogs); any other recovery after a crash is
 // Badger's own.
-func Open(dir string, opts ...Option) (*DB, error) {
+//
+// The DB keeps the directory it opened, not its path (see dirPin): deleting
+// or replacing the directory while the DB is open cannot make it touch the
+// files of another database, and its writes then fail with ErrRemoved.
+func Open(dir string, opts ...Option) (_ *DB, err error) {
 	cfg := config{logger: slog.Default(), chunkSize: DefaultChunkSize, vlogFileSize: 256 << 20}
 	for _, o := range opts {
 		o(&cfg)
@@ -117,12 +122,24 @@ func Open(dir string, opts ...Option) (*DB, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("open database: empty directory: %w", ErrInvalid)
 	}
-	if err := preflight(dir, cfg.logger); err != nil {
+	if err := ensureDir(dir); err != nil {
+		return nil, err
+	}
+	pin, err := pinDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			pin.close() // Badger, if it opened, is closed by now
+		}
+	}()
+	if err := preflight(pin, cfg.logger); err != nil {
 		return nil, err
 	}
 
-	bopts := badger.DefaultOptions(dir).
-		WithLogger(slogBadger{l: cfg.logger}).
+	bopts := badger.DefaultOptions(pin.path).
+		WithLogger(slogBadger{l: cfg.logger, pin: pin}).
 		// An acknowledged write must survive a crash: it may be a validated
 		// task that took minutes of sandbox time, or a checkpoint.
 		WithSyncWrites(true).
@@ -139,11 +156,12 @@ func Open(dir string, opts ...Option) (*DB, error) {
 		WithMetricsEnabled(false)
 	bdb, err := badger.Open(bopts)
 	if err != nil {
-		return nil, classifyOpenError(dir, err)
+		return nil, classifyOpenError(dir, unpinnedError{err: err, pin: pin})
 	}
 	db := &DB{
 		bdb:          bdb,
 		dir:          dir,
+		pin:          pin,
 		log:          cfg.logger,
 		chunkSize:    cfg.chunkSize,
 		ckptTxnBytes: defaultCkptTxnBytes,
@@ -156,13 +174,39 @@ func Open(dir string, opts ...Option) (*DB, error) {
 }
 
 // Close flushes and closes the database. Stores obtained from it return
-// ErrClosed afterwards.
+// ErrClosed afterwards. When the directory was deleted while open, nothing can
+// be flushed: Close returns ErrRemoved at once and leaves Badger open, as
+// Badger's own Close would retry forever to write tables into a directory that
+// is gone.
 func (db *DB) Close() error {
 	if db.closed.Swap(true) {
 		return nil
 	}
+	if db.pin.removed() {
+		// The descriptor stays open too: Badger's goroutines still name
+		// files through it (see dirPin.close).
+		return fmt.Errorf("close database %q: writes not yet flushed to a table are lost: %w", db.dir, ErrRemoved)
+	}
 	if err := db.bdb.Close(); err != nil {
-		return fmt.Errorf("close database %q: %w", db.dir, err)
+		return fmt.Errorf("close database %q: %w", db.dir, unpinnedError{err: err, pin: db.pin})
+	}
+	return db.pin.close()
+}
+
+// commit commits txn and acknowledges the write only if the directory it went
+// to still exists: a write into a deleted directory is lost when the process
+// ends, so reporting success would be a lie (ErrRemoved). Once the directory
+// is gone nothing more reaches Badger, which could not create its next WAL
+// there and would then abort the process at the write after.
+func (db *DB) commit(txn *badger.Txn) error {
+	if db.pin.removed() {
+		return fmt.Errorf("database directory %q: %w", db.dir, ErrRemoved)
+	}
+	if err := txn.Commit(); err != nil {
+		return err
+	}
+	if db.pin.removed() {
+		return fmt.Errorf("database directory %q: the write committed into a deleted directory and is lost: %w", db.dir, ErrRemoved)
 	}
 	return nil
 }
@@ -206,9 +250,9 @@ func (db *DB) Trajectories() TrajectoryStore { return &badgerTrajectoryStore{db:
 // Checkpoints returns the checkpoint store backed by this database.
 func (db *DB) Checkpoints() CheckpointStore { return &badgerCheckpointStore{db: db} }
 
-// preflight rejects directories badger.Open would refuse only after writing
-// to them, or would "repair" by deleting files. It writes nothing.
-func preflight(dir string, log *slog.Logger) error {
+// ensureDir creates dir if it does not exist and rejects a path that is not a
+// directory.
+func ensureDir(dir string) error {
 	st, err := os.Stat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -221,14 +265,22 @@ func preflight(dir string, log *slog.Logger) error {
 	case !st.IsDir():
 		return fmt.Errorf("open database %q: not a directory: %w", dir, ErrInvalid)
 	}
+	return nil
+}
 
-	release, err := probeLock(dir)
+// preflight rejects directories badger.Open would refuse only after writing
+// to them, or would "repair" by deleting files. It writes nothing but the
+// empty logs removeEmptyLogs deletes. It reads the directory through the pin,
+// as Badger will.
+func preflight(pin *dirPin, log *slog.Logger) error {
+	dir := pin.dir
+	release, err := probeLock(pin.path, dir)
 	if err != nil {
 		return err
 	}
 	defer release()
 
-	entries, err := os.ReadDir(dir)
+	entries, err := os.ReadDir(pin.path)
 	if err != nil {
 		return fmt.Errorf("open database %q: %w", dir, err)
 	}
@@ -252,10 +304,10 @@ func preflight(dir string, log *slog.Logger) error {
 		return fmt.Errorf("open database %q: directory holds %d files (e.g. %q) but no Badger %s; refusing to use it: %w",
 			dir, len(foreign), foreign[0], manifestName, ErrCorrupt)
 	}
-	if err := checkManifest(dir, log); err != nil {
+	if err := checkManifest(pin, log); err != nil {
 		return err
 	}
-	return removeEmptyLogs(dir, entries, log)
+	return removeEmptyLogs(pin, entries, log)
 }
 
 // removeEmptyLogs deletes zero-length value-log (.vlog) and memtable WAL
@@ -264,7 +316,8 @@ func preflight(dir string, log *slog.Logger) error {
 // badger.Open fail with "Create a new file" (dgraph-io/badger#2207; our crash
 // test hits it). This is the only change Open makes to an existing directory
 // before Badger itself opens it.
-func removeEmptyLogs(dir string, entries []fs.DirEntry, log *slog.Logger) error {
+func removeEmptyLogs(pin *dirPin, entries []fs.DirEntry, log *slog.Logger) error {
+	dir := pin.dir
 	for _, e := range entries {
 		name := e.Name()
 		base, ok := strings.CutSuffix(name, ".vlog")
@@ -282,7 +335,7 @@ func removeEmptyLogs(dir string, entries []fs.DirEntry, log *slog.Logger) error 
 			continue
 		}
 		log.Warn("persistence: removing an empty log file left by a crash", "dir", dir, "file", name)
-		if err := os.Remove(filepath.Join(dir, name)); err != nil {
+		if err := os.Remove(filepath.Join(pin.path, name)); err != nil {
 			return fmt.Errorf("open database %q: remove empty log file %s: %w", dir, name, err)
 		}
 	}
@@ -292,8 +345,9 @@ func removeEmptyLogs(dir string, entries []fs.DirEntry, log *slog.Logger) error 
 // checkManifest replays the MANIFEST read-only, exactly as Badger will, and
 // checks that every table it names exists. Badger itself would truncate a
 // damaged tail and delete tables the MANIFEST does not name.
-func checkManifest(dir string, log *slog.Logger) error {
-	path := filepath.Join(dir, manifestName)
+func checkManifest(pin *dirPin, log *slog.Logger) error {
+	dir := pin.dir
+	path := filepath.Join(pin.path, manifestName)
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("open database %q: %w", dir, err)
@@ -303,7 +357,7 @@ func checkManifest(dir string, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("open database %q: %w", dir, err)
 	}
-	bopts := badger.DefaultOptions(dir).WithLogger(slogBadger{l: log})
+	bopts := badger.DefaultOptions(pin.path).WithLogger(slogBadger{l: log, pin: pin})
 	m, truncOffset, err := badger.ReplayManifestFile(f, bopts.ExternalMagicVersion, bopts)
 	if err != nil {
 		return fmt.Errorf("open database %q: damaged %s: %v: %w", dir, manifestName, err, ErrCorrupt)
@@ -316,7 +370,7 @@ func checkManifest(dir string, log *slog.Logger) error {
 	}
 	for id := range m.Tables {
 		name := table.IDToFilename(id)
-		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+		if _, err := os.Stat(filepath.Join(pin.path, name)); err != nil {
 			return fmt.Errorf("open database %q: %s names table %s, which is missing: %v: %w",
 				dir, manifestName, name, err, ErrCorrupt)
 		}
@@ -402,7 +456,7 @@ func (db *DB) update(ctx context.Context, fn func(txn *badger.Txn) error) error 
 		txn := db.bdb.NewTransaction(true)
 		err := fn(txn)
 		if err == nil {
-			err = txn.Commit()
+			err = db.commit(txn)
 		}
 		txn.Discard()
 		if errors.Is(err, badger.ErrConflict) && attempt < maxConflictRetries {
@@ -469,7 +523,10 @@ func scan(ctx context.Context, txn *badger.Txn, prefix []byte, keysOnly bool, fn
 
 // slogBadger adapts badger.Logger to slog, keeping only warnings and errors:
 // Badger logs every compaction and table open at info level.
-type slogBadger struct{ l *slog.Logger }
+type slogBadger struct {
+	l   *slog.Logger
+	pin *dirPin // its path is shown as the caller's directory
+}
 
 var _ badger.Logger = slogBadger{}
 
@@ -477,7 +534,7 @@ func (a slogBadger) log(level slog.Level, format string, args ...any) {
 	if level < slog.LevelWarn || !a.l.Enabled(context.Background(), level) {
 		return
 	}
-	a.l.Log(context.Background(), level, strings.TrimSpace(fmt.Sprintf(format, args...)), "component", "badger")
+	a.l.Log(context.Background(), level, a.pin.unpin(strings.TrimSpace(fmt.Sprintf(format, args...))), "component", "badger")
 }
 
 func (a slogBadger) Errorf(f string, args ...any)   { a.log(slog.LevelError, f, args...) }

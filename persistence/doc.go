@@ -12,6 +12,13 @@
 // transaction is written chunk by chunk and becomes visible only when its
 // manifest, written last, commits.
 //
+// A DB holds on to the directory it opened, not to its path: Badger reaches
+// its files through a descriptor of that directory (Linux). Deleting the
+// directory under a running process, then starting another on a copy at the
+// same path, once let the first process delete the second's memtable WAL and
+// with it every write the second had acknowledged; now the first can only
+// touch its own, deleted directory, and its writes fail with ErrRemoved.
+//
 // Keys carry a format version ("v1/...") and the database records its schema
 // version under "meta/schema", so a newer layout is refused by older code
 // instead of being misread.

@@ -28,6 +28,11 @@ var (
 	// ErrSchemaVersion means the database was written by newer code whose key
 	// layout this build does not understand.
 	ErrSchemaVersion = errors.New("persistence: schema version newer than this build understands")
+	// ErrRemoved means the database directory was deleted (or moved, or
+	// replaced by another) while the DB had it open. Writes no longer
+	// reach a directory any later Open will find, so they fail instead of
+	// being acknowledged; restarting the same process will not help.
+	ErrRemoved = errors.New("persistence: database directory was removed or replaced while open")
 	// ErrClosed means the DB was used after Close.
 	ErrClosed = errors.New("persistence: database is closed")
 )

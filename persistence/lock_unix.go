@@ -5,6 +5,7 @@ package persistence
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"syscall"
 )
@@ -14,8 +15,8 @@ import (
 // ErrLocked before any other check reads files that process may be writing.
 // The returned release must be called before badger.Open, which takes the lock
 // for itself.
-func probeLock(dir string) (release func(), err error) {
-	f, err := os.Open(dir)
+func probeLock(path, dir string) (release func(), err error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open directory %q: %w", dir, err)
 	}
@@ -30,4 +31,11 @@ func probeLock(dir string) (release func(), err error) {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		f.Close()
 	}, nil
+}
+
+// dirRemoved reports whether st, from an open directory, says the directory
+// was deleted: a deleted directory has no links left.
+func dirRemoved(st fs.FileInfo) bool {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	return ok && sys.Nlink == 0
 }
