@@ -48,17 +48,19 @@ type Config struct {
 	// from; empty means the one in the host's apt sources.
 	DebianMirror string
 	// UserNS chooses whether episode sandboxes (StorageTmpfs) run in a user
-	// namespace, root inside being host uid UIDBase (see userns.go). Empty:
+	// namespace, each with a range of host ids of its own (see userns.go). Empty:
 	// the value of FROGNANO_USERNS, and on when that is empty too; New then
 	// fails with ErrUserNamespaces where the host cannot do it. "off": root
 	// in the sandbox is host root, held in only by capabilities, seccomp
 	// and the mount layout.
 	UserNS string
-	// UIDBase is the first of the 65536 host uids and gids sandboxes map
-	// (default DefaultUIDBase, 1_000_000). No user or subordinate id range
-	// of the host may overlap it: New checks /etc/passwd, /etc/group,
-	// /etc/subuid and /etc/subgid.
-	UIDBase uint32
+	// UIDBase and UIDSlots are frognano's host ids: UIDSlots ranges of
+	// 65536 uids and gids from UIDBase (defaults DefaultUIDBase, 1_000_000,
+	// and DefaultUIDSlots, 64), one per live sandbox. No user or
+	// subordinate id range of the host may overlap them: New checks
+	// /etc/passwd, /etc/group, /etc/subuid and /etc/subgid.
+	UIDBase  uint32
+	UIDSlots int
 	// DialTimeout bounds the initial connection (default 5s).
 	DialTimeout time.Duration
 	Logger      *slog.Logger
@@ -95,6 +97,9 @@ func (c Config) withDefaults() Config {
 	if c.UIDBase == 0 {
 		c.UIDBase = DefaultUIDBase
 	}
+	if c.UIDSlots == 0 {
+		c.UIDSlots = DefaultUIDSlots
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -111,8 +116,8 @@ type Runtime struct {
 	client *containerd.Client
 	images *image.Store
 	owner  string
-	agent  string    // host path of the exec agent binary, "" for the shell loop
-	userns *idmapper // nil when user namespaces are off
+	agent  string   // host path of the exec agent binary, "" for the shell loop
+	uids   *uidPool // nil when user namespaces are off
 
 	mu        sync.Mutex
 	imageInfo map[string]imageInfo // by image ref
@@ -156,10 +161,10 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		client.Close()
 		return nil, err
 	}
-	var userns *idmapper
+	var uids *uidPool
 	switch cfg.UserNS {
 	case "on":
-		if userns, err = newIDMapper(cfg.UIDBase, cfg.StateDir); err != nil {
+		if uids, err = newUIDPool(cfg.UIDBase, cfg.UIDSlots, cfg.StateDir); err != nil {
 			client.Close()
 			return nil, err
 		}
@@ -169,7 +174,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("sandbox user namespaces: %q is neither \"on\" nor \"off\"", cfg.UserNS)
 	}
 	r := &Runtime{
-		userns: userns,
+		uids:   uids,
 		cfg:    cfg,
 		client: client,
 		owner:  owner,
@@ -190,7 +195,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	default:
 		if _, err := os.Stat(cfg.Agent); err != nil {
 			client.Close()
-			userns.close()
+			uids.close()
 			return nil, fmt.Errorf("sandbox agent %s: %w", cfg.Agent, err)
 		}
 		r.agent = cfg.Agent
@@ -200,18 +205,12 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 
 // Close drops the connection. Sandboxes keep running; Destroy them first.
 func (r *Runtime) Close() error {
-	r.userns.close()
+	r.uids.close()
 	return r.client.Close()
 }
 
-// UserNS reports whether episode sandboxes get a user namespace, and the
-// host uid their root maps to.
-func (r *Runtime) UserNS() (on bool, rootUID uint32) {
-	if r.userns == nil {
-		return false, 0
-	}
-	return true, r.userns.base
-}
+// UserNS reports whether episode sandboxes get user namespaces.
+func (r *Runtime) UserNS() bool { return r.uids != nil }
 
 // Client is the underlying containerd client, for callers (benchmarks,
 // diagnostics) that need something this package does not wrap.

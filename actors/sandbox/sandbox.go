@@ -46,6 +46,7 @@ type Sandbox struct {
 	task      containerd.Task
 	process   specs.Process // template for exec'd processes
 	upperDir  string        // tmpfs mount holding the writable layer, StorageTmpfs only
+	uids      *uidLease     // the sandbox's host id range; nil: root is host root
 
 	// agent is the exec agent running as PID 1, nil without one.
 	agent      *agentConn
@@ -71,10 +72,19 @@ type Sandbox struct {
 // root: user namespaces are off, or the sandbox commits its writes into an
 // image (StorageSnapshot), where they must keep the image's own uids.
 func (s *Sandbox) userNS() *idmapper {
-	if s.opts.Storage != StorageTmpfs {
+	if s.uids == nil {
 		return nil
 	}
-	return s.rt.userns
+	return s.uids.idmapper
+}
+
+// HostUID is the host uid (and gid) of the sandbox's root, and false when
+// its root is host root.
+func (s *Sandbox) HostUID() (uint32, bool) {
+	if m := s.userNS(); m != nil {
+		return m.base, true
+	}
+	return 0, false
 }
 
 // ID is the sandbox's id, shared by its container, lease and snapshot.
@@ -197,6 +207,11 @@ func (r *Runtime) Create(ctx context.Context, ref string, opts Options) (_ *Sand
 		}
 	}()
 
+	if r.uids != nil && opts.Storage == StorageTmpfs {
+		if s.uids, err = r.uids.acquire(); err != nil {
+			return nil, err
+		}
+	}
 	step := func() error {
 		if err := callerCtx.Err(); err != nil {
 			return fmt.Errorf("create sandbox: %w", err)
@@ -550,6 +565,12 @@ func (s *Sandbox) destroy(ctx context.Context) error {
 	}
 	if err := s.rt.client.LeasesService().Delete(ctx, leases.Lease{ID: s.id}); err != nil && !errdefs.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("delete lease %s: %w", s.id, err))
+	}
+	if len(errs) == 0 {
+		// The range is free again only when nothing of the sandbox runs;
+		// otherwise it stays held until this process exits (when Sweep
+		// would remove what is left).
+		s.uids.release()
 	}
 	return errors.Join(errs...)
 }

@@ -4,23 +4,33 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
 
-// User namespaces. An episode sandbox runs in its own user namespace: its
-// root is host uid and gid UIDBase (default 1_000_000), and its uids 0-65535
-// are host uids UIDBase…UIDBase+65535, a range frognano owns. Root in the
-// sandbox keeps its capabilities over the sandbox's own files, namespaces
-// and mounts, but on the host it is an unprivileged uid: a process that got
-// out would own nothing and could override no permission.
+// User namespaces. An episode sandbox runs in its own user namespace with
+// its own range of host ids: frognano owns Config.UIDSlots ranges of 65536
+// uids and gids from Config.UIDBase (default 64 from 1_000_000), and each
+// live sandbox holds one, so that no two sandboxes share a host uid. A
+// sandbox's uids 0-65535 are its range's; its root is the range's first
+// uid. Root in the sandbox keeps its capabilities over the sandbox's own
+// files, namespaces and mounts, but on the host it is an unprivileged uid
+// that no other sandbox and no host user has: a process that got out would
+// own nothing and could override no permission.
+//
+// A range is held by an exclusive flock on StateDir/uids/<first uid>, taken
+// at Create and dropped at Destroy. The kernel drops it when the process
+// dies, so ranges are shared correctly between every frognano process of
+// the host, and a crash frees them.
 //
 // The image's files are owned by uid 0 on disk. Rather than chown a copy of
 // every image (containerd's remapped snapshots: measured 3 min 21 s and
@@ -40,8 +50,12 @@ import (
 // userNSSize is how many uids and gids a sandbox maps.
 const userNSSize = 65536
 
-// DefaultUIDBase is the first host uid (and gid) of frognano's range.
-const DefaultUIDBase = 1_000_000
+// Default id ranges: 64 ranges of 65536 from host uid (and gid) 1_000_000,
+// that is 1_000_000…5_194_303.
+const (
+	DefaultUIDBase  = 1_000_000
+	DefaultUIDSlots = 64
+)
 
 // ErrUserNamespaces means the host cannot give sandboxes a user namespace;
 // the text says why and how to turn them off.
@@ -69,28 +83,115 @@ func (m *idmapper) mappings() []specs.LinuxIDMapping {
 	return []specs.LinuxIDMapping{{ContainerID: 0, HostID: m.base, Size: userNSSize}}
 }
 
-// newIDMapper creates the mapping namespace and checks, on a scratch tmpfs
-// under stateDir, that this kernel mounts an overlay on an idmapped layer.
-func newIDMapper(base uint32, stateDir string) (*idmapper, error) {
-	if uint64(base)+userNSSize > 1<<31 || base < userNSSize {
-		return nil, fmt.Errorf("%w: uid base %d: the range %d…%d must lie between 65536 and 2^31; pick another Config.UIDBase or %s", ErrUserNamespaces, base, base, uint64(base)+userNSSize-1, userNSOff)
+// uidPool hands out the id ranges.
+type uidPool struct {
+	base    uint32
+	slots   int
+	lockDir string
+
+	mu   sync.Mutex
+	maps map[int]*idmapper // namespaces by slot, made on first use
+}
+
+// newUIDPool checks the ranges and the kernel: no host user or subordinate
+// id range may overlap them, and an overlay on an idmapped layer must mount
+// (tried on a scratch tmpfs under stateDir).
+func newUIDPool(base uint32, slots int, stateDir string) (*uidPool, error) {
+	n := uint64(slots) * userNSSize
+	if slots < 1 || base < userNSSize || uint64(base)+n > 1<<31 {
+		return nil, fmt.Errorf("%w: %d ranges of 65536 ids from %d: they must lie between 65536 and 2^31; pick another Config.UIDBase or Config.UIDSlots or %s",
+			ErrUserNamespaces, slots, base, userNSOff)
 	}
-	if err := checkIDRangeFree(base, "/etc"); err != nil {
+	if err := checkIDRangeFree(uint64(base), n, "/etc"); err != nil {
 		return nil, fmt.Errorf("%w: %v; pick another Config.UIDBase or %s", ErrUserNamespaces, err, userNSOff)
 	}
-	fd, err := userNamespaceFD(base)
-	if err != nil {
-		return nil, fmt.Errorf("%w: create a user namespace: %v; %s", ErrUserNamespaces, err, userNSOff)
+	p := &uidPool{base: base, slots: slots, lockDir: filepath.Join(stateDir, "uids"), maps: map[int]*idmapper{}}
+	if err := os.MkdirAll(p.lockDir, 0o700); err != nil {
+		return nil, err
 	}
-	m := &idmapper{base: base, fd: fd}
+	m, err := p.mapper(0)
+	if err != nil {
+		return nil, err
+	}
 	if err := m.probe(stateDir); err != nil {
-		m.close()
 		var uts unix.Utsname
 		_ = unix.Uname(&uts)
 		return nil, fmt.Errorf("%w: kernel %s cannot mount an overlay on an idmapped layer (needs Linux ≥ 5.19): %v; %s",
 			ErrUserNamespaces, unix.ByteSliceToString(uts.Release[:]), err, userNSOff)
 	}
+	return p, nil
+}
+
+// mapper returns the namespace of a slot, creating it on first use.
+func (p *uidPool) mapper(slot int) (*idmapper, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if m := p.maps[slot]; m != nil {
+		return m, nil
+	}
+	base := p.base + uint32(slot)*userNSSize
+	fd, err := userNamespaceFD(base)
+	if err != nil {
+		return nil, fmt.Errorf("%w: create a user namespace: %v; %s", ErrUserNamespaces, err, userNSOff)
+	}
+	m := &idmapper{base: base, fd: fd}
+	p.maps[slot] = m
 	return m, nil
+}
+
+// uidLease is one range held by one sandbox.
+type uidLease struct {
+	*idmapper
+	lock *os.File
+}
+
+func (l *uidLease) release() {
+	if l != nil && l.lock != nil {
+		l.lock.Close() // drops the flock
+		l.lock = nil
+	}
+}
+
+// ErrNoUIDRange means every id range is held by a live sandbox.
+var ErrNoUIDRange = errors.New("every sandbox uid range is in use")
+
+// acquire takes a free range, trying the slots from a random one on.
+func (p *uidPool) acquire() (*uidLease, error) {
+	start := mrand.IntN(p.slots)
+	for i := range p.slots {
+		slot := (start + i) % p.slots
+		base := p.base + uint32(slot)*userNSSize
+		f, err := os.OpenFile(filepath.Join(p.lockDir, strconv.FormatUint(uint64(base), 10)), os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			f.Close()
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				continue
+			}
+			return nil, fmt.Errorf("lock uid range %d: %w", base, err)
+		}
+		m, err := p.mapper(slot)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		return &uidLease{idmapper: m, lock: f}, nil
+	}
+	return nil, fmt.Errorf("%w: all %d ranges from %d are held by live sandboxes (raise Config.UIDSlots)", ErrNoUIDRange, p.slots, p.base)
+}
+
+func (p *uidPool) close() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range p.maps {
+		m.close()
+	}
+	p.maps = map[int]*idmapper{}
 }
 
 // userNamespaceFD returns a descriptor of a new user namespace mapping
@@ -214,8 +315,8 @@ func (m *idmapper) probe(stateDir string) error {
 // checkIDRangeFree refuses a range that etc's subuid, subgid, passwd or
 // group already hands out: a sandbox's uids must
 // belong to no one else on the host.
-func checkIDRangeFree(base uint32, etc string) error {
-	lo, hi := uint64(base), uint64(base)+userNSSize
+func checkIDRangeFree(lo, n uint64, etc string) error {
+	hi := lo + n
 	overlaps := func(start, n uint64) bool { return start < hi && lo < start+n }
 	for _, f := range []struct {
 		path string

@@ -53,18 +53,21 @@ func backgroundProcess(t *testing.T, sb *Sandbox) int {
 }
 
 // TestRootIsNotHostRoot shows, from inside and from the host, that root in
-// an episode sandbox is host uid UIDBase: its processes run as that uid,
+// an episode sandbox is the first host uid of its range: its processes run as that uid,
 // what it writes is owned by that uid, the image's root-owned files are
 // its own, and a file owned by host root is closed to it whatever its
 // capabilities. Both exec paths (agent and runc exec) are checked.
 func TestRootIsNotHostRoot(t *testing.T) {
 	rt, _ := needRuntime(t)
-	on, base := rt.UserNS()
-	if !on {
+	if !rt.UserNS() {
 		t.Fatal("user namespaces are off in the test runtime; they are the default")
 	}
-	b := strconv.FormatUint(uint64(base), 10)
 	eachExecPath(t, Options{}, func(t *testing.T, sb *Sandbox) {
+		base, ok := sb.HostUID()
+		if !ok || base < DefaultUIDBase || base >= DefaultUIDBase+DefaultUIDSlots*userNSSize || (base-DefaultUIDBase)%userNSSize != 0 {
+			t.Fatalf("HostUID() = %d, %v; want the start of one of frognano's ranges", base, ok)
+		}
+		b := strconv.FormatUint(uint64(base), 10)
 		res := run(t, sb, "id -u; id -g; cat /proc/self/uid_map /proc/self/gid_map")
 		f := strings.Fields(string(res.Stdout))
 		if len(f) != 8 || f[0] != "0" || f[1] != "0" ||
@@ -152,7 +155,7 @@ func TestUserNSOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer off.Close()
-	if on, _ := off.UserNS(); on {
+	if off.UserNS() {
 		t.Fatal("UserNS() reports on for a runtime with UserNS off")
 	}
 	for _, c := range []struct {
@@ -176,6 +179,9 @@ func TestUserNSOff(t *testing.T) {
 			if uids, _ := hostIDs(t, int(sb.task.Pid())); len(uids) == 0 || uids[0] != "0" {
 				t.Fatalf("host uids of init: %v, want 0", uids)
 			}
+			if uid, ok := sb.HostUID(); ok {
+				t.Fatalf("HostUID() = %d, true for a sandbox running as host root", uid)
+			}
 		})
 	}
 }
@@ -184,26 +190,26 @@ func TestUserNSOff(t *testing.T) {
 // nor off, a range outside 65536…2^31, and a range that a host user or a
 // subordinate id range already has.
 func TestUserNSConfigErrors(t *testing.T) {
-	if _, err := newIDMapper(1<<31-100, t.TempDir()); !errors.Is(err, ErrUserNamespaces) || !strings.Contains(err.Error(), "FROGNANO_USERNS=off") {
-		t.Fatalf("range past 2^31: %v", err)
+	if _, err := newUIDPool(1<<31-10*userNSSize, 11, t.TempDir()); !errors.Is(err, ErrUserNamespaces) || !strings.Contains(err.Error(), "FROGNANO_USERNS=off") {
+		t.Fatalf("ranges past 2^31: %v", err)
 	}
 	etc := t.TempDir()
-	if err := checkIDRangeFree(DefaultUIDBase, etc); err != nil {
+	if err := checkIDRangeFree(DefaultUIDBase, DefaultUIDSlots*userNSSize, etc); err != nil {
 		t.Fatalf("empty etc: %v", err)
 	}
 	os.WriteFile(filepath.Join(etc, "passwd"), []byte("root:x:0:0::/root:/bin/sh\nalice:x:1000:1000::/home/alice:/bin/sh\n"), 0o644)
 	os.WriteFile(filepath.Join(etc, "subuid"), []byte("alice:100000:65536\n"), 0o644)
-	if err := checkIDRangeFree(DefaultUIDBase, etc); err != nil {
+	if err := checkIDRangeFree(DefaultUIDBase, DefaultUIDSlots*userNSSize, etc); err != nil {
 		t.Fatalf("no overlap: %v", err)
 	}
-	os.WriteFile(filepath.Join(etc, "subgid"), []byte("alice:100000:65536\nbob:1060000:65536\n"), 0o644)
-	if err := checkIDRangeFree(DefaultUIDBase, etc); err == nil || !strings.Contains(err.Error(), "bob") {
+	os.WriteFile(filepath.Join(etc, "subgid"), []byte("alice:100000:65536\nbob:5100000:65536\n"), 0o644)
+	if err := checkIDRangeFree(DefaultUIDBase, DefaultUIDSlots*userNSSize, etc); err == nil || !strings.Contains(err.Error(), "bob") {
 		t.Fatalf("subgid range of bob overlaps: %v", err)
 	}
 	os.WriteFile(filepath.Join(etc, "subgid"), nil, 0o644)
-	os.WriteFile(filepath.Join(etc, "group"), []byte("big:x:1000000:\n"), 0o644)
-	if err := checkIDRangeFree(DefaultUIDBase, etc); err == nil || !strings.Contains(err.Error(), "big") {
-		t.Fatalf("group with id 1000000: %v", err)
+	os.WriteFile(filepath.Join(etc, "group"), []byte("big:x:5194303:\nabove:x:5194304:\n"), 0o644)
+	if err := checkIDRangeFree(DefaultUIDBase, DefaultUIDSlots*userNSSize, etc); err == nil || !strings.Contains(err.Error(), "big") {
+		t.Fatalf("group with id 5194303: %v", err)
 	}
 	if testing.Short() {
 		return
@@ -214,6 +220,62 @@ func TestUserNSConfigErrors(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(err.Error(), `"maybe"`) {
 		t.Fatalf("UserNS maybe: %v", err)
+	}
+}
+
+// TestSandboxesGetDistinctRanges checks that live sandboxes never share
+// host ids: on a runtime with two ranges (above the default ones, so that
+// other test processes do not hold them), two sandboxes get both, a third
+// is refused with ErrNoUIDRange, and a range is free again once its
+// sandbox is destroyed.
+func TestSandboxesGetDistinctRanges(t *testing.T) {
+	rt, img := needRuntime(t)
+	base := uint32(DefaultUIDBase + DefaultUIDSlots*userNSSize)
+	two, err := New(context.Background(), Config{Namespace: testNamespace, UIDBase: base, UIDSlots: 2, Agent: rt.agent, Address: os.Getenv("FROGNANO_CONTAINERD_ADDRESS")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer two.Close()
+	ctx := context.Background()
+	var sbs []*Sandbox
+	defer func() {
+		for _, sb := range sbs {
+			sb.Destroy(ctx)
+		}
+	}()
+	seen := map[uint32]bool{}
+	for range 2 {
+		sb, err := two.Create(ctx, img, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sbs = append(sbs, sb)
+		uid, ok := sb.HostUID()
+		if !ok || (uid != base && uid != base+userNSSize) || seen[uid] {
+			t.Fatalf("HostUID() = %d, %v; already taken: %v", uid, ok, seen)
+		}
+		seen[uid] = true
+		if uids, _ := hostIDs(t, int(sb.task.Pid())); len(uids) == 0 || uids[0] != strconv.FormatUint(uint64(uid), 10) {
+			t.Fatalf("host uids of init: %v, want %d", uids, uid)
+		}
+	}
+	if sb, err := two.Create(ctx, img, Options{}); !errors.Is(err, ErrNoUIDRange) {
+		if sb != nil {
+			sb.Destroy(ctx)
+		}
+		t.Fatalf("third sandbox with two ranges: %v, want ErrNoUIDRange", err)
+	}
+	freed, _ := sbs[0].HostUID()
+	if err := sbs[0].Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := two.Create(ctx, img, Options{})
+	if err != nil {
+		t.Fatalf("after a destroy: %v", err)
+	}
+	sbs = append(sbs, sb)
+	if uid, _ := sb.HostUID(); uid != freed {
+		t.Fatalf("new sandbox got %d, want the freed range %d", uid, freed)
 	}
 }
 
