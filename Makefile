@@ -8,7 +8,7 @@ export GOFLAGS := -ldflags=-extldflags=-Wl,-z,lazy
 MODELS ?= $(or $(FROGNANO_MODELS),$(or $(XDG_DATA_HOME),$(HOME)/.local/share)/frognano/models)
 MODEL_GGUF := $(MODELS)/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: setup build run test bench bench-kernels proto vet cuda-check model
+.PHONY: setup build run test bench bench-kernels bench-learning proto vet cuda-check model
 
 setup:
 	bash scripts/setup.sh
@@ -45,6 +45,14 @@ cuda-check:
 	  $(MAKE) cuda && go vet -tags cuda ./kernels/cuda/ && \
 	  go tool gotestsum --format testname -- -tags cuda -count=1 ./kernels/cuda/; \
 	else echo "nvcc not available: CUDA build not checked"; fi
+
+# The learning benchmark (docs/learning.md): training environments and a
+# task pool made once in BENCH_DATA, then the frontier and the uniform arm
+# side by side for BUDGET each, evaluated on the held-out set, compared.
+BUDGET ?= 60m
+BENCH_DATA ?= $(HOME)/.local/share/frognano-bench
+bench-learning: build model
+	bash scripts/bench-learning.sh $(BUDGET) $(BENCH_DATA)
 
 # Benchmarks whose figures docs/benchmarks.md records.
 bench:
