@@ -294,7 +294,12 @@ func newSuite(t *testing.T) *suite {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &suite{t: t, dir: dir, token: "faults-token-" + strconv.FormatUint(seed, 36), daemons: map[string]*proc{},
+	// The sandboxes' root is a remapped uid: containerd's state under
+	// the suite's directory must be reachable for it.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := &suite{t: t, dir: dir, token: fmt.Sprintf("faults-token-%016x", seed), daemons: map[string]*proc{},
 		rng: rand.New(rand.NewPCG(seed, 18)), seed: seed}
 	t.Cleanup(s.teardown)
 	s.startContainerd()
@@ -386,12 +391,12 @@ func (s *suite) makeCerts() {
 
 // startDaemon starts a sandbox node (frognano-node) in n's namespace.
 func (s *suite) startDaemon(n netNode) {
-	args := []string{"netns", "exec", n.ns, filepath.Join(binDir, "frognano-node"), "--data-dir", filepath.Join(s.dir, "node-"+n.name),
+	args := []string{"--net=/run/netns/" + n.ns, "--", filepath.Join(binDir, "frognano-node"), "--data-dir", filepath.Join(s.dir, "node-"+n.name),
 		"--node-id", "node-" + n.name, "--http-addr", n.http(), "--remote-addr", n.remote(), "--log-level", "info"}
 	if n.name != "b" {
 		args = append(args, "--seeds", s.nodes[1].http())
 	}
-	s.daemons[n.name] = start(s.t, s.env(), "ip", args...)
+	s.daemons[n.name] = start(s.t, s.env(), "nsenter", args...)
 	s.waitReady(n)
 }
 
@@ -417,7 +422,7 @@ func (s *suite) waitReady(n netNode) {
 func (s *suite) cliIn(n netNode, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.ns, filepath.Join(binDir, "frognano"), "--node", n.http(), "--log-level", "warn"}, args...)...)
+	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=/run/netns/" + n.ns, "--", filepath.Join(binDir, "frognano"), "--node", n.http(), "--log-level", "warn"}, args...)...)
 	cmd.Env = append(os.Environ(), s.env()...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
@@ -477,7 +482,7 @@ type runState struct {
 
 func (s *suite) runArgs(r *runState, sc scenario, first bool) []string {
 	a := s.nodes[0]
-	args := []string{"netns", "exec", a.ns, filepath.Join(binDir, "frognano"), "run", "--data-dir", r.data, "--log-level", "warn",
+	args := []string{"--net=/run/netns/" + a.ns, "--", filepath.Join(binDir, "frognano"), "run", "--data-dir", r.data, "--log-level", "warn",
 		"--node-id", "node-a", "--http-addr", a.http(), "--remote-addr", a.remote(), "--seeds", s.nodes[1].http(),
 		"--jobs", "2", "--rounds", "10", "--env", s.proj, "--run", r.id}
 	if first {
@@ -511,7 +516,7 @@ func (s *suite) play(t *testing.T, sc scenario) {
 		r.fault = append(r.fault, "failpoints "+sc.failpoints+" in the run process")
 	}
 	start0 := time.Now()
-	r.p = start(t, env, "ip", s.runArgs(r, sc, true)...)
+	r.p = start(t, env, "nsenter", s.runArgs(r, sc, true)...)
 	injected := make(chan string, 1)
 	if sc.inject != nil {
 		go func() { injected <- sc.inject(s, r) }()
@@ -532,7 +537,7 @@ func (s *suite) play(t *testing.T, sc scenario) {
 	// command with --run (at most twice; faults are not re-armed).
 	for attempt := 0; attempt < 2 && r.p.err != nil; attempt++ {
 		t.Logf("attempt %d ended with %v; resuming", attempt+1, r.p.err)
-		r.p = start(t, s.env(), "ip", s.runArgs(r, sc, false)...)
+		r.p = start(t, s.env(), "nsenter", s.runArgs(r, sc, false)...)
 		<-r.p.exited
 		r.outs = append(r.outs, r.p.Output())
 	}
