@@ -44,10 +44,11 @@
 //     killed when it is exceeded, so the overshoot is what a process writes
 //     in 250 ms.
 //   - Users: an episode sandbox (StorageTmpfs) runs in its own user
-//     namespace; its root is host uid and gid Config.UIDBase (default
-//     1_000_000) and its uids 0-65535 are the host's UIDBase…UIDBase+65535,
-//     a range frognano owns. The image's layers are idmapped bind mounts, so
-//     its root-owned files are the sandbox root's without being copied or
+//     namespace with a range of 65536 host uids and gids that no other live
+//     sandbox and no host user has (Config.UIDSlots ranges from
+//     Config.UIDBase, default 64 from 1_000_000); its root is the range's
+//     first uid. The image's layers are idmapped bind mounts, so its
+//     root-owned files are the sandbox root's without being copied or
 //     chowned (userns.go). Config.UserNS "off" (or FROGNANO_USERNS=off)
 //     turns this off; StorageSnapshot build sandboxes always run as host
 //     root, because Commit turns their writes into image layers.

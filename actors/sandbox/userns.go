@@ -37,8 +37,8 @@ import (
 // 801 MB of disk per environment image here), each read-only layer of the
 // sandbox's overlay is an idmapped bind mount (mount_setattr
 // MOUNT_ATTR_IDMAP; overlayfs accepts idmapped layers since Linux 5.19)
-// that shows uid N as UIDBase+N; the overlay's tmpfs upper layer then holds
-// host uids UIDBase+N directly. Nothing is copied and the mounts cost
+// that shows uid N as B+N, B being the first uid of the sandbox's range;
+// the overlay's tmpfs upper layer then holds host uids B+N directly. Nothing is copied and the mounts cost
 // microseconds. containerd 1.6 and runc 1.1 know nothing of this: the
 // overlay is assembled here (StorageTmpfs) and the spec only gains the
 // user namespace and its mappings.
