@@ -200,6 +200,13 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		}
 		r.agent = cfg.Agent
 	}
+	if uids != nil && r.agent != "" {
+		if err := checkReachable(r.agent); err != nil {
+			client.Close()
+			uids.close()
+			return nil, err
+		}
+	}
 	return r, nil
 }
 

@@ -349,3 +349,34 @@ func checkIDRangeFree(lo, n uint64, etc string) error {
 	}
 	return nil
 }
+
+// checkReachable checks that a host file bind-mounted into sandboxes (the
+// exec agent) can be reached and run by a sandbox's root, which on the
+// host is a uid without privileges: every directory above it must be
+// searchable and the file executable by others. runc's own error for this
+// names neither the file nor the cause.
+func checkReachable(file string) error {
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		return err
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return err
+	}
+	if st.Mode().Perm()&0o001 == 0 {
+		return fmt.Errorf("%w: %s (mode %o) is not executable by a sandbox's root, a host uid without privileges: chmod o+x it, or %s", ErrUserNamespaces, abs, st.Mode().Perm(), userNSOff)
+	}
+	for dir := filepath.Dir(abs); ; dir = filepath.Dir(dir) {
+		st, err := os.Stat(dir)
+		if err != nil {
+			return err
+		}
+		if st.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%w: %s (mode %o) cannot be searched by a sandbox's root, a host uid without privileges, so %s cannot be mounted into sandboxes: chmod o+x it, choose another Config.CacheDir, or %s", ErrUserNamespaces, dir, st.Mode().Perm(), abs, userNSOff)
+		}
+		if dir == "/" {
+			return nil
+		}
+	}
+}

@@ -187,8 +187,9 @@ func TestUserNSOff(t *testing.T) {
 }
 
 // TestUserNSConfigErrors checks the refusals: a mode that is neither on
-// nor off, a range outside 65536…2^31, and a range that a host user or a
-// subordinate id range already has.
+// nor off, ranges outside 65536…2^31, ranges that a host user or a
+// subordinate id range already has, and an exec agent a sandbox's root
+// cannot reach.
 func TestUserNSConfigErrors(t *testing.T) {
 	if _, err := newUIDPool(1<<31-10*userNSSize, 11, t.TempDir()); !errors.Is(err, ErrUserNamespaces) || !strings.Contains(err.Error(), "FROGNANO_USERNS=off") {
 		t.Fatalf("ranges past 2^31: %v", err)
@@ -211,10 +212,33 @@ func TestUserNSConfigErrors(t *testing.T) {
 	if err := checkIDRangeFree(DefaultUIDBase, DefaultUIDSlots*userNSSize, etc); err == nil || !strings.Contains(err.Error(), "big") {
 		t.Fatalf("group with id 5194303: %v", err)
 	}
+	// The exec agent must be reachable by a sandbox's root.
+	// Not t.TempDir: its parent is 0700. /tmp is searchable by all.
+	top, err := os.MkdirTemp("/tmp", "userns-reach-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(top)
+	os.Chmod(top, 0o711)
+	dir := filepath.Join(top, "cache")
+	os.Mkdir(dir, 0o700)
+	agent := filepath.Join(dir, "init")
+	os.WriteFile(agent, nil, 0o755)
+	if err := checkReachable(agent); !errors.Is(err, ErrUserNamespaces) || !strings.Contains(err.Error(), dir+" (mode 700) cannot be searched") {
+		t.Fatalf("agent in a 0700 directory: %v", err)
+	}
+	os.Chmod(dir, 0o711)
+	if err := checkReachable(agent); err != nil {
+		t.Fatalf("agent in a 0711 directory: %v", err)
+	}
+	os.Chmod(agent, 0o750)
+	if err := checkReachable(agent); !errors.Is(err, ErrUserNamespaces) || !strings.Contains(err.Error(), "not executable") {
+		t.Fatalf("agent of mode 0750: %v", err)
+	}
 	if testing.Short() {
 		return
 	}
-	_, err := New(context.Background(), Config{Namespace: testNamespace, UserNS: "maybe", Agent: "off", Address: os.Getenv("FROGNANO_CONTAINERD_ADDRESS")})
+	_, err = New(context.Background(), Config{Namespace: testNamespace, UserNS: "maybe", Agent: "off", Address: os.Getenv("FROGNANO_CONTAINERD_ADDRESS")})
 	if errors.Is(err, ErrContainerdNotRunning) {
 		t.Skip(err)
 	}
