@@ -12,7 +12,8 @@
 #   BUDGET    training time of each arm, warm start included, held-out
 #             evaluation excluded (default 60m)
 #   DATA_DIR  store in which the training environments are registered and
-#             the task pool is synthesized once (default /root/fn-bench); each
+#             the task pool is synthesized once (default
+#             ~/.local/share/frognano-bench); each
 #             arm runs on a copy of it (DATA_DIR-frontier, DATA_DIR-uniform)
 # Needs bin/frognano (make build), containerd and the model (make model).
 # Environment: FROGNANO (the binary, default bin/frognano), MODEL (default smollm2-135m), SEED (1), EVAL_K (3),
@@ -22,7 +23,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 budget=${1:-60m}
-data=${2:-/root/fn-bench}
+data=${2:-${XDG_DATA_HOME:-$HOME/.local/share}/frognano-bench}
 model=${MODEL:-smollm2-135m}
 seed=${SEED:-1}
 F="${FROGNANO:-./bin/frognano} --log-level warn"
@@ -66,6 +67,12 @@ stamp=$(date +%Y%m%d-%H%M)
 pids=()
 for arm in ${ARMS:-frontier uniform}; do
   d="$data-$arm"
+  # Never replace a store a process still has open (an arm of an earlier
+  # benchmark still closing): its Badger would go on writing into the copy.
+  if [ -d "$d/db" ] && ! flock -n "$d/db" true 2>/dev/null; then
+    echo "$d is in use by another process: stop it first" >&2
+    exit 1
+  fi
   rm -rf "$d"
   cp -a --sparse=always "$data" "$d"
   (
