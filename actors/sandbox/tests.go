@@ -272,12 +272,16 @@ func (s *Sandbox) runGoTest(ctx context.Context, spec TestSpec, dir string, time
 
 // goCanaryPattern matches every canary's name in a -run pattern without
 // naming the run's.
-const goCanaryPattern = "TestFrognanoZ[0-9a-f]{32}"
+const goCanaryPattern = "ExampleFrognanoZ[0-9a-f]{32}"
 
-// goCanary is a grading run's last test in every package: a test whose
-// name holds 128 random bits, added through go test's -overlay (never
-// written into the repository) in a file named to sort after the
-// package's own test files, so it runs after all of them. A package whose
+// goCanary is a grading run's last verdict in every package: an example
+// (with an empty "// Output:", so it runs) whose name holds 128 random
+// bits, added through go test's -overlay (never written into the
+// repository) in a file named to sort after the package's own test files.
+// A test binary runs its tests, then its fuzz targets' seed corpora, then
+// its examples, the internal test package's before the external one's; so
+// the canary is an example, in the external test package when the package
+// has one, and runs after everything else. A package whose
 // stream lacks its canary's pass as its last verdict stopped early (a
 // forged "--- PASS" and os.Exit or syscall.Exit from the code under test)
 // or had its verdicts forged: the run is invalid. The code under test
@@ -304,7 +308,7 @@ func (s *Sandbox) goCanaries(ctx context.Context, spec TestSpec, dir string, cmd
 	if res.ExitCode != 0 || res.TimedOut {
 		return goCanary{}, nil // go test will report what is wrong
 	}
-	c := goCanary{dir: "/tmp/.frognano-canary-" + randomHex(16), name: "TestFrognanoZ" + randomHex(16)}
+	c := goCanary{dir: "/tmp/.frognano-canary-" + randomHex(16), name: "ExampleFrognanoZ" + randomHex(16)}
 	replace := map[string]string{}
 	var files []string
 	for i, line := range strings.Split(strings.TrimSpace(string(res.Stdout)), "\n") {
@@ -313,7 +317,11 @@ func (s *Sandbox) goCanaries(ctx context.Context, spec TestSpec, dir string, cmd
 			continue
 		}
 		src := fmt.Sprintf("%s/%d.go", c.dir, i)
-		files = append(files, src, "package "+f[2]+"\n\nimport \"testing\"\n\nfunc "+c.name+"(t *testing.T) {}\n")
+		pkgName := f[2]
+		if f[4] != "0" {
+			pkgName += "_test" // after the external test package's examples too
+		}
+		files = append(files, src, "package "+pkgName+"\n\nfunc "+c.name+"() {\n\t// Output:\n}\n")
 		replace[f[1]+"/zzzzzzzz_frognano_test.go"] = src
 		c.pkgs = append(c.pkgs, f[0])
 	}

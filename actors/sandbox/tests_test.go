@@ -181,4 +181,26 @@ func TestRunGoTests(t *testing.T) {
 	if o := testreport.Grade(forged, []string{"example.com/gosuite/forge/TestFails"}, nil); o.Reward != 0 {
 		t.Fatalf("forged run rewarded: %+v", o)
 	}
+
+	// Examples and fuzz seeds run after every test: a package with them,
+	// and with an external test package, is still graded valid (the
+	// canary is an example of the external package; as a test of the
+	// internal one, every such run was invalid).
+	ex, err := sb.RunTests(ctx, TestSpec{Framework: testreport.GoTest, Args: []string{"./examples"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ex.Valid || ex.ExitCode != 0 {
+		t.Fatalf("examples: valid %v (%s), exit %d, %+v", ex.Valid, ex.Problem, ex.ExitCode, ex.Results)
+	}
+	for _, id := range []string{"TestInternal", "TestExternal", "FuzzDouble", "ExampleDouble"} {
+		if r, ok := ex.Lookup("example.com/gosuite/examples/" + id); !ok || r.Status != testreport.StatusPass {
+			t.Errorf("examples/%s: %+v (%v)", id, r, ok)
+		}
+	}
+	for _, r := range ex.Results {
+		if strings.Contains(r.ID, "FrognanoZ") {
+			t.Errorf("the canary leaked into the results: %s", r.ID)
+		}
+	}
 }
