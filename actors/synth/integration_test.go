@@ -122,8 +122,8 @@ func checkTask(t *testing.T, env *messages.Environment, task *messages.Task, hin
 		t.Errorf("%s: validation %v", task.Id, task.Validation)
 	case task.Id != TaskID(env.Name, keyOf(task)):
 		t.Errorf("%s: id is not the content hash of its bug", task.Id)
-	case !slices.Equal(task.ProtectedFiles, env.TestFiles):
-		t.Errorf("%s: protected files %v", task.Id, task.ProtectedFiles)
+	case !slices.Equal(task.ProtectedFiles, environment.Protected(env)) || !containsAll(task.ProtectedFiles, env.TestFiles):
+		t.Errorf("%s: protected files %v: want the environment's protected set (its test files among them)", task.Id, task.ProtectedFiles)
 	}
 	if !strings.Contains(task.ProblemStatement, task.FailToPass[0]) {
 		t.Errorf("%s: statement does not name the failing test:\n%s", task.Id, task.ProblemStatement)
@@ -488,4 +488,14 @@ func TestActor(t *testing.T) {
 	if f, ok := r.(*messages.Failure); !ok || f.Code != "not_found" {
 		t.Errorf("TaskGet(missing) = %v", r)
 	}
+}
+
+// containsAll says whether every one of want is in have.
+func containsAll(have, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			return false
+		}
+	}
+	return true
 }
