@@ -11,8 +11,10 @@
 // TestFailpointSmoke runs everywhere (it needs no model, no containerd, no
 // root). The scenarios need root (ip netns), containerd, the model, and
 // FROGNANO_FAULTS=1; FROGNANO_FAULTS_SCENARIOS=a,b picks some,
-// FROGNANO_FAULTS_SEED fixes the seed (printed otherwise) and
-// FROGNANO_FAULTS_RESULTS names a file each scenario appends its row to.
+// FROGNANO_FAULTS_SEED fixes the seed (printed otherwise),
+// FROGNANO_FAULTS_RUNS plays each scenario that many times,
+// FROGNANO_FAULTS_RESULTS names a file each run appends its row to and
+// FROGNANO_FAULTS_LOGS a directory for every attempt's whole output.
 package faults
 
 import (
@@ -325,11 +327,18 @@ func (s *suite) teardown() {
 	}
 	shQuiet("ip", "link", "del", bridge)
 	if s.ctrd != nil {
-		// Whatever the scenarios left is removed with the namespace's
-		// containers (the checkers have already counted it).
+		// Whatever the scenarios left (the checkers have counted it) goes
+		// before containerd, so that no shim outlives the suite.
+		s.purge()
 		s.ctrd.kill()
 	}
-	shQuiet("umount", filepath.Join(s.dir, "small"))
+	if b, err := os.ReadFile("/proc/mounts"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 1 && (strings.HasPrefix(f[1], s.dir+"/") || strings.HasPrefix(f[1], "/run/frognano/"+namespace+"/")) {
+				shQuiet("umount", "-l", f[1])
+			}
+		}
+	}
 	if os.Getenv("FROGNANO_FAULTS_KEEP") == "" {
 		os.RemoveAll(s.dir)
 	}
@@ -390,13 +399,15 @@ func (s *suite) makeCerts() {
 }
 
 // startDaemon starts a sandbox node (frognano-node) in n's namespace.
-func (s *suite) startDaemon(n netNode) {
+func (s *suite) startDaemon(n netNode) { s.startDaemonArmed(n, "") }
+
+func (s *suite) startDaemonArmed(n netNode, failpoints string) {
 	args := []string{"--net=/run/netns/" + n.ns, "--", filepath.Join(binDir, "frognano-node"), "--data-dir", filepath.Join(s.dir, "node-"+n.name),
 		"--node-id", "node-" + n.name, "--http-addr", n.http(), "--remote-addr", n.remote(), "--log-level", "info"}
 	if n.name != "b" {
 		args = append(args, "--seeds", s.nodes[1].http())
 	}
-	s.daemons[n.name] = start(s.t, s.env(), "nsenter", args...)
+	s.daemons[n.name] = start(s.t, append(s.env(), "FROGNANO_FAILPOINTS="+failpoints), "nsenter", args...)
 	s.waitReady(n)
 }
 
@@ -462,6 +473,9 @@ type scenario struct {
 	name string
 	// failpoints arms the run process (FROGNANO_FAILPOINTS).
 	failpoints string
+	// nodeFailpoints arms sandbox nodes b and c (restarted armed for the
+	// scenario, unarmed after it).
+	nodeFailpoints string
 	// extra flags for the run.
 	flags []string
 	// smallDisk puts the run's data directory on a small filesystem.
@@ -506,14 +520,19 @@ func (s *suite) randomPoint(r *runState, maxDelay time.Duration) string {
 	return fmt.Sprintf("step %d's rollouts + %.1fs", k, d.Seconds())
 }
 
-func (s *suite) play(t *testing.T, sc scenario) {
-	r := &runState{id: "faults-" + sc.name, data: filepath.Join(s.dir, "run-"+sc.name)}
+func (s *suite) play(t *testing.T, sc scenario, i int) {
+	r := &runState{id: fmt.Sprintf("faults-%s-%d", sc.name, i), data: filepath.Join(s.dir, fmt.Sprintf("run-%s-%d", sc.name, i))}
 	if sc.smallDisk {
 		r.data = s.smallDisk(t)
 	}
 	env := append(s.env(), "FROGNANO_FAILPOINTS="+sc.failpoints)
 	if sc.failpoints != "" {
 		r.fault = append(r.fault, "failpoints "+sc.failpoints+" in the run process")
+	}
+	if sc.nodeFailpoints != "" {
+		r.fault = append(r.fault, "failpoints "+sc.nodeFailpoints+" in sandbox nodes b and c")
+		s.rearm(sc.nodeFailpoints)
+		defer s.rearm("")
 	}
 	start0 := time.Now()
 	r.p = start(t, env, "nsenter", s.runArgs(r, sc, true)...)
@@ -537,12 +556,26 @@ func (s *suite) play(t *testing.T, sc scenario) {
 	// command with --run (at most twice; faults are not re-armed).
 	for attempt := 0; attempt < 2 && r.p.err != nil; attempt++ {
 		t.Logf("attempt %d ended with %v; resuming", attempt+1, r.p.err)
-		r.p = start(t, s.env(), "nsenter", s.runArgs(r, sc, false)...)
+		r.p = start(t, s.env(), "nsenter", s.runArgs(r, sc, !runRecorded(r))...)
 		<-r.p.exited
 		r.outs = append(r.outs, r.p.Output())
 	}
 	for i, o := range r.outs {
 		t.Logf("attempt %d output:\n%s", i+1, tail(o, 60))
+		if dir := os.Getenv("FROGNANO_FAULTS_LOGS"); dir != "" {
+			os.MkdirAll(dir, 0o755)
+			os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-attempt-%d.log", r.id, i+1)), []byte(o), 0o644)
+		}
+		// A crash of the process is part of what the fault did.
+		for _, l := range strings.Split(o, "\n") {
+			if strings.HasPrefix(l, "panic: ") || strings.HasPrefix(l, "fatal error: ") || strings.HasPrefix(l, "frognano: ") {
+				if len(l) > 300 {
+					l = l[:300] + "…"
+				}
+				r.fault = append(r.fault, fmt.Sprintf("attempt %d: %s", i+1, l))
+				break
+			}
+		}
 	}
 	problems := s.check(t, r)
 	outcome := "pass"
@@ -552,7 +585,8 @@ func (s *suite) play(t *testing.T, sc scenario) {
 			t.Error(p)
 		}
 	}
-	row := fmt.Sprintf("| %s | seed %d | %s | %d attempt(s), %.0fs | %s |", sc.name, s.seed, strings.Join(r.fault, "; "), len(r.outs), time.Since(start0).Seconds(), outcome)
+	cell := func(x string) string { return strings.ReplaceAll(x, "|", "\\|") }
+	row := fmt.Sprintf("| %s | seed %d | %s | %d attempt(s), %.0fs | %s |", sc.name, s.seed, cell(strings.Join(r.fault, "; ")), len(r.outs), time.Since(start0).Seconds(), cell(outcome))
 	t.Log(row)
 	if f := os.Getenv("FROGNANO_FAULTS_RESULTS"); f != "" {
 		if fh, err := os.OpenFile(f, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
@@ -560,6 +594,29 @@ func (s *suite) play(t *testing.T, sc scenario) {
 			fh.Close()
 		}
 	}
+}
+
+// rearm restarts sandbox nodes b and c with failpoints armed (or none).
+func (s *suite) rearm(failpoints string) {
+	for _, n := range s.nodes[1:] {
+		if err := s.daemons[n.name].stop(30 * time.Second); err != nil {
+			s.t.Logf("node %s: %v", n.name, err)
+		}
+		s.startDaemonArmed(n, failpoints)
+	}
+	time.Sleep(3 * time.Second) // membership settles
+}
+
+// runRecorded reports whether the run's store holds its record: a run
+// killed before it was recorded is started again with all its flags.
+func runRecorded(r *runState) bool {
+	db, err := persistence.Open(filepath.Join(r.data, "db"))
+	if err != nil {
+		return true // the resume will say what is wrong
+	}
+	defer db.Close()
+	_, err = db.Runs().Get(context.Background(), r.id)
+	return err == nil
 }
 
 func tail(s string, n int) string {
@@ -616,13 +673,34 @@ func (s *suite) check(t *testing.T, r *runState) []string {
 	if !strings.Contains(last, "run "+r.id+" done") {
 		bad("the last attempt did not say the run is done")
 	}
-	// Every acknowledged step is intact: each attempt's "step k/N: learner"
-	// line comes after the step is recorded, so the record reaches at least
-	// the highest one printed, and the curve holds one point per step.
+	// Every acknowledged step is intact. The trainer records step k
+	// before it reports step k+1's learner, and ends with its summary: a
+	// step so acknowledged by one attempt is in the record the next attempt
+	// resumes from and in the final one.
 	acked := 0
-	for _, o := range r.outs {
+	for i, o := range r.outs {
+		if i > 0 {
+			pre := "resuming run " + r.id + " ("
+			var k int
+			if j := strings.Index(o, pre); j < 0 {
+				if acked > 0 {
+					bad("attempt %d did not resume the run, but step %d was acknowledged before", i+1, acked)
+				}
+			} else if j2 := strings.Index(o[j:], ") after step "); j2 < 0 {
+				bad("attempt %d: unreadable resume line", i+1)
+			} else if _, err := fmt.Sscanf(o[j+j2+len(") after step "):], "%d", &k); err != nil || k < acked {
+				bad("attempt %d resumed after step %d, but step %d was acknowledged before (%v)", i+1, k, acked, err)
+			}
+		}
 		for k := 1; k <= steps; k++ {
-			if strings.Contains(o, fmt.Sprintf("step %d/%d: learner", k, steps)) && k > acked {
+			if strings.Contains(o, fmt.Sprintf("step %d/%d: learner", k+1, steps)) && k > acked {
+				acked = k
+			}
+		}
+		// The summary comes after the last step's record.
+		if j := strings.Index(o, "training run "+r.id+": "); j >= 0 {
+			var k int
+			if _, err := fmt.Sscanf(o[j+len("training run "+r.id+": "):], "%d of", &k); err == nil && k > acked {
 				acked = k
 			}
 		}
@@ -652,6 +730,31 @@ func (s *suite) check(t *testing.T, r *runState) []string {
 	}
 	if float64(len(trajs)) < m[trainer.MetricEpisodes] {
 		bad("%d trajectories stored, the run counted %v episodes", len(trajs), m[trainer.MetricEpisodes])
+	}
+	// An episode line is printed after its trajectory is stored: every
+	// one printed by any attempt (killed ones too) is there.
+	printed, published := 0, int64(0)
+	for _, o := range r.outs {
+		for _, l := range strings.Split(o, "\n") {
+			if strings.Contains(l, "/"+strconv.Itoa(steps)+":   episode ") {
+				printed++
+			}
+			// "learner step K → policy vV": published and checkpointed.
+			if i := strings.Index(l, "→ policy v"); i >= 0 && strings.Contains(l, "learner step") {
+				var v int64
+				if _, err := fmt.Sscanf(l[i+len("→ policy v"):], "%d", &v); err == nil && v > published {
+					published = v
+				}
+			}
+		}
+	}
+	if len(trajs) < printed {
+		bad("%d episodes were reported played, %d trajectories stored", printed, len(trajs))
+	}
+	if published > 0 {
+		if c, err := db.Checkpoints().Latest(ctx, r.id); err != nil || c.GetPolicyVersion() < published {
+			bad("policy v%d was acknowledged; the newest publication is %v (%v)", published, c.GetPolicyVersion(), err)
+		}
 	}
 	for _, tr := range trajs {
 		if tr.PolicyVersion > int64(m[trainer.MetricPolicyVersion]) {
@@ -734,15 +837,46 @@ func (s *suite) leftovers() []string {
 		}
 		time.Sleep(2 * time.Second)
 	}
+	s.purge()
 	return []string{fmt.Sprintf("left once idle (2 minutes): %s", strings.Join(left, ", "))}
+}
+
+// purge removes what a failed scenario left (after the checker counted
+// it), so that the next scenario starts from an empty namespace.
+func (s *suite) purge() {
+	ctr := func(args ...string) string {
+		out, _ := exec.Command("ctr", append([]string{"-a", s.sock, "-n", namespace}, args...)...).Output()
+		return string(out)
+	}
+	for _, id := range strings.Fields(ctr("containers", "ls", "-q")) {
+		ctr("tasks", "kill", "-s", "SIGKILL", id)
+		time.Sleep(500 * time.Millisecond)
+		ctr("tasks", "rm", "-f", id)
+		ctr("containers", "rm", id)
+	}
+	for _, id := range strings.Fields(ctr("leases", "ls", "-q")) {
+		if strings.HasPrefix(id, "fn-") {
+			ctr("leases", "rm", "--sync", id)
+		}
+	}
+	for _, l := range strings.Split(ctr("snapshots", "ls"), "\n") {
+		if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(f[0], "fn-") {
+			ctr("snapshots", "rm", f[0])
+		}
+	}
 }
 
 // --- the scenarios ------------------------------------------------------------
 
+// warmStart makes a run publish and checkpoint whatever the 135M model
+// writes: one epoch on the synthesizer's verified gold fixes (whole fixes
+// need more than 16 tokens a turn).
+var warmStart = []string{"--warm-start-epochs", "1", "--max-turn-tokens", "400"}
+
 func scenarios() []scenario {
 	return []scenario{
 		{name: "kill-run", inject: func(s *suite, r *runState) string {
-			at := s.randomPoint(r, 5*time.Second)
+			at := s.randomPoint(r, 2*time.Second) // an episode takes about 2s here
 			if at == "" {
 				return "SIGKILL of the run process: the run ended first"
 			}
@@ -750,7 +884,7 @@ func scenarios() []scenario {
 			return "SIGKILL of the run process (node a: the run, its Learner and Sampler) at " + at
 		}},
 		{name: "kill-sandbox-node", inject: func(s *suite, r *runState) string {
-			at := s.randomPoint(r, 5*time.Second)
+			at := s.randomPoint(r, 2*time.Second)
 			if at == "" {
 				return "SIGKILL of sandbox node b: the run ended first"
 			}
@@ -759,11 +893,14 @@ func scenarios() []scenario {
 			s.startDaemon(s.nodes[1])
 			return "SIGKILL of sandbox node b at " + at + ", restarted 5s later"
 		}},
-		{name: "publish-kill", failpoints: "learner/publish=1*kill", flags: []string{"--warm-start-epochs", "1"}},
-		{name: "checkpoint-error", failpoints: "learner/checkpoint=1*error", flags: []string{"--warm-start-epochs", "1"}},
-		{name: "sampler-swap-error", failpoints: "sampler/swap=1*error", flags: []string{"--warm-start-epochs", "1"}},
+		{name: "publish-kill", failpoints: "learner/publish=1*kill", flags: warmStart},
+		{name: "checkpoint-error", failpoints: "learner/checkpoint=1*error", flags: warmStart},
+		{name: "sampler-swap-error", failpoints: "sampler/swap=1*error", flags: warmStart},
 		{name: "sandbox-create-error", failpoints: "sandbox/create=2*error@3"},
+		{name: "sandbox-create-error-nodes", nodeFailpoints: "sandbox/create=1*error@2"},
 		{name: "store-write-kill", failpoints: "store/trajectory-append=1*kill@3"},
+		{name: "store-write-error", failpoints: "store/frontier-commit=1*error@2"},
+		{name: "run-record-error", failpoints: "store/run-put=1*error@3"},
 		{name: "containerd-restart", inject: func(s *suite, r *runState) string {
 			at := s.randomPoint(r, 5*time.Second)
 			if at == "" {
@@ -815,10 +952,16 @@ func TestScenarios(t *testing.T) {
 			pick[n] = true
 		}
 	}
+	runs := 1
+	if n, err := strconv.Atoi(os.Getenv("FROGNANO_FAULTS_RUNS")); err == nil && n > 0 {
+		runs = n
+	}
 	for _, sc := range scenarios() {
 		if len(pick) > 0 && !pick[sc.name] {
 			continue
 		}
-		t.Run(sc.name, func(t *testing.T) { s.play(t, sc) })
+		for i := range runs {
+			t.Run(fmt.Sprintf("%s/%d", sc.name, i+1), func(t *testing.T) { s.play(t, sc, i+1) })
+		}
 	}
 }
