@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -150,7 +151,7 @@ func TestRunTrainsAndResumes(t *testing.T) {
 	}
 
 	// The record survived the kill at step 1.
-	db, err := persistence.Open(filepath.Join(data, "db"))
+	db, err := openAfterKill(t, filepath.Join(data, "db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +277,7 @@ func TestAsyncRunResumes(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	db, err := persistence.Open(filepath.Join(data, "db"))
+	db, err := openAfterKill(t, filepath.Join(data, "db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -748,4 +749,44 @@ func TestAsyncThroughput(t *testing.T) {
 			rates[staleness], m[trainer.MetricMaxStaleness], before, load())
 	}
 	t.Logf("asynchronous / synchronous episodes per hour: %.2f", rates[3]/rates[0])
+}
+
+// openAfterKill opens the store of a process the test has just SIGKILLed
+// and reaped. Its directory lock goes with the process, but under load the
+// kernel may finish releasing it a moment after the reap (CI saw "in use by
+// another process" once): retry that one error for a while, and name any
+// process that still holds the directory if it does not clear.
+func openAfterKill(t *testing.T, dir string) (*persistence.DB, error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		db, err := persistence.Open(dir)
+		if !errors.Is(err, persistence.ErrLocked) || time.Now().After(deadline) {
+			if errors.Is(err, persistence.ErrLocked) {
+				err = fmt.Errorf("%w (held by: %s)", err, holdersOf(dir))
+			}
+			return db, err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// holdersOf lists the processes with a descriptor on dir or a file in it.
+func holdersOf(dir string) string {
+	abs, _ := filepath.Abs(dir)
+	var out []string
+	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	for _, fd := range fds {
+		target, err := os.Readlink(fd)
+		if err != nil || !(target == abs || strings.HasPrefix(target, abs+"/")) {
+			continue
+		}
+		pid := strings.Split(fd, "/")[2]
+		cmd, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+		out = append(out, fmt.Sprintf("pid %s (%s) %s", pid, strings.ReplaceAll(string(cmd), "\x00", " "), target))
+	}
+	if len(out) == 0 {
+		return "no process has it open"
+	}
+	return strings.Join(out, "; ")
 }
