@@ -209,6 +209,18 @@ func (l *Learner) LoadCheckpoint(ctx context.Context, step int64) error {
 		}
 		return decodeF32(raw), nil
 	}
+	trained := map[string]bool{}
+	for _, p := range params {
+		trained[p.Name] = true
+	}
+	for _, p := range l.m.Params() {
+		switch has := hasTensor(man.GetTensors(), p.Name); {
+		case !trained[p.Name] && has:
+			return fail(ErrModelMismatch, "it trains %s, which this learner keeps frozen (TrainLayers %d): resume with the run's own setting", p.Name, l.cfg.Train.TrainLayers)
+		case trained[p.Name] && !has && len(man.GetTensors()) > 0 && !hasTensor(man.GetTensors(), l.m.Params()[0].Name):
+			return fail(ErrModelMismatch, "it trains only some weights (not %s), this learner trains them (TrainLayers %d): resume with the run's own setting", p.Name, l.cfg.Train.TrainLayers)
+		}
+	}
 	known := map[string]bool{}
 	weights := map[string][]float32{}
 	st := optim.State{Step: int(man.GetStep()), M: map[string][]float32{}, V: map[string][]float32{}}
@@ -244,7 +256,7 @@ func (l *Learner) LoadCheckpoint(ctx context.Context, step int64) error {
 		return fail(ErrCorrupt, "step %d, policy version %d", man.GetStep(), man.GetPolicyVersion())
 	}
 
-	if err := l.m.SetParams(weights); err != nil {
+	if err := l.m.UpdateParams(weights); err != nil {
 		return fail(ErrModelMismatch, "%v", err)
 	}
 	if err := l.opt.SetState(st); err != nil {
@@ -260,7 +272,11 @@ func (l *Learner) LoadCheckpoint(ctx context.Context, step int64) error {
 
 // LoadPublished copies the weights published as checkpoint step of run
 // into m (a Sampler's, or the exporter's model): the Samplers' side of
-// the publication contract.
+// the publication contract. A run that trains only its top layers
+// (TrainOptions.TrainLayers) publishes only those; m's other weights are
+// left as they are, which is right when m holds the run's base model (or
+// an earlier publication of the same run), as a Sampler of the run does.
+// A publication must hold at least one weight, and each of them in full.
 func LoadPublished(ctx context.Context, store persistence.CheckpointStore, m *model.Model, runID string, step int64) (*messages.Checkpoint, error) {
 	man, err := store.Load(ctx, runID, step)
 	if err != nil {
@@ -271,6 +287,9 @@ func LoadPublished(ctx context.Context, store persistence.CheckpointStore, m *mo
 	}
 	weights := map[string][]float32{}
 	for _, p := range m.Params() {
+		if !hasTensor(man.GetTensors(), p.Name) {
+			continue
+		}
 		raw, err := store.ReadTensor(ctx, runID, step, p.Name)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s@%d: %w", ErrCorrupt, runID, step, err)
@@ -280,8 +299,28 @@ func LoadPublished(ctx context.Context, store persistence.CheckpointStore, m *mo
 		}
 		weights[p.Name] = decodeF32(raw)
 	}
-	if err := m.SetParams(weights); err != nil {
+	if len(weights) == 0 || len(weights) < len(man.GetTensors()) {
+		var unknown []string
+		for _, t := range man.GetTensors() {
+			if _, ok := weights[t.GetName()]; !ok {
+				unknown = append(unknown, t.GetName())
+			}
+		}
+		return nil, fmt.Errorf("%w: %s@%d holds %d tensors, %d of them weights of this model (not: %s)", ErrModelMismatch, runID, step,
+			len(man.GetTensors()), len(weights), strings.Join(unknown, ", "))
+	}
+	if err := m.UpdateParams(weights); err != nil {
 		return nil, fmt.Errorf("%w: %s@%d: %w", ErrModelMismatch, runID, step, err)
 	}
 	return man, nil
+}
+
+// hasTensor reports whether metas lists a tensor called name.
+func hasTensor(metas []*messages.TensorMeta, name string) bool {
+	for _, m := range metas {
+		if m.GetName() == name {
+			return true
+		}
+	}
+	return false
 }

@@ -3,8 +3,10 @@ package learner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
@@ -464,5 +466,75 @@ func TestGroupsFromProto(t *testing.T) {
 		if _, err := GroupsFromProto([]*messages.TrajectoryGroup{{Trajectories: []*messages.Trajectory{bad}}}); !errors.Is(err, ErrBadBatch) {
 			t.Errorf("%s: err %v", name, err)
 		}
+	}
+}
+
+// TestTrainTopLayers: a Learner that trains only the top layer changes
+// that layer and the final norm and nothing else; it publishes only those,
+// and a Sampler's base model that loads the publication computes with
+// exactly the Learner's weights; it resumes from its checkpoint bit for
+// bit, and a Learner that would train the frozen layers refuses the
+// checkpoint with an error that says so.
+func TestTrainTopLayers(t *testing.T) {
+	ctx := context.Background()
+	dir := tinyDir(t, modeltest.Llama, 8)
+	base := weights(t, load(t, dir))
+	store := persistence.NewMemory().Checkpoints()
+	cfg := testConfig(load(t, dir), store)
+	cfg.Train.TrainLayers = 1
+	cfg.PublishEvery = 1
+	l, err := Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last *Publication
+	for i := range 2 {
+		last = step(t, l, batch(t, l.Model(), uint64(40+i))).Published
+	}
+	after := weights(t, l.Model())
+	top := l.Model().Config.Layers - 1
+	changed := 0
+	for name, w := range after {
+		trained := name == "model.norm.weight" || strings.HasPrefix(name, fmt.Sprintf("model.layers.%d.", top))
+		same := true
+		for i := range w {
+			same = same && math.Float32bits(w[i]) == math.Float32bits(base[name][i])
+		}
+		if trained && !same {
+			changed++
+		}
+		if !trained && !same {
+			t.Errorf("%s is frozen but changed", name)
+		}
+	}
+	if changed == 0 {
+		t.Fatal("no trained weight changed")
+	}
+	man, err := store.Load(ctx, last.RunID, last.Step)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range man.GetTensors() {
+		if l.Trainer().Frozen(m.GetName()) {
+			t.Errorf("the publication holds the frozen %s", m.GetName())
+		}
+	}
+	sampler := load(t, dir)
+	if _, err := LoadPublished(ctx, store, sampler, last.RunID, last.Step); err != nil {
+		t.Fatal(err)
+	}
+	sameBits(t, "published weights", after, weights(t, sampler))
+
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	resumed, err := Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameBits(t, "weights after resume", after, weights(t, resumed.Model()))
+	whole := testConfig(load(t, dir), store)
+	if _, err := Open(ctx, whole); !errors.Is(err, ErrModelMismatch) || !strings.Contains(err.Error(), "TrainLayers") {
+		t.Fatalf("a learner of every weight opened the top layer's checkpoint: %v", err)
 	}
 }

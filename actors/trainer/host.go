@@ -108,8 +108,8 @@ func (h *host) openRun(ctx actor.Context, m *messages.LearnerOpen) {
 	case !(m.GetLr() > 0):
 		ctx.Respond(failure("bad_request", fmt.Errorf("learner host: learning rate %v: want > 0", m.GetLr())))
 		return
-	case m.GetCheckpointEvery() < 0 || m.GetMicroBatchTokens() < 0:
-		ctx.Respond(failure("bad_request", errors.New("learner host: negative checkpoint interval or micro-batch size")))
+	case m.GetCheckpointEvery() < 0 || m.GetMicroBatchTokens() < 0 || m.GetTrainLayers() < 0:
+		ctx.Respond(failure("bad_request", errors.New("learner host: negative checkpoint interval, micro-batch size or trained layers")))
 		return
 	}
 	if h.open != nil && h.open.GetRunId() == m.GetRunId() && !proto.Equal(h.open, m) {
@@ -136,7 +136,7 @@ func (h *host) openRun(ctx actor.Context, m *messages.LearnerOpen) {
 			return learner.Open(ctx, learner.Config{
 				RunID: o.GetRunId(), Model: mdl, Store: cfg.Checkpoints, Optim: oc, GRPO: grpo.DefaultOptions(),
 				MicroBatchTokens: int(o.GetMicroBatchTokens()), CheckpointEvery: int(o.GetCheckpointEvery()), Seed: o.GetSeed(),
-				Logger: cfg.Logger,
+				Train: model.TrainOptions{TrainLayers: int(o.GetTrainLayers())}, Logger: cfg.Logger,
 			})
 		}
 		h.pid = ctx.Spawn(learner.Props(learner.ActorConfig{Open: open, Logger: h.cfg.Logger}))

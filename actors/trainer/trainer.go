@@ -76,6 +76,10 @@ type Settings struct {
 	WallSeconds   float64 `json:"wall_seconds"`
 	// LR is AdamW's learning rate.
 	LR float64 `json:"lr"`
+	// TrainLayers trains only the model's top this many decoder layers and
+	// its final norm, the rest frozen (model.TrainOptions.TrainLayers; 0:
+	// every weight): the GRPO steps and the warm start alike.
+	TrainLayers int `json:"train_layers,omitempty"`
 	// CheckpointEvery writes the Learner's full state every this many of
 	// its steps (0: the Learner's default); the run's end writes one too.
 	CheckpointEvery int `json:"checkpoint_every"`
@@ -177,6 +181,8 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("trainer: evaluation of %d tasks × %d episodes every %d steps: want tasks and steps ≥ 0 and at least 1 episode", s.EvalTasks, s.EvalK, s.EvalEvery)
 	case s.CheckpointEvery < 0:
 		return fmt.Errorf("trainer: checkpoint every %d steps: want 0 or more", s.CheckpointEvery)
+	case s.TrainLayers < 0:
+		return fmt.Errorf("trainer: %d trained layers: want 0 (all) or more", s.TrainLayers)
 	case s.BudgetSeconds < 0 || math.IsNaN(s.BudgetSeconds) || math.IsInf(s.BudgetSeconds, 0):
 		return fmt.Errorf("trainer: budget of %v seconds: want a finite number ≥ 0", s.BudgetSeconds)
 	case s.MaxStaleness < 0:
@@ -475,7 +481,7 @@ func (t *Trainer) open(ctx context.Context, run *messages.Run, s Settings) (int,
 	start := time.Now()
 	t.printf("learner: opening run %s (model %s, lr %g)", run.GetId(), orDefault(s.Model, "the store's default"), s.LR)
 	res, err := t.ask(actor.NewPID(t.cfg.Node, HostName), &messages.LearnerOpen{RunId: run.GetId(), Model: s.Model, Lr: s.LR,
-		CheckpointEvery: int32(s.CheckpointEvery), Seed: s.Seed}, 30*time.Minute)
+		CheckpointEvery: int32(s.CheckpointEvery), Seed: s.Seed, TrainLayers: int32(s.TrainLayers)}, 30*time.Minute)
 	if err != nil {
 		return 0, err
 	}

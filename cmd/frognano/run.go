@@ -301,6 +301,7 @@ one.`,
 	fl.IntVar(&s.MaxContext, "max-context", 4096, "most tokens of a whole episode (capped by the model's context)")
 	fl.Float64Var(&s.WallSeconds, "wall-seconds", 600, "most seconds of one episode, grading excluded")
 	fl.Float64Var(&s.LR, "lr", 1e-5, "AdamW learning rate")
+	fl.IntVar(&s.TrainLayers, "train-layers", 0, "train only the model's top N decoder layers and its final norm, the embedding, output projection and lower layers frozen (0: every weight); about half a step's compute for a quarter of the layers, and memory a larger model needs on a CPU")
 	fl.IntVar(&s.MaxStaleness, "max-staleness", 3, "asynchronous steps: later steps' rollouts are played while the Learner trains, and a group more than this many policy versions old is dropped and counted, never trained on (0: synchronous steps)")
 	fl.IntVar(&s.CheckpointEvery, "checkpoint-every", 1, "full Learner checkpoint every this many updates (the run's end writes one too)")
 	fl.Uint64Var(&s.Seed, "seed", 0, "seed of batches, episodes and the Learner (0: from the clock)")

@@ -46,6 +46,19 @@ func (m *Model) Params() []NamedTensor {
 // not run while any of them computes on this Model. A quantized model
 // (SetQuantization) re-quantizes the new weights.
 func (m *Model) SetParams(src map[string][]float32) error {
+	return m.setParams(src, false, "SetParams")
+}
+
+// UpdateParams is SetParams for some of the weights: those named in src
+// are replaced, the others keep their values (the frozen layers of a
+// partly trained model, which its publications leave out). Every name
+// must be a weight of the model with exactly its element count; otherwise
+// nothing is changed.
+func (m *Model) UpdateParams(src map[string][]float32) error {
+	return m.setParams(src, true, "UpdateParams")
+}
+
+func (m *Model) setParams(src map[string][]float32, some bool, op string) error {
 	params := m.Params()
 	known := make(map[string]bool, len(params))
 	var problems []string
@@ -53,7 +66,9 @@ func (m *Model) SetParams(src map[string][]float32) error {
 		known[p.Name] = true
 		v, ok := src[p.Name]
 		if !ok {
-			problems = append(problems, fmt.Sprintf("%s is missing", p.Name))
+			if !some {
+				problems = append(problems, fmt.Sprintf("%s is missing", p.Name))
+			}
 			continue
 		}
 		if n := numel(p.Value.Shape()); len(v) != n {
@@ -77,10 +92,13 @@ func (m *Model) SetParams(src map[string][]float32) error {
 			more = fmt.Sprintf(" (and %d more)", len(problems)-show)
 			problems = problems[:show]
 		}
-		return fmt.Errorf("%w: SetParams: %s%s", ErrMalformed, strings.Join(problems, "; "), more)
+		return fmt.Errorf("%w: %s: %s%s", ErrMalformed, op, strings.Join(problems, "; "), more)
 	}
 	for _, p := range params {
-		v := src[p.Name]
+		v, ok := src[p.Name]
+		if !ok {
+			continue
+		}
 		// FromHost adopts its argument on the CPU backend; Copy only reads it.
 		m.b.Copy(p.Value, m.b.FromHost(tensor.From(v, p.Value.Shape()...)))
 	}
@@ -125,7 +143,8 @@ func walkWeights(v reflect.Value, prefix string, fn func(name string, t kernels.
 
 // mirrorWeights fills dst, a zero layer struct of src's type, with the same
 // structure as src: a tensor made by fn(name, t) for every non-nil tensor t
-// of src, nil where src has nil. The Trainer keeps its gradients in such a
+// of src (nil where fn returns nil: a frozen weight has no gradient), nil
+// where src has nil. The Trainer keeps its gradients in such a
 // mirror of the model's Transformer, so that the backward pass reads a
 // weight and its gradient at the same path (w.Blocks[l].Attn.Q.Weight and
 // g.Blocks[l].Attn.Q.Weight).
@@ -143,7 +162,9 @@ func mirrorWeights(dst, src reflect.Value, prefix string, fn func(name string, t
 		switch {
 		case f.Type == tensorType:
 			if !sv.IsNil() {
-				dv.Set(reflect.ValueOf(fn(full, sv.Interface().(kernels.Tensor))))
+				if r := fn(full, sv.Interface().(kernels.Tensor)); r != nil {
+					dv.Set(reflect.ValueOf(r))
+				}
 			}
 		case f.Type.Kind() == reflect.Pointer:
 			if !sv.IsNil() {

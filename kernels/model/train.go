@@ -3,6 +3,8 @@ package model
 import (
 	"fmt"
 	"reflect"
+	"strconv"
+	"strings"
 
 	"github.com/frognano/frognano/kernels"
 )
@@ -58,6 +60,38 @@ type TrainOptions struct {
 	// as many as fit in 256 MiB (1365 rows for a vocabulary of 49152, 441
 	// for 152064).
 	ChunkRows int
+	// TrainLayers, when positive, trains only the top TrainLayers decoder
+	// layers and the final norm; the embedding, the output projection and
+	// the layers below stay frozen. Frozen weights get no gradient buffer
+	// (Params lists only the trained ones, so an optimizer keeps moments
+	// for those alone), the frozen layers' activations are not kept, and
+	// the backward pass stops at the lowest trained layer: for the top
+	// quarter of a model, about half the compute of a whole step and a
+	// fraction of its memory. 0 (or the number of layers or more) trains
+	// every weight.
+	TrainLayers int
+}
+
+// Frozen reports whether the Trainer leaves weight name unchanged.
+func (t *Trainer) Frozen(name string) bool { return !t.trained(name) }
+
+// trained reports whether weight name is trained under t's options: every
+// weight when all layers train, else the top layers' weights and the final
+// norm.
+func (t *Trainer) trained(name string) bool {
+	if t.first == 0 {
+		return true
+	}
+	if name == "model.norm.weight" {
+		return true
+	}
+	rest, ok := strings.CutPrefix(name, "model.layers.")
+	if !ok {
+		return false
+	}
+	idx, _, _ := strings.Cut(rest, ".")
+	l, err := strconv.Atoi(idx)
+	return err == nil && l >= t.first
 }
 
 // logitsBudget is the memory, in bytes, that a default chunk of float32
@@ -73,12 +107,14 @@ type Trainer struct {
 	m      *Model
 	b      kernels.GradBackend
 	o      TrainOptions
-	g      Transformer // gradients, mirroring m.w
+	g      Transformer // gradients, mirroring m.w (nil for frozen weights)
 	params []Param
+	first  int // the lowest trained layer (0: every weight trains)
 
 	rows  int            // capacity of the per-token buffers, in rows
 	xs    []bufs         // per layer: the kept activations; xs[l].xIn is layer l's input
 	re    bufs           // with Recompute: the activations of the layer being recomputed
+	fz    bufs           // with frozen layers: their activations, overwritten layer by layer
 	final kernels.Tensor // [rows, hidden], the last layer's output
 	work  bufs           // scratch: h, o, act, and the backward pass's gradients
 	s     bufs           // views of work for the current batch
@@ -122,27 +158,37 @@ func (m *Model) NewTrainer(o TrainOptions) (*Trainer, error) {
 	if o.ChunkRows < 0 {
 		return nil, fmt.Errorf("model: TrainOptions.ChunkRows %d is negative", o.ChunkRows)
 	}
+	if o.TrainLayers < 0 {
+		return nil, fmt.Errorf("model: TrainOptions.TrainLayers %d is negative", o.TrainLayers)
+	}
 	if o.ChunkRows == 0 {
 		o.ChunkRows = max(1, logitsBudget/(4*m.Config.VocabSize))
 	}
 	t := &Trainer{m: m, b: gb, o: o}
+	if o.TrainLayers > 0 && o.TrainLayers < m.Config.Layers {
+		t.first = m.Config.Layers - o.TrainLayers
+	}
 	values := m.Params()
 	i := 0
 	mirrorWeights(reflect.ValueOf(&t.g).Elem(), reflect.ValueOf(&m.w).Elem(), "", func(name string, v kernels.Tensor) kernels.Tensor {
 		if values[i].Name != name {
 			panic("model: weights listed in a different order: " + name + " and " + values[i].Name)
 		}
+		i++
+		if !t.trained(name) {
+			return nil
+		}
 		g := gb.New(v.Shape()...)
 		t.params = append(t.params, Param{Name: name, Value: v, Grad: g})
-		i++
 		return g
 	})
 	return t, nil
 }
 
-// Params lists every trainable tensor once (a tied embedding once, its
+// Params lists every trained tensor once (a tied embedding once, its
 // gradient holding both its input and output contributions), in the order
-// of Model.Params.
+// of Model.Params; with TrainOptions.TrainLayers, only the top layers' and
+// the final norm.
 func (t *Trainer) Params() []Param { return t.params }
 
 // ZeroGrad sets every gradient to zero.
@@ -169,9 +215,23 @@ func (t *Trainer) LogProbs(seqs [][]int32) ([][]float32, error) {
 	b, w := t.b, &t.m.w
 	n := t.total
 
-	first := slice(b, t.xs[0].xIn, n)
-	b.Embedding(first, w.TokenEmbedding, t.ids)
-	for l := range w.Blocks {
+	// Frozen layers run in place in one set of scratch buffers (a layer's
+	// output overwrites its input once it is no longer read); the last of
+	// them writes the lowest trained layer's input.
+	if t.first > 0 {
+		a := t.views(&t.fz)
+		b.Embedding(a.xIn, w.TokenEmbedding, t.ids)
+		for l := range t.first {
+			out := a.xIn
+			if l+1 == t.first {
+				out = slice(b, t.xs[t.first].xIn, n)
+			}
+			t.forwardBlock(l, &a, out)
+		}
+	} else {
+		b.Embedding(slice(b, t.xs[0].xIn, n), w.TokenEmbedding, t.ids)
+	}
+	for l := t.first; l < len(w.Blocks); l++ {
 		out := t.final
 		if l+1 < len(t.xs) {
 			out = t.xs[l+1].xIn
@@ -243,7 +303,9 @@ func (t *Trainer) Backward(dlogp [][]float32) error {
 			}
 			t.held = -1
 			b.TokenLogProbsBackward(logits, logits, t.targets[r0:r1], t.dlogp[r0:r1])
-			b.MatMulTN(gOut, logits, h, true)
+			if gOut != nil {
+				b.MatMulTN(gOut, logits, h, true)
+			}
 			b.MatMulNN(b.Slice(dhOut, r0, r1), logits, wOut)
 		}
 		b.RMSNormBackward(dhOut, g.OutputNorm.Weight, dhOut, xOut, w.OutputNorm.Weight, c.NormEps)
@@ -257,14 +319,16 @@ func (t *Trainer) Backward(dlogp [][]float32) error {
 		}
 	}
 
-	for l := len(w.Blocks) - 1; l >= 0; l-- {
+	for l := len(w.Blocks) - 1; l >= t.first; l-- {
 		a := t.layer(l)
 		if t.o.Recompute {
 			t.forwardBlock(l, &a, nil)
 		}
 		t.backwardBlock(l, &a)
 	}
-	b.EmbeddingBackward(g.TokenEmbedding, dx, t.ids)
+	if g.TokenEmbedding != nil {
+		b.EmbeddingBackward(g.TokenEmbedding, dx, t.ids)
+	}
 	return nil
 }
 
@@ -321,7 +385,7 @@ func (t *Trainer) prepare(seqs [][]int32) {
 			}
 		}
 		t.xs = make([]bufs, c.Layers)
-		for l := range t.xs {
+		for l := t.first; l < len(t.xs); l++ {
 			t.xs[l].xIn = b.New(n, d)
 			if !t.o.Recompute {
 				kept(&t.xs[l])
@@ -329,6 +393,15 @@ func (t *Trainer) prepare(seqs [][]int32) {
 		}
 		if t.o.Recompute {
 			kept(&t.re)
+		}
+		if t.first > 0 {
+			t.fz = bufs{xIn: b.New(n, d)}
+			if t.o.Recompute {
+				t.fz.xMid, t.fz.q, t.fz.k, t.fz.v, t.fz.att = t.re.xMid, t.re.q, t.re.k, t.re.v, t.re.att
+				t.fz.gate, t.fz.up, t.fz.qRaw, t.fz.kRaw = t.re.gate, t.re.up, t.re.qRaw, t.re.kRaw
+			} else {
+				kept(&t.fz)
+			}
 		}
 		t.final = b.New(n, d)
 		w := &t.work

@@ -611,3 +611,58 @@ func TestTrainHistoryIndependent(t *testing.T) {
 		}
 	}
 }
+
+// TestTrainTopLayers: training only the top layers gives exactly the
+// log-probabilities of training everything, and for the trained weights
+// (the top layers' and the final norm) exactly the same gradients; the
+// frozen weights have no gradient and are not listed, with and without
+// recomputation.
+func TestTrainTopLayers(t *testing.T) {
+	for _, name := range []string{"llama", "qwen2", "qwen3"} {
+		t.Run(name, func(t *testing.T) {
+			s := tinySpecs[name]
+			m := mustLoad(t, s.WriteHF(t, s.RandomWeights(31), nil))
+			layers := m.Config.Layers
+			if layers < 2 {
+				t.Fatalf("the tiny %s has %d layers; the test needs 2 or more", name, layers)
+			}
+			seqs, coef := trainBatch(s.Vocab(), []int{33, 5, 1, 12}, 32)
+			lp0, g0 := gradsOf(t, mustTrainer(t, m, TrainOptions{}), seqs, coef)
+			for _, o := range []TrainOptions{{TrainLayers: 1}, {TrainLayers: layers - 1, Recompute: true}, {TrainLayers: layers}} {
+				tr := mustTrainer(t, m, o)
+				lp, g := gradsOf(t, tr, seqs, coef)
+				for i := range lp {
+					if msg := kernelstest.Mismatch(lp[i], lp0[i], kernelstest.Tolerance{}); msg != "" {
+						t.Errorf("%+v: sequence %d: log-probabilities: %s", o, i, msg)
+					}
+				}
+				first := layers - o.TrainLayers
+				want := 0
+				for _, p := range m.Params() {
+					layer := -1
+					fmt.Sscanf(strings.TrimPrefix(p.Name, "model.layers."), "%d.", &layer)
+					trained := o.TrainLayers >= layers || p.Name == "model.norm.weight" || (strings.HasPrefix(p.Name, "model.layers.") && layer >= first)
+					if trained != !tr.Frozen(p.Name) {
+						t.Errorf("%+v: %s: trained %v, want %v", o, p.Name, !tr.Frozen(p.Name), trained)
+					}
+					_, listed := g[p.Name]
+					if listed != trained {
+						t.Errorf("%+v: %s: has a gradient %v, want %v", o, p.Name, listed, trained)
+					}
+					if trained {
+						want++
+						if msg := kernelstest.Mismatch(g[p.Name], g0[p.Name], kernelstest.Tolerance{}); msg != "" {
+							t.Errorf("%+v: %s: %s", o, p.Name, msg)
+						}
+					}
+				}
+				if len(g) != want || want == 0 {
+					t.Errorf("%+v: %d gradients, want %d", o, len(g), want)
+				}
+			}
+			if _, err := m.NewTrainer(TrainOptions{TrainLayers: -1}); err == nil {
+				t.Error("TrainLayers -1 was accepted")
+			}
+		})
+	}
+}

@@ -39,6 +39,7 @@ type LearnerOpen struct {
 	CheckpointEvery  int32                  `protobuf:"varint,4,opt,name=checkpoint_every,json=checkpointEvery,proto3" json:"checkpoint_every,omitempty"`      // full checkpoint every this many steps (0: the Learner's default)
 	MicroBatchTokens int32                  `protobuf:"varint,5,opt,name=micro_batch_tokens,json=microBatchTokens,proto3" json:"micro_batch_tokens,omitempty"` // 0: the Learner's default
 	Seed             uint64                 `protobuf:"varint,6,opt,name=seed,proto3" json:"seed,omitempty"`                                                   // orders sequences into micro-batches
+	TrainLayers      int32                  `protobuf:"varint,7,opt,name=train_layers,json=trainLayers,proto3" json:"train_layers,omitempty"`                  // train only the top this many layers and the final norm (0: every weight)
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -111,6 +112,13 @@ func (x *LearnerOpen) GetMicroBatchTokens() int32 {
 func (x *LearnerOpen) GetSeed() uint64 {
 	if x != nil {
 		return x.Seed
+	}
+	return 0
+}
+
+func (x *LearnerOpen) GetTrainLayers() int32 {
+	if x != nil {
+		return x.TrainLayers
 	}
 	return 0
 }
@@ -317,14 +325,15 @@ var File_trainer_proto protoreflect.FileDescriptor
 
 const file_trainer_proto_rawDesc = "" +
 	"\n" +
-	"\rtrainer.proto\x12\x14frognano.messages.v1\x1a\rrecords.proto\x1a\rlearner.proto\"\xb7\x01\n" +
+	"\rtrainer.proto\x12\x14frognano.messages.v1\x1a\rrecords.proto\x1a\rlearner.proto\"\xda\x01\n" +
 	"\vLearnerOpen\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x0e\n" +
 	"\x02lr\x18\x03 \x01(\x01R\x02lr\x12)\n" +
 	"\x10checkpoint_every\x18\x04 \x01(\x05R\x0fcheckpointEvery\x12,\n" +
 	"\x12micro_batch_tokens\x18\x05 \x01(\x05R\x10microBatchTokens\x12\x12\n" +
-	"\x04seed\x18\x06 \x01(\x04R\x04seed\"v\n" +
+	"\x04seed\x18\x06 \x01(\x04R\x04seed\x12!\n" +
+	"\ftrain_layers\x18\a \x01(\x05R\vtrainLayers\"v\n" +
 	"\rLearnerOpened\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12;\n" +
