@@ -399,7 +399,11 @@ func (l *Learner) run(plan *grpo.Plan, backward bool) (float64, grpo.Stats, int,
 		loss  float64
 		stats grpo.Stats
 	)
-	mbs, err := l.pass(planSeqs(plan), backward, func(k int, logp, dlogp []float32) error {
+	masks := make([][]bool, len(plan.Items))
+	for k, it := range plan.Items {
+		masks[k] = it.Seq.PolicyMask
+	}
+	mbs, err := l.pass(planSeqs(plan), masks, backward, func(k int, logp, dlogp []float32) error {
 		sl, st, err := plan.SequenceLoss(k, logp, dlogp)
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrBadBatch, err)
@@ -425,7 +429,11 @@ type seqLoss func(k int, logp, dlogp []float32) error
 // when backward is set. It is the part of a step every loss shares. The
 // order of the sequences comes from the Learner's RNG (only when training,
 // so that evaluation does not move it). It returns the micro-batches run.
-func (l *Learner) pass(seqs [][]int32, backward bool, loss seqLoss) (int, error) {
+//
+// Only the log-probabilities of policy tokens are computed (masks[k][t]
+// marks token t of sequence k; the loss may only read those), so a prompt's
+// rows skip the output projection.
+func (l *Learner) pass(seqs [][]int32, masks [][]bool, backward bool, loss seqLoss) (int, error) {
 	order := make([]int, len(seqs))
 	for i := range order {
 		order[i] = i
@@ -441,10 +449,12 @@ func (l *Learner) pass(seqs [][]int32, backward bool, loss seqLoss) (int, error)
 			hi++
 		}
 		mb := make([][]int32, 0, hi-lo)
+		want := make([][]bool, 0, hi-lo)
 		for _, k := range order[lo:hi] {
 			mb = append(mb, seqs[k])
+			want = append(want, masks[k][min(1, len(masks[k])):])
 		}
-		logps, err := l.tr.LogProbs(mb)
+		logps, err := l.tr.LogProbsOf(mb, want)
 		if err != nil {
 			return mbs, fmt.Errorf("%w: %w", ErrBadBatch, err)
 		}

@@ -118,7 +118,11 @@ func (l *Learner) checkSFT(seqs []SFTSequence) ([][]int32, int, error) {
 func (l *Learner) sftPass(seqs []SFTSequence, ids [][]int32, n int, backward bool) (float64, int, error) {
 	var nll float64
 	g := float32(-1 / float64(n))
-	mbs, err := l.pass(ids, backward, func(k int, logp, dlogp []float32) error {
+	masks := make([][]bool, len(seqs))
+	for k := range seqs {
+		masks[k] = seqs[k].PolicyMask
+	}
+	mbs, err := l.pass(ids, masks, backward, func(k int, logp, dlogp []float32) error {
 		mask := seqs[k].PolicyMask
 		for j, v := range logp {
 			if mask[j+1] {

@@ -666,3 +666,68 @@ func TestTrainTopLayers(t *testing.T) {
 		})
 	}
 }
+
+// TestTrainWantedRows: LogProbsOf computes only the log-probabilities its
+// mask asks for, equal to LogProbs's there and 0 elsewhere, and Backward
+// then gives the gradient of the loss over those entries alone (the full
+// pass's with the other coefficients zeroed), whatever it is handed for
+// the others; with the top layer alone trained as well.
+func TestTrainWantedRows(t *testing.T) {
+	for _, name := range []string{"llama", "qwen2", "qwen3"} {
+		t.Run(name, func(t *testing.T) {
+			s := tinySpecs[name]
+			m := mustLoad(t, s.WriteHF(t, s.RandomWeights(41), nil))
+			seqs, coef := trainBatch(s.Vocab(), []int{30, 6, 1, 19}, 42)
+			r := rand.New(rand.NewPCG(43, 1))
+			want := make([][]bool, len(seqs))
+			masked := make([][]float32, len(seqs))
+			for i := range seqs {
+				want[i] = make([]bool, len(coef[i]))
+				masked[i] = make([]float32, len(coef[i]))
+				for j := range want[i] {
+					// a prompt, then an answer with a gap in it
+					want[i][j] = j >= len(want[i])/3 && r.IntN(5) > 0
+					if want[i][j] {
+						masked[i][j] = coef[i][j]
+					}
+				}
+			}
+			for _, o := range []TrainOptions{{}, {TrainLayers: 1, ChunkRows: 5}} {
+				lp0, g0 := gradsOf(t, mustTrainer(t, m, o), seqs, masked)
+				tr := mustTrainer(t, m, o)
+				tr.ZeroGrad()
+				lp, err := tr.LogProbsOf(seqs, want)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := range lp {
+					for j := range lp[i] {
+						w := float32(0)
+						if want[i][j] {
+							w = lp0[i][j]
+						}
+						if d := math.Abs(float64(lp[i][j] - w)); d > 1e-5 {
+							t.Fatalf("%+v: out[%d][%d] = %v, want %v", o, i, j, lp[i][j], w)
+						}
+					}
+				}
+				if err := tr.Backward(coef); err != nil { // unwanted coefficients are ignored
+					t.Fatal(err)
+				}
+				g := gradMap(tr)
+				for _, p := range sortedKeys(g0) {
+					if msg := kernelstest.Mismatch(g[p], g0[p], summationTol(g0[p])); msg != "" {
+						t.Errorf("%+v: %s: %s", o, p, msg)
+					}
+				}
+			}
+			tr := mustTrainer(t, m, TrainOptions{})
+			if _, err := tr.LogProbsOf(seqs, want[:1]); err == nil {
+				t.Error("a mask for one of four sequences was accepted")
+			}
+			if _, err := tr.LogProbsOf(seqs, [][]bool{want[0], want[1], want[2], want[2]}); err == nil {
+				t.Error("a mask of the wrong length was accepted")
+			}
+		})
+	}
+}
