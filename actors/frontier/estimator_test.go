@@ -658,3 +658,51 @@ func TestStepRecordedOnce(t *testing.T) {
 		t.Fatalf("state: last step %d (%d recorded), attempts %d", st.GetLastStep(), st.GetLastStepRecorded(), e.Stats("a").GetAttempts())
 	}
 }
+
+// The snapshot's bands split their tasks by hint level: every task is
+// counted once, in its band, at its own level.
+func TestSnapshotSplitsBandsByHintLevel(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, task("easy", "env", "off_by_one", 1, 2), task("hard", "env", "remove_branch", 3, 0),
+		task("mid1", "env", "swap_args", 1, 1), task("mid2", "env", "swap_args", 1, 1), task("mid3", "env", "off_by_one", 2, 3))
+	e := f.open(t, Params{MinRetireEvidence: 8, MinHopelessAttempts: 16})
+	ones, zeros := make([]float64, 8), make([]float64, 8)
+	for i := range ones {
+		ones[i] = 1
+	}
+	for v := int64(0); v < 2; v++ {
+		if _, err := e.Record(ctx, append(outcomes("easy", v, ones...), outcomes("hard", v, zeros...)...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.Record(ctx, outcomes("mid1", 2, 1, 0, 1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	snap := e.Snapshot(nil)
+	active := map[int32]int32{}
+	for _, b := range snap.GetPool() {
+		var sum int32
+		for level, n := range b.GetHintTasks() {
+			sum += n
+			if b.GetName() != BandRetiredMastered && b.GetName() != BandRetiredHopeless {
+				active[level] += n
+			}
+		}
+		if sum != b.GetTasks() {
+			t.Errorf("band %s: %d tasks, %v by hint level", b.GetName(), b.GetTasks(), b.GetHintTasks())
+		}
+		switch b.GetName() {
+		case BandRetiredMastered:
+			if b.GetTasks() != 1 || b.GetHintTasks()[2] != 1 {
+				t.Errorf("mastered band %v, want the hint-2 task", b)
+			}
+		case BandRetiredHopeless:
+			if b.GetTasks() != 1 || b.GetHintTasks()[0] != 1 {
+				t.Errorf("hopeless band %v, want the hint-0 task", b)
+			}
+		}
+	}
+	if len(active) != 2 || active[1] != 2 || active[3] != 1 {
+		t.Errorf("active tasks by hint level %v, want two at level 1 and one at level 3", active)
+	}
+}

@@ -20,19 +20,28 @@ const (
 	BandTooEasy         = "too_easy"
 )
 
-// poolBands counts the pool by band of posterior mean, and counts active
-// tasks per synthesis setting.
-func (e *Estimator) poolBands(st *messages.FrontierState) (bands map[string]int, perSpec map[string]int, active int) {
+// poolBands counts the pool by band of posterior mean, each band also by
+// hint level (byHint[band][level]), and counts active tasks per synthesis
+// setting.
+func (e *Estimator) poolBands(st *messages.FrontierState) (bands map[string]int, byHint map[string]map[int]int, perSpec map[string]int, active int) {
 	bands = map[string]int{}
+	byHint = map[string]map[int]int{}
 	perSpec = map[string]int{}
+	count := func(band string, hint int) {
+		bands[band]++
+		if byHint[band] == nil {
+			byHint[band] = map[int]int{}
+		}
+		byHint[band][hint]++
+	}
 	for _, id := range e.ids {
 		pt := e.pool[id]
 		ts := e.stats[id]
 		if ts.GetRetired() {
 			if ts.GetRetiredReason() == Mastered {
-				bands[BandRetiredMastered]++
+				count(BandRetiredMastered, pt.f.HintLevel)
 			} else {
-				bands[BandRetiredHopeless]++
+				count(BandRetiredHopeless, pt.f.HintLevel)
 			}
 			continue
 		}
@@ -41,14 +50,14 @@ func (e *Estimator) poolBands(st *messages.FrontierState) (bands map[string]int,
 		a, b := e.posterior(st.Model, ts, playedIn(st, pt.f), st.PolicyVersion)
 		switch mean := a / (a + b); {
 		case mean < e.p.BandLow:
-			bands[BandTooHard]++
+			count(BandTooHard, pt.f.HintLevel)
 		case mean > e.p.BandHigh:
-			bands[BandTooEasy]++
+			count(BandTooEasy, pt.f.HintLevel)
 		default:
-			bands[BandFrontier]++
+			count(BandFrontier, pt.f.HintLevel)
 		}
 	}
-	return bands, perSpec, active
+	return bands, byHint, perSpec, active
 }
 
 // environments the synthesis control may ask for: the configured ones, else
@@ -173,7 +182,7 @@ func (e *Estimator) PlanSynthesis(ctx context.Context, environments []string) ([
 		pending++
 	}
 	var out []*messages.SynthesisRecord
-	bands, perSpec, active := e.poolBands(st)
+	bands, _, perSpec, active := e.poolBands(st)
 	if deficit := e.p.TargetFrontier - bands[BandFrontier]; deficit > 0 && pending < e.p.MaxPendingRequests {
 		envs := e.environments(environments)
 		ranked := e.rankSpecs(st, envs, perSpec, active)
@@ -283,7 +292,7 @@ func (e *Estimator) Delivered(ctx context.Context, id string, taskIDs []string, 
 // band, and the settings it would ask the Synthesizer for next.
 func (e *Estimator) Snapshot(environments []string) *messages.FrontierStateReply {
 	st := e.cloneState()
-	bands, perSpec, active := e.poolBands(st)
+	bands, byHint, perSpec, active := e.poolBands(st)
 	reply := &messages.FrontierStateReply{
 		State: st, FrontierTasks: int32(bands[BandFrontier]), TargetFrontierTasks: int32(e.p.TargetFrontier),
 		BandLow: e.p.BandLow, BandHigh: e.p.BandHigh, PoolTasks: int32(len(e.ids)), Estimator: e.cfg.Name,
@@ -295,7 +304,14 @@ func (e *Estimator) Snapshot(environments []string) *messages.FrontierStateReply
 		{BandTooHard, 0, e.p.BandLow}, {BandFrontier, e.p.BandLow, e.p.BandHigh}, {BandTooEasy, e.p.BandHigh, 1},
 		{BandRetiredHopeless, 0, e.p.HopelessBelow}, {BandRetiredMastered, e.p.MasteredAbove, 1},
 	} {
-		reply.Pool = append(reply.Pool, &messages.FrontierBand{Name: b.name, Tasks: int32(bands[b.name]), Low: b.low, High: b.high})
+		band := &messages.FrontierBand{Name: b.name, Tasks: int32(bands[b.name]), Low: b.low, High: b.high}
+		for level, n := range byHint[b.name] {
+			if band.HintTasks == nil {
+				band.HintTasks = map[int32]int32{}
+			}
+			band.HintTasks[int32(level)] = int32(n)
+		}
+		reply.Pool = append(reply.Pool, band)
 	}
 	ranked := e.rankSpecs(st, e.environments(environments), perSpec, active)
 	reply.NextSpecs = ranked[:min(5, len(ranked))]

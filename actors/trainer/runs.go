@@ -18,6 +18,10 @@ type Runs struct {
 	Root    *actor.RootContext
 	PID     *actor.PID
 	Timeout time.Duration // per request (default 1 minute)
+	// Stored, when set, is called with the run after every Put that
+	// stored it, in the goroutine that called Put (frognano run
+	// --tensorboard appends the record's new points to an event file).
+	Stored func(*messages.Run)
 }
 
 func (r *Runs) ask(msg any) (*messages.Run, error) {
@@ -47,8 +51,13 @@ func (r *Runs) ask(msg any) (*messages.Run, error) {
 
 // Put stores run, replacing the record with its id.
 func (r *Runs) Put(_ context.Context, run *messages.Run) error {
-	_, err := r.ask(&messages.RunPutRequest{Run: run})
-	return err
+	if _, err := r.ask(&messages.RunPutRequest{Run: run}); err != nil {
+		return err
+	}
+	if r.Stored != nil {
+		r.Stored(run)
+	}
+	return nil
 }
 
 // Get returns the run, or an error wrapping persistence.ErrNotFound.

@@ -232,6 +232,9 @@ type Config struct {
 	// Progress receives a line per phase of every step.
 	Progress io.Writer
 	Logger   *slog.Logger
+	// Stored, when set, is called with the run after each write of its
+	// record (Runs.Stored).
+	Stored func(*messages.Run)
 }
 
 // Trainer runs the loop of one run.
@@ -272,7 +275,7 @@ func New(cfg Config) (*Trainer, error) {
 		frontier: actor.NewPID(cfg.Node, frontier.ActorName),
 		sampler:  actor.NewPID(cfg.Node, sampler.ActorName),
 		store:    &rollout.ActorStore{Root: cfg.Root, PID: actor.NewPID(cfg.Node, rollout.ActorName), Timeout: 5 * time.Minute},
-		runs:     &Runs{Root: cfg.Root, PID: actor.NewPID(cfg.Node, HostName)},
+		runs:     &Runs{Root: cfg.Root, PID: actor.NewPID(cfg.Node, HostName), Stored: cfg.Stored},
 	}
 	policy := cfg.Policy
 	if policy == nil {
@@ -666,13 +669,22 @@ func (t *Trainer) consume(ctx context.Context, run *messages.Run, s Settings, li
 	}
 	ack := res.(*messages.OutcomesAck)
 	recorded := ack.GetRecorded()
-	reportSeconds := time.Since(start).Seconds()
 	if ack.GetDuplicate() {
 		m[MetricOutcomesRepeat]++
 		t.printf("%s: the frontier had recorded %d outcome(s) of this step before the crash; this attempt's %d are not counted again", tag, recorded, len(outcomes))
 	} else {
 		t.printf("%s: frontier recorded %d of %d outcome(s)", tag, recorded, len(outcomes))
 	}
+	// The pool after these outcomes, for the step's point: by band and by
+	// hint level. Without an answer the point has no pool figures; the
+	// step goes on.
+	var pool *messages.FrontierStateReply
+	if res, err := t.ask(t.frontier, &messages.FrontierStateRequest{Run: run.GetId()}, time.Minute); err != nil {
+		t.printf("%s: the frontier's pool: %v (the step's point records no pool)", tag, err)
+	} else {
+		pool = res.(*messages.FrontierStateReply)
+	}
+	reportSeconds := time.Since(start).Seconds()
 
 	// 4. Staleness: the Learner trains at the run's policy version; a
 	// group more than MaxStaleness versions older is dropped, counted.
@@ -761,9 +773,8 @@ func (t *Trainer) consume(ctx context.Context, run *messages.Run, s Settings, li
 	if len(results) > 0 {
 		sm["effective_fraction"] = float64(effectv) / float64(len(results))
 	}
-	if ls != nil && ls.GetSkipped() == "" {
-		sm["loss"], sm["grad_norm"] = ls.GetLoss(), ls.GetGradNorm()
-	}
+	LearnerPointMetrics(sm, ls)
+	PoolPointMetrics(sm, pool)
 	for _, task := range tasks {
 		sm[fmt.Sprintf("%s%d", batchHint, task.GetDifficulty().GetHintLevel())] += 1 / float64(len(tasks))
 	}

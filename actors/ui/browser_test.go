@@ -215,12 +215,13 @@ func TestBrowserRunPageDrawsStoredPointsAndLiveUpdates(t *testing.T) {
 
 	b.visit(t, f.url("run?id=%s", url.QueryEscape(realRun)), "#charts")
 	b.waitAttr(t, "#charts", "data-points", fmt.Sprint(n))
-	// held-out, solve rate, effective fraction, loss, grad norm, policy
-	// version and hint mix at least.
-	if got := b.count(t, "#charts .chart canvas"); got < 7 {
-		t.Errorf("%d charts drawn, want at least 7", got)
+	// held-out, solve rate, effective fraction, loss, grad norm, clipped
+	// tokens, the pool (three), policy version and hint mix at least.
+	if got := b.count(t, "#charts .chart canvas"); got < 11 {
+		t.Errorf("%d charts drawn, want at least 11", got)
 	}
-	for _, id := range []string{"held_out", "solve_rate", "effective_fraction", "loss", "grad_norm", "policy_version", "hint_mix", "episodes_per_minute"} {
+	for _, id := range []string{"held_out", "solve_rate", "effective_fraction", "loss", "grad_norm", "clip_fraction",
+		"pool_bands", "pool_hints", "pool_frontier_hints", "policy_version", "hint_mix", "episodes_per_minute"} {
 		if b.count(t, "#chart-"+id+" canvas") != 1 {
 			t.Errorf("no %s chart", id)
 		}
@@ -232,6 +233,30 @@ func TestBrowserRunPageDrawsStoredPointsAndLiveUpdates(t *testing.T) {
 	}
 	if got := b.attr(t, "#chart-solve_rate", "data-values"); got != "3" {
 		t.Errorf("solve-rate chart plots %s values, want 3", got)
+	}
+	// The steps' share of tokens clipped or masked, and the pool after
+	// each step: five bands, then three hint levels of the active pool and
+	// of its frontier band, a value per step each.
+	for id, want := range map[string]string{"clip_fraction": "3", "pool_bands": "15", "pool_hints": "9", "pool_frontier_hints": "9"} {
+		if got := b.attr(t, "#chart-"+id, "data-values"); got != want {
+			t.Errorf("%s chart plots %q values, want %s", id, got, want)
+		}
+	}
+	// ... and no chart of its own for each of the pool's counts.
+	if got := b.count(t, `[id^="chart-pool_hint_"], #chart-pool_frontier, #chart-pool_too_hard`); got != 0 {
+		t.Errorf("%d charts of single pool counts", got)
+	}
+	bandLegend := b.text(t, "#chart-pool_bands .u-legend")
+	for _, want := range []string{"too hard", "frontier", "too easy", "retired hopeless", "retired mastered"} {
+		if !strings.Contains(bandLegend, want) {
+			t.Errorf("pool legend %q lacks %q", bandLegend, want)
+		}
+	}
+	hintLegend := b.text(t, "#chart-pool_hints .u-legend")
+	for _, want := range []string{"hint 1", "hint 3", "hint 4"} {
+		if !strings.Contains(hintLegend, want) {
+			t.Errorf("pool-by-hint legend %q lacks %q", hintLegend, want)
+		}
 	}
 	// uPlot's legend lists each hint level of the stored held-out scores.
 	legend := b.text(t, "#chart-held_out .u-legend")
@@ -247,9 +272,13 @@ func TestBrowserRunPageDrawsStoredPointsAndLiveUpdates(t *testing.T) {
 	// Switch the x-axis to wall time: the charts are rebuilt over it.
 	b.do(t, "x-axis", chromedp.SetValue(chromedp.CSS("#xaxis"), "wall_seconds"))
 	js[bool](t, b, `document.getElementById("xaxis").dispatchEvent(new Event("change"))`)
-	xLabel := b.text(t, "#chart-loss")
-	if !strings.Contains(xLabel, "wall seconds") {
-		t.Errorf("x axis label %q after switching to wall time", xLabel)
+	for _, id := range []string{"loss", "clip_fraction", "pool_bands", "pool_hints"} {
+		if xLabel := b.text(t, "#chart-"+id); !strings.Contains(xLabel, "wall seconds") {
+			t.Errorf("%s chart: x axis label %q after switching to wall time", id, xLabel)
+		}
+	}
+	if got := b.attr(t, "#chart-pool_bands", "data-values"); got != "15" {
+		t.Errorf("pool chart over wall time plots %s values, want 15", got)
 	}
 
 	// A step recorded while the page is open arrives over the event stream.
@@ -263,6 +292,8 @@ func TestBrowserRunPageDrawsStoredPointsAndLiveUpdates(t *testing.T) {
 		t.Errorf("solve-rate chart gone after the update")
 	}
 	b.waitAttr(t, "#chart-solve_rate", "data-values", "4")
+	b.waitAttr(t, "#chart-clip_fraction", "data-values", "4")
+	b.waitAttr(t, "#chart-pool_frontier_hints", "data-values", "12")
 	b.noErrors(t, "run page after a live update")
 	b.screenshot(t, "run-live")
 }

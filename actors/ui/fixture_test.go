@@ -13,7 +13,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/frognano/frognano/actors/frontier"
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/trainer"
 	"github.com/frognano/frognano/actors/ui"
 	"github.com/frognano/frognano/persistence"
 	"github.com/frognano/frognano/runtime/config"
@@ -66,14 +68,31 @@ func stepPoint(n int, version int64) *messages.RunPoint {
 				Pass1: h.pass, Pass1Low: max(0, h.pass-0.1), Pass1High: min(1, h.pass+0.15)})
 		}
 	}
+	m := map[string]float64{
+		"solve_rate": 0.2 + 0.05*float64(n%4), "effective_fraction": 0.5 + 0.1*float64(n%3),
+		"batch_hint_1": 0.5, "batch_hint_3": 0.25, "batch_hint_4": 0.25,
+		"rollouts": 16 * float64(n), "train_seconds": 380 + 90*float64(n),
+	}
+	// The Learner's answer and the frontier's pool, through the trainer's
+	// own conversion into point metrics.
+	trainer.LearnerPointMetrics(m, &messages.LearnerStep{Step: int64(n), PolicyVersion: version,
+		Loss: 0.05 - 0.004*float64(n), GradNorm: 1.5 - 0.1*float64(n), PolicyTokens: 512, ClipFraction: 0.02 * float64(n)})
+	trainer.PoolPointMetrics(m, poolAt(n))
 	return &messages.RunPoint{Step: int64(n), Phase: "step", PolicyVersion: version, HeldOut: held,
-		WallSeconds: 420 + 95*float64(n), CpuSeconds: 610 + 170*float64(n),
-		Metrics: map[string]float64{
-			"solve_rate": 0.2 + 0.05*float64(n%4), "effective_fraction": 0.5 + 0.1*float64(n%3),
-			"loss": 0.05 - 0.004*float64(n), "grad_norm": 1.5 - 0.1*float64(n),
-			"batch_hint_1": 0.5, "batch_hint_3": 0.25, "batch_hint_4": 0.25,
-			"rollouts": 16 * float64(n), "train_seconds": 380 + 90*float64(n),
-		}}
+		WallSeconds: 420 + 95*float64(n), CpuSeconds: 610 + 170*float64(n), Metrics: m}
+}
+
+// poolAt is a FrontierEstimator's answer after step n (made-up counts of
+// the shape frontier.Snapshot answers): tasks move from too hard to the
+// frontier as the steps go by, at hint levels 1, 3 and 4.
+func poolAt(n int) *messages.FrontierStateReply {
+	return &messages.FrontierStateReply{Pool: []*messages.FrontierBand{
+		{Name: frontier.BandTooHard, Tasks: int32(12 - n), Low: 0, High: 0.2, HintTasks: map[int32]int32{1: int32(8 - n), 3: 3, 4: 1}},
+		{Name: frontier.BandFrontier, Tasks: int32(4 + n), Low: 0.2, High: 0.8, HintTasks: map[int32]int32{1: int32(n), 3: 2, 4: 2}},
+		{Name: frontier.BandTooEasy, Tasks: 1, Low: 0.8, High: 1, HintTasks: map[int32]int32{4: 1}},
+		{Name: frontier.BandRetiredHopeless, Tasks: 0, Low: 0, High: 0.05},
+		{Name: frontier.BandRetiredMastered, Tasks: 0, Low: 0.95, High: 1},
+	}}
 }
 
 func startNode(t *testing.T, steps int) *fixture {

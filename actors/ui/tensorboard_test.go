@@ -3,6 +3,7 @@ package ui
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -131,5 +132,118 @@ func TestWriteTensorBoard(t *testing.T) {
 	}
 	if names, _ := filepath.Glob(filepath.Join(dir, "*")); len(names) != 1 {
 		t.Errorf("files after a second export: %v", names)
+	}
+}
+
+// tagCounts counts the (step, tag) pairs of an event file's scalars.
+func tagCounts(t *testing.T, path string) map[string]int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps, values, version := readEvents(t, b)
+	if version != "brain.Event:2" {
+		t.Errorf("%s: file version %q", path, version)
+	}
+	out := map[string]int{}
+	for i, v := range values {
+		for tag := range v {
+			out[fmt.Sprintf("%d %s", steps[i], tag)]++
+		}
+	}
+	return out
+}
+
+// TestTensorBoardLogAppendsAndResumes appends a run's points to its event
+// file as a training run records them: each new point's event, a point's
+// held-out scores when they fill in, nothing twice; a second log on the
+// same file (a resumed run) appends only what is missing, past a torn last
+// record; in the end the file holds the scalars a whole export writes.
+func TestTensorBoardLogAppendsAndResumes(t *testing.T) {
+	dir := t.TempDir()
+	run := &messages.Run{Id: "tb/live", StartedUnixNano: 1700000000e9, Curve: []*messages.RunPoint{
+		{Step: 0, Phase: "start", WallSeconds: 5, Metrics: map[string]float64{"rollouts": 0},
+			HeldOut: []*messages.HeldOutScore{{HintLevel: -1, Pass1: 0.25, Pass1Low: 0.125, Pass1High: 0.5}}},
+	}}
+	log, err := OpenTensorBoardLog(dir, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendWant := func(l *TensorBoardLog, want int) {
+		t.Helper()
+		n, err := l.Append(run)
+		if err != nil || n != want {
+			t.Fatalf("append: %d events, %v; want %d", n, err, want)
+		}
+	}
+	appendWant(log, 1)
+	appendWant(log, 0) // the record written again unchanged
+	// A warm-start point at the same step, then a step.
+	run.Curve = append(run.Curve,
+		&messages.RunPoint{Step: 0, Phase: "warm_start", PolicyVersion: 2, WallSeconds: 50, Metrics: map[string]float64{"rollouts": 0},
+			HeldOut: []*messages.HeldOutScore{{HintLevel: -1, Pass1: 0.5, Pass1Low: 0.25, Pass1High: 0.75}}},
+		&messages.RunPoint{Step: 1, Phase: "step", PolicyVersion: 3, WallSeconds: 80,
+			Metrics: map[string]float64{"rollouts": 8, "clip_fraction": 0.125, "pool_frontier": 4, "pool_hint_3_frontier": 3}})
+	appendWant(log, 2)
+	// The step's held-out scores fill in: one event with only those.
+	step := run.Curve[2]
+	step.WallSeconds = 95
+	step.HeldOut = []*messages.HeldOutScore{{HintLevel: 3, Pass1: 0.375, Pass1Low: 0.25, Pass1High: 0.5}}
+	appendWant(log, 1)
+	b, err := os.ReadFile(log.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps, values, _ := readEvents(t, b)
+	if len(steps) != 5 || steps[3] != 1 || steps[4] != 1 || len(values[4]) != 3 || values[4]["held_out/pass1_hint_3"] != 0.375 ||
+		values[3]["train/clip_fraction"] != 0.125 || values[3]["train/pool_hint_3_frontier"] != 3 || values[2]["held_out/pass1_all"] != 0.5 {
+		t.Fatalf("events: steps %v, values %v", steps, values)
+	}
+
+	// The process dies in the middle of a record; the run resumes, adds
+	// its last step and its end point (at the same step), and a new log
+	// appends them after cutting the torn record off.
+	f, err := os.OpenFile(log.Path(), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	torn := appendRecord(nil, eventBytes(1700000200, 9, "", []scalar{{"train/loss", 1}}))
+	if _, err := f.Write(torn[:len(torn)-7]); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	resumed, err := OpenTensorBoardLog(dir, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendWant(resumed, 0)
+	run.Curve = append(run.Curve,
+		&messages.RunPoint{Step: 2, Phase: "step", PolicyVersion: 4, WallSeconds: 130, Metrics: map[string]float64{"rollouts": 16, "clip_fraction": 0.25}},
+		&messages.RunPoint{Step: 2, Phase: "end", PolicyVersion: 4, WallSeconds: 160, Metrics: map[string]float64{"rollouts": 16},
+			HeldOut: []*messages.HeldOutScore{{HintLevel: -1, Pass1: 0.625, Pass1Low: 0.5, Pass1High: 0.75}}})
+	appendWant(resumed, 2)
+	appendWant(resumed, 0)
+
+	got := tagCounts(t, resumed.Path())
+	whole := filepath.Join(t.TempDir(), "whole")
+	path, err := WriteTensorBoard(whole, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := tagCounts(t, path)
+	if len(got) != len(want) {
+		t.Errorf("appended file has %d (step, tag) pairs, the export %d", len(got), len(want))
+	}
+	for k, n := range want {
+		if got[k] != n {
+			t.Errorf("%s: %d in the appended file, %d in the export", k, got[k], n)
+		}
+	}
+	if got["2 train/rollouts"] != 2 || got["0 held_out/pass1_all"] != 2 {
+		t.Errorf("points sharing a step: %v", got)
+	}
+	if names, _ := filepath.Glob(filepath.Join(dir, "*")); len(names) != 1 {
+		t.Errorf("files in the log directory: %v", names)
 	}
 }

@@ -165,9 +165,22 @@ func TestExportWritesEveryPoint(t *testing.T) {
 	for i, h := range rows[0] {
 		col[h] = i
 	}
-	for _, h := range []string{"phase", "step", "solve_rate", "loss", "batch_hint_3", "pass1_all"} {
+	for _, h := range []string{"phase", "step", "solve_rate", "loss", "batch_hint_3", "pass1_all",
+		"clip_fraction", "pool_too_hard", "pool_frontier", "pool_too_easy", "pool_retired_hopeless", "pool_retired_mastered",
+		"pool_hint_1_frontier", "pool_hint_3_too_hard", "pool_hint_4_too_easy"} {
 		if _, ok := col[h]; !ok {
 			t.Fatalf("csv header %v lacks %s", rows[0], h)
+		}
+	}
+	// Step 2's share of clipped or masked tokens and its pool, by band and
+	// by hint level (poolAt); the start point has neither.
+	for h, want := range map[string]float64{"clip_fraction": 0.04, "pool_too_hard": 10, "pool_frontier": 6, "pool_too_easy": 1,
+		"pool_hint_1_too_hard": 6, "pool_hint_1_frontier": 2, "pool_hint_1_too_easy": 0, "pool_hint_4_too_easy": 1} {
+		if got, err := strconv.ParseFloat(rows[3][col[h]], 64); err != nil || math.Abs(got-want) > 1e-12 {
+			t.Errorf("step 2 %s: %q, want %v", h, rows[3][col[h]], want)
+		}
+		if rows[1][col[h]] != "" {
+			t.Errorf("start point %s: %q, want empty", h, rows[1][col[h]])
 		}
 	}
 	if got := rows[1][col["phase"]]; got != "start" || rows[1][col["pass1_all"]] == "" || rows[1][col["loss"]] != "" {
@@ -189,7 +202,8 @@ func TestExportWritesEveryPoint(t *testing.T) {
 		Run string `json:"run"`
 		ui.Point
 	}
-	if err := json.Unmarshal(lines[len(lines)-1], &last); err != nil || last.Run != realRun || last.Step != 4 || math.Abs(last.Metrics["grad_norm"]-1.1) > 1e-12 {
+	if err := json.Unmarshal(lines[len(lines)-1], &last); err != nil || last.Run != realRun || last.Step != 4 || math.Abs(last.Metrics["grad_norm"]-1.1) > 1e-12 ||
+		math.Abs(last.Metrics["clip_fraction"]-0.08) > 1e-12 || last.Metrics["pool_frontier"] != 8 || last.Metrics["pool_hint_3_frontier"] != 2 {
 		t.Errorf("last jsonl line %s: %+v %v", lines[len(lines)-1], last, err)
 	}
 	if code, _ := get(t, f.url("run/export?id=%s&format=xml", url.QueryEscape(realRun))); code != http.StatusBadRequest {

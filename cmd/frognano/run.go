@@ -8,6 +8,7 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -23,6 +24,7 @@ import (
 	"github.com/frognano/frognano/actors/sandboxworker"
 	"github.com/frognano/frognano/actors/synth"
 	"github.com/frognano/frognano/actors/trainer"
+	"github.com/frognano/frognano/actors/ui"
 	"github.com/frognano/frognano/cmd/internal/services"
 	"github.com/frognano/frognano/kernels/modelstore"
 	"github.com/frognano/frognano/persistence"
@@ -43,7 +45,7 @@ func runCmd(a *app) *cobra.Command {
 	var runID string
 	var parallel int
 	var hints []int
-	var plotPath string
+	var plotPath, tbDir string
 	var budget time.Duration
 	s := trainer.Settings{}
 	cmd := &cobra.Command{
@@ -94,7 +96,13 @@ supervised steps (loss on the answer tokens only, --warm-start-lr) follow,
 each publishing a policy version like a GRPO step; then the Sampler moves to
 the newest version and GRPO begins. The record says when the stage is done:
 a resumed run continues an unfinished stage and never repeats a finished
-one.`,
+one.
+
+With --tensorboard DIR, every point of the run's curve (each step's, each
+held-out evaluation's) is appended to a TensorBoard event file in DIR as
+soon as the record holds it; a resumed run appends what the file lacks,
+never a point twice (frognano runs export --format tensorboard writes the
+same file from the record at any time).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.connect(cmd)
@@ -167,6 +175,11 @@ one.`,
 				}
 				run.ConfigYaml = s.Encode()
 			}
+			stored, err := tensorBoardLog(out, cmd.ErrOrStderr(), tbDir, run)
+			if err != nil {
+				return err
+			}
+			runs.Stored = stored
 			run.Status = "running"
 			run.UpdatedUnixNano = time.Now().UnixNano()
 			if err := runs.Put(ctx, run); err != nil {
@@ -265,7 +278,7 @@ one.`,
 					return err
 				}
 				if !trainer.Finished(run, s) && s.Steps > 0 || (s.WarmStartEpochs > 0 && run.Metrics[trainer.MetricWarmStartDone] == 0) || trainer.EvalPending(run, s) {
-					sum, err := train(ctx, a, c, run, s, parallel, out, nil, heldOut)
+					sum, err := train(ctx, a, c, run, s, parallel, out, nil, heldOut, stored)
 					printSummary(out, sum, run)
 					writePlot(a, out, run, plotPath)
 					if err != nil {
@@ -308,6 +321,7 @@ one.`,
 	fl.StringVar(&s.Model, "model", "", "model the Learner trains (model store name or path; default the store's default, which the node's Sampler serves)")
 	fl.IntVar(&parallel, "parallel", 8, "episodes (sandboxes) running at once")
 	fl.StringVar(&plotPath, "plot", "", "write the learning curve as a PNG here (default DATA_DIR/runs/RUN/curve.png)")
+	fl.StringVar(&tbDir, "tensorboard", "", "append the run's curve points to a TensorBoard event file in this directory as they are recorded (tensorboard --logdir DIR)")
 	fl.IntSliceVar(&hints, "hint-levels", []int{synth.HintLocation}, "hint levels of the --tasks tasks synthesized before training (--tasks at each)")
 	fl.StringVar(&s.Sampler, "sampler", trainer.SamplerFrontier, "how each step's tasks are picked: frontier (the FrontierEstimator: learnability p(1-p), difficulty model) or uniform (uniformly from the same pool: the baseline arm)")
 	fl.IntVar(&s.EvalTasks, "eval-tasks", 0, "held-out evaluation: tasks of the held-out set (environments never trained on) played at the start, after the warm start, every --eval-every steps and at the end (0: none)")
@@ -344,11 +358,39 @@ func openRun(ctx context.Context, runs *trainer.Runs, id string, now time.Time) 
 		Metrics: map[string]float64{}}, false, nil
 }
 
+// tensorBoardLog opens run's TensorBoard event file in dir (nothing when
+// dir is "") and returns the function that appends the record's new points
+// after each write of it. A failed append is a warning, once: training
+// goes on, and runs export --format tensorboard writes the file again.
+func tensorBoardLog(out, errOut io.Writer, dir string, run *messages.Run) (func(*messages.Run), error) {
+	if dir == "" {
+		return nil, nil
+	}
+	tb, err := ui.OpenTensorBoardLog(dir, run)
+	if err != nil {
+		return nil, fmt.Errorf("--tensorboard %s: %w", dir, err)
+	}
+	fmt.Fprintf(out, "tensorboard: appending the run's points to %s as they are recorded (tensorboard --logdir %s)\n", tb.Path(), dir)
+	var (
+		mu     sync.Mutex
+		warned bool
+	)
+	return func(r *messages.Run) {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, err := tb.Append(r); err != nil && !warned {
+			warned = true
+			fmt.Fprintf(errOut, "warning: tensorboard events: %v (training goes on; frognano runs export %s --format tensorboard writes them from the record)\n", err, r.GetId())
+		}
+	}, nil
+}
+
 // train runs the loop's steps on the node c talks to. Episodes run in
 // sandboxes of this machine's containerd (the embedded node's connection,
 // or a new one), with the Sampler's model's tokenizer; policy nil is the
-// node's Sampler.
-func train(ctx context.Context, a *app, c *client, run *messages.Run, s trainer.Settings, parallel int, out io.Writer, policy harness.Policy, heldOut []*messages.Task) (trainer.Summary, error) {
+// node's Sampler. stored, when set, is called after each write of the
+// run's record.
+func train(ctx context.Context, a *app, c *client, run *messages.Run, s trainer.Settings, parallel int, out io.Writer, policy harness.Policy, heldOut []*messages.Task, stored func(*messages.Run)) (trainer.Summary, error) {
 	fail := func(err error) (trainer.Summary, error) { return trainer.SummaryOf(run, s.Steps), err }
 	tok, err := loadTokenizer("", orDefaultModel(s.Model))
 	if err != nil {
@@ -397,7 +439,7 @@ func train(ctx context.Context, a *app, c *client, run *messages.Run, s trainer.
 	sbs := &rollout.Workers{Root: c.system.Root, Spawn: spawn, Environments: envs, Runtime: rt, Logger: c.log}
 	defer sbs.Close()
 	t, err := trainer.New(trainer.Config{Root: c.system.Root, Node: c.manager.Address, Sandboxes: sbs, Tokenizer: tok,
-		Policy: policy, Parallel: parallel, Progress: out, Logger: c.log, HeldOut: heldOut})
+		Policy: policy, Parallel: parallel, Progress: out, Logger: c.log, HeldOut: heldOut, Stored: stored})
 	if err != nil {
 		return fail(err)
 	}
@@ -428,12 +470,27 @@ func printSummary(out io.Writer, s trainer.Summary, run *messages.Run) {
 		fmt.Fprintf(out, "  asynchronous steps (max staleness %d): %d group(s) dropped as stale, the oldest trained on or dropped %d version(s) behind, %d episode(s) spanning versions\n",
 			st.MaxStaleness, int(m[trainer.MetricStaleDropped]), int(m[trainer.MetricMaxStaleness]), int(m[trainer.MetricMixedEpisodes]))
 	}
+	if hasSteps(run) {
+		fmt.Fprintln(out, "steps (the frontier's pool after each step's outcomes: too hard/frontier/too easy, retired, the frontier band by hint level; the share of policy tokens the trust region clipped or masked):")
+		if err := trainer.WriteSteps(out, run, 20); err != nil {
+			fmt.Fprintln(out, "  cannot print the steps:", err)
+		}
+	}
 	if hasHeldOut(run) {
 		fmt.Fprintln(out, "learning curve (held-out environments, never trained on):")
 		if err := trainer.WriteCurve(out, run); err != nil {
 			fmt.Fprintln(out, "  cannot print the curve:", err)
 		}
 	}
+}
+
+func hasSteps(run *messages.Run) bool {
+	for _, p := range run.GetCurve() {
+		if p.GetPhase() == trainer.PhaseStep {
+			return true
+		}
+	}
+	return false
 }
 
 func hasHeldOut(run *messages.Run) bool {

@@ -446,7 +446,7 @@ func goldTrain(data, runID string, s trainer.Settings, out io.Writer) error {
 		sampler: &sampler.Client{Root: c.system.Root, PID: c.pid(sampler.ActorName)},
 	}
 	run := &messages.Run{Id: runID, Status: "running", ConfigYaml: s.Encode(), Metrics: map[string]float64{}, StartedUnixNano: time.Now().UnixNano()}
-	_, err = train(ctx, &app{load: load}, c, run, s, 2, out, policy, nil)
+	_, err = train(ctx, &app{load: load}, c, run, s, 2, out, policy, nil, nil)
 	return err
 }
 

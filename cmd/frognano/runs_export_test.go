@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/csv"
 	"encoding/json"
 	"os"
@@ -9,7 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/frognano/frognano/actors/frontier"
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/trainer"
 	"github.com/frognano/frognano/persistence"
 )
 
@@ -83,5 +87,103 @@ func TestRunsExport(t *testing.T) {
 	}
 	if _, _, err := runCLI(t, "", "runs", "export", "export-me", "--format", "xml", "--data-dir", data); err == nil {
 		t.Error("--format xml was accepted")
+	}
+}
+
+// TestRunAppendsTensorBoardEvents resumes a stored run with --tensorboard
+// (no environment: nothing to train, so the run only opens, records its
+// status and ends): the event file gets the record's points at once;
+// resumed again, it gets nothing twice; after a point is added to the
+// record, one more event. runs show prints the steps' pool and share of
+// tokens clipped or masked.
+func TestRunAppendsTensorBoardEvents(t *testing.T) {
+	data := t.TempDir()
+	tb := filepath.Join(t.TempDir(), "tb")
+	s := trainer.Settings{Steps: 2, TasksPerStep: 1, Group: 2, Mode: "patch", LR: 1e-5}
+	point := func(step int64, clip float64) *messages.RunPoint {
+		m := map[string]float64{"solve_rate": 0.5}
+		trainer.LearnerPointMetrics(m, &messages.LearnerStep{Step: step, PolicyVersion: step, Loss: 0.25, GradNorm: 1, PolicyTokens: 100, ClipFraction: clip})
+		trainer.PoolPointMetrics(m, &messages.FrontierStateReply{Pool: []*messages.FrontierBand{
+			{Name: frontier.BandTooHard, Tasks: 3, HintTasks: map[int32]int32{3: 2, 4: 1}},
+			{Name: frontier.BandFrontier, Tasks: 2, HintTasks: map[int32]int32{3: 1, 4: 1}},
+			{Name: frontier.BandTooEasy}, {Name: frontier.BandRetiredHopeless, Tasks: 1, HintTasks: map[int32]int32{3: 1}}, {Name: frontier.BandRetiredMastered},
+		}})
+		return &messages.RunPoint{Step: step, Phase: trainer.PhaseStep, PolicyVersion: step, WallSeconds: 60 * float64(step), Metrics: m}
+	}
+	put := func(run *messages.Run) {
+		t.Helper()
+		db, err := persistence.Open(filepath.Join(data, "db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if err := db.Runs().Put(context.Background(), run); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := &messages.Run{Id: "tb-run", Status: "stopped", Step: 1, StartedUnixNano: 1700000000e9, ConfigYaml: s.Encode(),
+		Metrics: map[string]float64{}, Curve: []*messages.RunPoint{
+			{Step: 0, Phase: trainer.PhaseStart, WallSeconds: 10, HeldOut: []*messages.HeldOutScore{{HintLevel: -1, Tasks: 4, Pass1: 0.25}}},
+			point(1, 0.125)}}
+	put(run)
+	resume := func() string {
+		t.Helper()
+		out, errOut, err := runCLI(t, "", "run", "--data-dir", data, "--log-level", "warn", "--jobs", "2", "--rounds", "10", "--env", "",
+			"--run", "tb-run", "--tensorboard", tb)
+		if err != nil || strings.Contains(errOut, "warning") {
+			t.Fatalf("frognano run: %v\n%s\n%s", err, out, errOut)
+		}
+		return out
+	}
+	events := func() int {
+		t.Helper()
+		files, _ := filepath.Glob(filepath.Join(tb, "events.out.tfevents.*"))
+		if len(files) != 1 {
+			t.Fatalf("event files %v", files)
+		}
+		b, err := os.ReadFile(files[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Records: 8 bytes of length, 4 of its CRC, the event, 4 of its CRC.
+		n := 0
+		for len(b) >= 16 {
+			l := int(binary.LittleEndian.Uint64(b))
+			if l+16 > len(b) {
+				t.Fatal("torn record")
+			}
+			if n > 0 && !bytes.Contains(b[12:12+l], []byte("run/policy_version")) {
+				t.Errorf("event %d has no run/policy_version scalar", n)
+			}
+			b, n = b[16+l:], n+1
+		}
+		return n - 1 // the file-version event
+	}
+	if out := resume(); !strings.Contains(out, "tensorboard: appending the run's points to "+tb) {
+		t.Errorf("output:\n%s", out)
+	}
+	if n := events(); n != 2 {
+		t.Errorf("%d events after the first resume, want 2", n)
+	}
+	resume()
+	if n := events(); n != 2 {
+		t.Errorf("%d events after resuming again, want still 2", n)
+	}
+	run.Curve = append(run.Curve, point(2, 0.375))
+	run.Step = 2
+	put(run)
+	resume()
+	if n := events(); n != 3 {
+		t.Errorf("%d events after a point was added, want 3", n)
+	}
+
+	out, errOut, err := runCLI(t, "", "runs", "show", "tb-run", "--data-dir", data, "--log-level", "warn", "--plot", filepath.Join(t.TempDir(), "c.png"))
+	if err != nil {
+		t.Fatalf("runs show: %v\n%s", err, errOut)
+	}
+	for _, want := range []string{"CLIPPED/MASKED", "POOL HARD/FRONTIER/EASY", "0.125", "0.375", "3/2/0", "h3:1 h4:1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("runs show lacks %q:\n%s", want, out)
+		}
 	}
 }

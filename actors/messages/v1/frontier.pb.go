@@ -777,11 +777,14 @@ func (x *FrontierStateRequest) GetLatest() bool {
 
 // FrontierBand counts active or retired tasks in one band of solve rate.
 type FrontierBand struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Tasks         int32                  `protobuf:"varint,2,opt,name=tasks,proto3" json:"tasks,omitempty"`
-	Low           float64                `protobuf:"fixed64,3,opt,name=low,proto3" json:"low,omitempty"`
-	High          float64                `protobuf:"fixed64,4,opt,name=high,proto3" json:"high,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Tasks int32                  `protobuf:"varint,2,opt,name=tasks,proto3" json:"tasks,omitempty"`
+	Low   float64                `protobuf:"fixed64,3,opt,name=low,proto3" json:"low,omitempty"`
+	High  float64                `protobuf:"fixed64,4,opt,name=high,proto3" json:"high,omitempty"`
+	// hint_tasks splits tasks by the tasks' hint level (difficulty level);
+	// levels without a task in the band are left out.
+	HintTasks     map[int32]int32 `protobuf:"bytes,5,rep,name=hint_tasks,json=hintTasks,proto3" json:"hint_tasks,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -842,6 +845,13 @@ func (x *FrontierBand) GetHigh() float64 {
 		return x.High
 	}
 	return 0
+}
+
+func (x *FrontierBand) GetHintTasks() map[int32]int32 {
+	if x != nil {
+		return x.HintTasks
+	}
+	return nil
 }
 
 type FrontierStateReply struct {
@@ -1046,12 +1056,17 @@ const file_frontier_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"@\n" +
 	"\x14FrontierStateRequest\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\tR\x03run\x12\x16\n" +
-	"\x06latest\x18\x02 \x01(\bR\x06latest\"^\n" +
+	"\x06latest\x18\x02 \x01(\bR\x06latest\"\xee\x01\n" +
 	"\fFrontierBand\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05tasks\x18\x02 \x01(\x05R\x05tasks\x12\x10\n" +
 	"\x03low\x18\x03 \x01(\x01R\x03low\x12\x12\n" +
-	"\x04high\x18\x04 \x01(\x01R\x04high\"\x9d\x03\n" +
+	"\x04high\x18\x04 \x01(\x01R\x04high\x12P\n" +
+	"\n" +
+	"hint_tasks\x18\x05 \x03(\v21.frognano.messages.v1.FrontierBand.HintTasksEntryR\thintTasks\x1a<\n" +
+	"\x0eHintTasksEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x9d\x03\n" +
 	"\x12FrontierStateReply\x129\n" +
 	"\x05state\x18\x01 \x01(\v2#.frognano.messages.v1.FrontierStateR\x05state\x126\n" +
 	"\x04pool\x18\x02 \x03(\v2\".frognano.messages.v1.FrontierBandR\x04pool\x12%\n" +
@@ -1077,7 +1092,7 @@ func file_frontier_proto_rawDescGZIP() []byte {
 	return file_frontier_proto_rawDescData
 }
 
-var file_frontier_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_frontier_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_frontier_proto_goTypes = []any{
 	(*DifficultyModel)(nil),      // 0: frognano.messages.v1.DifficultyModel
 	(*CalibrationBin)(nil),       // 1: frognano.messages.v1.CalibrationBin
@@ -1096,6 +1111,7 @@ var file_frontier_proto_goTypes = []any{
 	nil,                          // 14: frognano.messages.v1.FrontierState.CountersEntry
 	nil,                          // 15: frognano.messages.v1.FrontierState.PicksEntry
 	nil,                          // 16: frognano.messages.v1.FrontierState.SpecBackoffEntry
+	nil,                          // 17: frognano.messages.v1.FrontierBand.HintTasksEntry
 }
 var file_frontier_proto_depIdxs = []int32{
 	10, // 0: frognano.messages.v1.DifficultyModel.weights:type_name -> frognano.messages.v1.DifficultyModel.WeightsEntry
@@ -1111,15 +1127,16 @@ var file_frontier_proto_depIdxs = []int32{
 	4,  // 10: frognano.messages.v1.FrontierState.synthesis:type_name -> frognano.messages.v1.SynthesisRecord
 	15, // 11: frognano.messages.v1.FrontierState.picks:type_name -> frognano.messages.v1.FrontierState.PicksEntry
 	16, // 12: frognano.messages.v1.FrontierState.spec_backoff:type_name -> frognano.messages.v1.FrontierState.SpecBackoffEntry
-	6,  // 13: frognano.messages.v1.FrontierStateReply.state:type_name -> frognano.messages.v1.FrontierState
-	8,  // 14: frognano.messages.v1.FrontierStateReply.pool:type_name -> frognano.messages.v1.FrontierBand
-	4,  // 15: frognano.messages.v1.FrontierStateReply.next_specs:type_name -> frognano.messages.v1.SynthesisRecord
-	5,  // 16: frognano.messages.v1.FrontierState.PicksEntry.value:type_name -> frognano.messages.v1.TaskPicks
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	17, // 13: frognano.messages.v1.FrontierBand.hint_tasks:type_name -> frognano.messages.v1.FrontierBand.HintTasksEntry
+	6,  // 14: frognano.messages.v1.FrontierStateReply.state:type_name -> frognano.messages.v1.FrontierState
+	8,  // 15: frognano.messages.v1.FrontierStateReply.pool:type_name -> frognano.messages.v1.FrontierBand
+	4,  // 16: frognano.messages.v1.FrontierStateReply.next_specs:type_name -> frognano.messages.v1.SynthesisRecord
+	5,  // 17: frognano.messages.v1.FrontierState.PicksEntry.value:type_name -> frognano.messages.v1.TaskPicks
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_frontier_proto_init() }
@@ -1133,7 +1150,7 @@ func file_frontier_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_frontier_proto_rawDesc), len(file_frontier_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

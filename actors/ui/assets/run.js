@@ -16,11 +16,15 @@
   // The charts the page draws, in order: each has a title and series, a
   // series being a label and a function from a point to a value (or null).
   function specs() {
-    var levels = {}, metricKeys = {}, hintKeys = {};
+    var levels = {}, metricKeys = {}, hintKeys = {}, bands = {}, poolLevels = {};
     points.forEach(function (p) {
       (p.held_out || []).forEach(function (h) { levels[h.hint_level] = true; });
       Object.keys(p.metrics || {}).forEach(function (k) {
-        if (k.indexOf("batch_hint_") === 0) hintKeys[k] = true; else metricKeys[k] = true;
+        var m = /^pool_hint_(\d+)_(.+)$/.exec(k);
+        if (k.indexOf("batch_hint_") === 0) hintKeys[k] = true;
+        else if (m) poolLevels[m[1]] = true;
+        else if (k.indexOf("pool_") === 0) bands[k.slice("pool_".length)] = true;
+        else metricKeys[k] = true;
       });
     });
     var out = [];
@@ -34,10 +38,37 @@
       })});
     var named = [["solve_rate", "Training solve rate", true], ["effective_fraction", "Effective-group fraction", true],
       ["loss", "Loss"], ["grad_norm", "Gradient norm"]];
+    // The share of a step's policy tokens the trust region clipped or
+    // masked (runs recorded before steps carried it have none).
+    if (metricKeys.clip_fraction) named.push(["clip_fraction", "Tokens clipped or masked by the trust region (share)"]);
     named.forEach(function (n) {
       delete metricKeys[n[0]];
       out.push({id: n[0], title: n[1], unit: !!n[2], series: [{label: n[0], get: metric(n[0])}]});
     });
+    // The FrontierEstimator's pool after each step: by band, then the
+    // active pool and its frontier band by hint level.
+    var bandOrder = ["too_hard", "frontier", "too_easy", "retired_hopeless", "retired_mastered"];
+    var bs = bandOrder.filter(function (b) { return bands[b]; }).concat(Object.keys(bands).filter(function (b) { return bandOrder.indexOf(b) < 0; }).sort());
+    if (bs.length) {
+      out.push({id: "pool_bands", title: "Pool by band (tasks)", series: bs.map(function (b) {
+        return {label: b.replace("_", " "), get: metric("pool_" + b)};
+      })});
+    }
+    var pl = Object.keys(poolLevels).map(Number).sort(function (a, b) { return a - b; });
+    if (pl.length) {
+      out.push({id: "pool_hints", title: "Active pool by hint level (tasks)", series: pl.map(function (l) {
+        return {label: "hint " + l, get: function (p) {
+          var n = null, prefix = "pool_hint_" + l + "_";
+          Object.keys(p.metrics || {}).forEach(function (k) {
+            if (k.indexOf(prefix) === 0) n = (n || 0) + p.metrics[k];
+          });
+          return n;
+        }};
+      })});
+      out.push({id: "pool_frontier_hints", title: "Frontier band by hint level (tasks)", series: pl.map(function (l) {
+        return {label: "hint " + l, get: metric("pool_hint_" + l + "_frontier")};
+      })});
+    }
     // Training episodes per minute of wall time between two points, from
     // the cumulative count of episodes a point records ("rollouts").
     if (points.some(function (p) { return p.metrics && p.metrics.rollouts !== undefined; })) {
