@@ -203,6 +203,9 @@ type episode struct {
 	ctx    context.Context // the caller's
 	wctx   context.Context // ends at the wall-time limit too
 	imEnd  int32           // -1 when the tokenizer has none
+	// stopSeqs end a turn early (patch mode at a hint level that locates
+	// the bug: the end of the first search/replace block).
+	stopSeqs [][]int32
 	turnNo int
 	// wrote is set once anything could have changed the repository.
 	wrote bool
@@ -407,6 +410,7 @@ func (e *episode) generate() (*turn, Ending, string, error) {
 		Sampling:         e.r.Sampling,
 		Seed:             e.res.Seed ^ uint64(e.turnNo)*0x9e3779b97f4a7c15,
 		Stop:             e.stopIDs(),
+		StopSeqs:         e.stopSeqs,
 		MinPolicyVersion: e.r.MinPolicyVersion,
 	}
 	if e.res.PolicyVersion > req.MinPolicyVersion {
@@ -443,6 +447,9 @@ func (e *episode) generate() (*turn, Ending, string, error) {
 	if n := len(body); n > 0 && out.Finish == FinishStop {
 		t.closed = body[n-1] == e.imEnd
 		body = body[:n-1]
+	}
+	if out.Finish == FinishStopSeq && !EndsWithStopSeq(out.TokenIDs, req.StopSeqs) {
+		return nil, EndPolicyError, fmt.Sprintf("the policy finished on a stop sequence its %d tokens do not end with", len(out.TokenIDs)), nil
 	}
 	text, err := e.tok.Decode(body)
 	if err != nil {

@@ -67,6 +67,8 @@ func TestPatchSearchHint(t *testing.T) {
 		{"def add(a, b):\n    return a * b\n>>>>>>> REPLACE\n", 0, EndPatchApplied},
 		{"def add(a, b):\n    return a + b\n", 0, EndEditFailed},
 		{"", 0, EndNoOutput}, // nothing written: not an edit that failed
+		// What follows the block's end is never sampled: the turn ends there.
+		{"def add(a, b):\n    return a + b\n>>>>>>> REPLACE\nThe bug was the minus sign.\ncalc.py\n<<<<<<< SEARCH\n", 1, EndPatchApplied},
 	} {
 		r, _ := runner(t, c.turn)
 		ws := newMemWorkspace()
@@ -82,7 +84,11 @@ func TestPatchSearchHint(t *testing.T) {
 			continue
 		}
 		answer := res.Turns[2].Content
-		want := "calc.py\n<<<<<<< SEARCH\ndef add(a, b):\n    return a - b\n=======\n" + c.turn
+		written := c.turn
+		if i := strings.Index(written, ">>>>>>> REPLACE"); i >= 0 {
+			written = written[:i+len(">>>>>>> REPLACE")]
+		}
+		want := "calc.py\n<<<<<<< SEARCH\ndef add(a, b):\n    return a - b\n=======\n" + written
 		if res.Turns[2].Role != messages.Role_ROLE_ASSISTANT || answer != want {
 			t.Fatalf("assistant turn %q, want %q", answer, want)
 		}

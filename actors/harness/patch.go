@@ -430,6 +430,7 @@ func (e *episode) patch() error {
 	// At HintSearch the answer's first block is given up to its divider:
 	// environment tokens the policy continues from.
 	e.appendEnv(prefIDs)
+	e.stopSeqs = e.answerStops()
 	t, end, detail, err := e.generate()
 	if err != nil {
 		return err
@@ -485,4 +486,24 @@ func (e *episode) patch() error {
 	obs := fmt.Sprintf("Applied %d edits to %s.", len(edits), strings.Join(files, ", "))
 	e.res.Turns = append(e.res.Turns, &messages.Turn{Role: messages.Role_ROLE_TOOL, Content: obs, Seconds: secs})
 	return e.end(EndPatchApplied, "")
+}
+
+// answerStops are the stop sequences of a patch-mode answer. Where the
+// statement names the lines of the bug (HintLines and up) and the fix is
+// one hunk, one search/replace block is the whole answer, and the turn
+// ends with the block's closing marker: what a model writes after it
+// (small models ramble on to the token limit) is time spent sampling and,
+// in training, tokens the reward says nothing about. A fix of several
+// hunks keeps its whole turn. The sequence is the marker as the tokenizer
+// encodes it alone, which is how it is encoded in an answer, after a
+// newline (a token of its own); a model that splits it otherwise is just
+// not cut short.
+func (e *episode) answerStops() [][]int32 {
+	if int(e.task.GetDifficulty().GetHintLevel()) < HintLines {
+		return nil
+	}
+	if hunks, err := ParseHunks(e.task.GetGoldPatch()); err != nil || len(hunks) != 1 {
+		return nil
+	}
+	return [][]int32{e.tok.EncodeOrdinary(replaceMark)}
 }

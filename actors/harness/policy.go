@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"slices"
 
 	"github.com/frognano/frognano/kernels/sample"
 )
@@ -27,6 +28,12 @@ type GenerateRequest struct {
 	Sampling  sample.Params // zero: greedy
 	Seed      uint64        // same prompt, seed and policy version: same tokens
 	Stop      []int32       // ids that end the turn
+	// StopSeqs end the turn once the continuation ends with one of these
+	// token sequences, which stay part of it (FinishStopSeq): the end of
+	// an answer's search/replace block. A policy that cannot honour them
+	// (an external server) may ignore them; the turn then ends on Stop or
+	// MaxTokens as before.
+	StopSeqs [][]int32
 	// MinPolicyVersion, when positive, asks for a policy at least this
 	// recent: a Sampler holding an older version waits for the newer one.
 	MinPolicyVersion int64
@@ -37,6 +44,7 @@ type FinishReason string
 
 const (
 	FinishStop    FinishReason = "stop"    // a Stop id was sampled; it is the last of TokenIDs
+	FinishStopSeq FinishReason = "stop_sequence" // TokenIDs end with one of StopSeqs
 	FinishLength  FinishReason = "length"  // MaxTokens reached
 	FinishContext FinishReason = "context" // the model's context (or the sampler's cache) is full
 )
@@ -51,4 +59,26 @@ type GenerateResult struct {
 	LogProbs      []float32
 	Finish        FinishReason
 	PolicyVersion int64
+}
+
+// StopSeqEnd is the length of the shortest prefix of ids that ends with one
+// of seqs (0: none occurs).
+func StopSeqEnd(ids []int32, seqs [][]int32) int {
+	for n := 1; n <= len(ids); n++ {
+		if EndsWithStopSeq(ids[:n], seqs) {
+			return n
+		}
+	}
+	return 0
+}
+
+// EndsWithStopSeq reports whether ids end with one of seqs (empty ones
+// never match).
+func EndsWithStopSeq(ids []int32, seqs [][]int32) bool {
+	for _, s := range seqs {
+		if len(s) > 0 && len(ids) >= len(s) && slices.Equal(ids[len(ids)-len(s):], s) {
+			return true
+		}
+	}
+	return false
 }

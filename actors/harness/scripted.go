@@ -79,6 +79,11 @@ func (p *ScriptedPolicy) Generate(ctx context.Context, req GenerateRequest) (Gen
 	} else if len(req.Stop) > 0 {
 		ids = append(ids, req.Stop[0])
 	}
+	// A stop sequence ends the turn where the policy's would end (the
+	// demonstration's answer stops where a sampled one is cut).
+	if end := StopSeqEnd(ids, req.StopSeqs); end > 0 && end <= req.MaxTokens {
+		ids, finish = ids[:end], FinishStopSeq
+	}
 	if len(ids) > req.MaxTokens {
 		ids, finish = ids[:req.MaxTokens], FinishLength
 	}

@@ -153,11 +153,16 @@ type BenchResult struct {
 }
 
 // Bench measures training steps (forward, backward, AdamW) on random
-// sequences of batch × seqLen tokens, every token a policy token, after
-// one warm-up step; TokensPerSecond uses the median step.
-func Bench(ctx context.Context, m *model.Model, batch, seqLen, steps int, train model.TrainOptions) (BenchResult, error) {
-	if batch < 2 || seqLen < 2 || steps < 1 {
-		return BenchResult{}, fmt.Errorf("learner: bench needs a batch of at least 2, sequences of at least 2 tokens and a step")
+// sequences of batch × seqLen tokens, the last answer of each policy
+// tokens (answer 0: all but the first, as a sequence of policy tokens
+// after a one-token prompt), after one warm-up step; TokensPerSecond
+// counts every token of the batch over the median step.
+func Bench(ctx context.Context, m *model.Model, batch, seqLen, answer, steps int, train model.TrainOptions) (BenchResult, error) {
+	if batch < 2 || seqLen < 2 || steps < 1 || answer < 0 || answer >= seqLen {
+		return BenchResult{}, fmt.Errorf("learner: bench needs a batch of at least 2, sequences of at least 2 tokens, an answer shorter than the sequence and a step")
+	}
+	if answer == 0 {
+		answer = seqLen - 1
 	}
 	oc := optim.DefaultConfig()
 	oc.LR = 1e-7
@@ -172,7 +177,7 @@ func Bench(ctx context.Context, m *model.Model, batch, seqLen, steps int, train 
 		s := grpo.Sequence{Tokens: make([]int32, seqLen), PolicyMask: make([]bool, seqLen), SamplerLogProbs: make([]float32, seqLen), Reward: float64(i % 2)}
 		for t := range s.Tokens {
 			s.Tokens[t] = int32(r.IntN(m.Config.VocabSize))
-			s.PolicyMask[t] = t > 0
+			s.PolicyMask[t] = t >= seqLen-answer
 			s.SamplerLogProbs[t] = -11 // about log(1/vocab): ratios near one
 		}
 		g = append(g, s)

@@ -183,19 +183,27 @@ func (e *Engine) Status() *messages.SamplerStatus {
 
 // RequestFromProto reads a GenerateRequest message.
 func RequestFromProto(m *messages.GenerateRequest) harness.GenerateRequest {
+	var seqs [][]int32
+	for _, s := range m.GetStopSeqs() {
+		seqs = append(seqs, s.GetIds())
+	}
 	return harness.GenerateRequest{
 		PromptIDs: m.PromptIds, MaxTokens: int(m.MaxTokens),
 		Sampling: sample.Params{Temperature: m.Temperature, TopP: m.TopP, TopK: int(m.TopK)},
-		Seed:     m.Seed, Stop: m.StopIds, MinPolicyVersion: m.MinPolicyVersion,
+		Seed:     m.Seed, Stop: m.StopIds, StopSeqs: seqs, MinPolicyVersion: m.MinPolicyVersion,
 	}
 }
 
 // RequestToProto writes a GenerateRequest message.
 func RequestToProto(r harness.GenerateRequest) *messages.GenerateRequest {
+	var seqs []*messages.TokenSequence
+	for _, s := range r.StopSeqs {
+		seqs = append(seqs, &messages.TokenSequence{Ids: s})
+	}
 	return &messages.GenerateRequest{
 		PromptIds: r.PromptIDs, MaxTokens: int32(r.MaxTokens),
 		Temperature: r.Sampling.Temperature, TopP: r.Sampling.TopP, TopK: int32(r.Sampling.TopK),
-		Seed: r.Seed, StopIds: r.Stop, MinPolicyVersion: r.MinPolicyVersion,
+		Seed: r.Seed, StopIds: r.Stop, StopSeqs: seqs, MinPolicyVersion: r.MinPolicyVersion,
 	}
 }
 

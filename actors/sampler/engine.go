@@ -312,6 +312,10 @@ func (e *Engine) Start(ctx context.Context, req harness.GenerateRequest) (*Strea
 	}
 	s.req.PromptIDs = slices.Clone(req.PromptIDs)
 	s.req.Stop = slices.Clone(req.Stop)
+	s.req.StopSeqs = make([][]int32, len(req.StopSeqs))
+	for i, q := range req.StopSeqs {
+		s.req.StopSeqs[i] = slices.Clone(q)
+	}
 	select {
 	case e.submit <- s:
 		return &Stream{e: e, seq: s}, nil
@@ -342,6 +346,13 @@ func (e *Engine) check(req harness.GenerateRequest) error {
 	for i, id := range req.PromptIDs {
 		if id < 0 || id >= e.vocab {
 			return fmt.Errorf("%w: prompt token %d is id %d, outside the vocabulary of %d", ErrBadRequest, i, id, e.vocab)
+		}
+	}
+	for _, q := range req.StopSeqs {
+		for _, id := range q {
+			if id < 0 || id >= e.vocab {
+				return fmt.Errorf("%w: stop sequence id %d is outside the vocabulary of %d", ErrBadRequest, id, e.vocab)
+			}
 		}
 	}
 	for _, id := range req.Stop {
@@ -752,7 +763,11 @@ func (e *Engine) finished(s *sequence, tok int32) (harness.FinishReason, bool) {
 	}
 	s.mu.Lock()
 	n := len(s.ids)
+	seq := len(s.req.StopSeqs) > 0 && harness.EndsWithStopSeq(s.ids, s.req.StopSeqs)
 	s.mu.Unlock()
+	if seq {
+		return harness.FinishStopSeq, true
+	}
 	if s.req.MaxTokens > 0 && n >= s.req.MaxTokens {
 		return harness.FinishLength, true
 	}

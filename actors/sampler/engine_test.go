@@ -249,6 +249,16 @@ func TestLimits(t *testing.T) {
 	if res.Finish != harness.FinishStop || !slices.Equal(res.TokenIDs, ref.TokenIDs[:k+1]) {
 		t.Fatalf("stop on %d: %v %s, want %v", stopAt, res.TokenIDs, res.Finish, ref.TokenIDs[:k+1])
 	}
+	// A stop sequence of the second and third greedy tokens ends the
+	// turn after them (they stay in it); one that never occurs does not.
+	seq := ref.TokenIDs[1:3]
+	res, err = e.Generate(ctx, harness.GenerateRequest{PromptIDs: prompt, MaxTokens: 4, StopSeqs: [][]int32{{ref.TokenIDs[3], 1 << 10}, seq}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end := harness.StopSeqEnd(ref.TokenIDs, [][]int32{seq}); res.Finish != harness.FinishStopSeq || end > 3 || !slices.Equal(res.TokenIDs, ref.TokenIDs[:end]) {
+		t.Fatalf("stop sequence %v: %v %s, want %v", seq, res.TokenIDs, res.Finish, ref.TokenIDs[:3])
+	}
 	// No MaxTokens: the context (prompt + 5 positions) ends it after 6
 	// tokens, the last one sampled but not cached.
 	res, err = e.Generate(ctx, harness.GenerateRequest{PromptIDs: prompt})
@@ -275,6 +285,7 @@ func TestLimits(t *testing.T) {
 		{"token outside vocabulary", harness.GenerateRequest{PromptIDs: []int32{1, 49152}}, ErrBadRequest},
 		{"negative token", harness.GenerateRequest{PromptIDs: []int32{-3}}, ErrBadRequest},
 		{"stop outside vocabulary", harness.GenerateRequest{PromptIDs: prompt, Stop: []int32{1 << 20}}, ErrBadRequest},
+		{"stop sequence outside vocabulary", harness.GenerateRequest{PromptIDs: prompt, StopSeqs: [][]int32{{1, -2}}}, ErrBadRequest},
 		{"negative temperature", harness.GenerateRequest{PromptIDs: prompt, Sampling: sample.Params{Temperature: -1}}, ErrBadRequest},
 		{"NaN temperature", harness.GenerateRequest{PromptIDs: prompt, Sampling: sample.Params{Temperature: float32(math.NaN())}}, ErrBadRequest},
 		{"top-p above 1", harness.GenerateRequest{PromptIDs: prompt, Sampling: sample.Params{Temperature: 1, TopP: 1.5}}, ErrBadRequest},

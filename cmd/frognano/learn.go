@@ -144,27 +144,37 @@ as it is (a GGUF file turned into a Hugging Face directory).`,
 	export.Flags().StringVar(&out, "out", "", "directory to write")
 	export.Flags().StringVar(&dtype, "dtype", "f32", "weight type: f32, bf16 or f16")
 
-	var batch, seqLen, steps int
+	var batch, seqLen, answer, steps, trainLayers int
 	var recompute bool
 	bench := &cobra.Command{
 		Use:   "bench",
 		Short: "Training throughput: tokens/s of GRPO steps (forward, backward, AdamW) at batch × sequence length",
 		Long: `bench trains on random sequences of --batch × --seq tokens, every token a
-policy token, for --steps steps after a warm-up step, and prints the time of
-each step and the tokens per second of the median one (forward, backward
-and AdamW over every weight, in float32 on this machine's CPU).`,
+policy token (or the last --answer of each, after a prompt, as in an
+episode), for --steps steps after a warm-up step, and prints the time of
+each step and the tokens per second of the median one, counting every token
+(forward, backward and AdamW, over every weight or with --train-layers the
+top layers only, in float32 on this machine's CPU).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			m, err := loadModel()
 			if err != nil {
 				return err
 			}
-			r, err := learner.Bench(cmd.Context(), m, batch, seqLen, steps, model.TrainOptions{Recompute: recompute})
+			r, err := learner.Bench(cmd.Context(), m, batch, seqLen, answer, steps, model.TrainOptions{Recompute: recompute, TrainLayers: trainLayers})
 			if err != nil {
 				return err
 			}
 			o := cmd.OutOrStdout()
-			fmt.Fprintf(o, "%s on %s, batch %d × %d tokens, recompute %v\n", m.Source, r.Backend, batch, seqLen, recompute)
+			layers := "every layer"
+			if trainLayers > 0 && trainLayers < m.Config.Layers {
+				layers = fmt.Sprintf("the top %d of %d layers", trainLayers, m.Config.Layers)
+			}
+			pol := "every token a policy token"
+			if answer > 0 {
+				pol = fmt.Sprintf("the last %d policy tokens", answer)
+			}
+			fmt.Fprintf(o, "%s on %s, batch %d × %d tokens (%s), training %s, recompute %v\n", m.Source, r.Backend, batch, seqLen, pol, layers, recompute)
 			for i, d := range r.PerStep {
 				fmt.Fprintf(o, "  step %d: %.2fs wall, %.2fs CPU (%.0f tokens/s)\n", i+1, d.Seconds(), r.CPUPerStep[i].Seconds(), float64(batch*seqLen)/d.Seconds())
 			}
@@ -176,6 +186,8 @@ and AdamW over every weight, in float32 on this machine's CPU).`,
 	bench.Flags().IntVar(&seqLen, "seq", 256, "tokens per sequence")
 	bench.Flags().IntVar(&steps, "steps", 3, "measured steps")
 	bench.Flags().BoolVar(&recompute, "recompute", false, "recompute activations in the backward pass (less memory)")
+	bench.Flags().IntVar(&answer, "answer", 0, "policy tokens at the end of each sequence, after a prompt (0: every token but the first)")
+	bench.Flags().IntVar(&trainLayers, "train-layers", 0, "train only the top N decoder layers and the final norm (0: every weight)")
 
 	cmd.AddCommand(demo, export, bench)
 	return cmd

@@ -1659,8 +1659,11 @@ type GenerateRequest struct {
 	Seed             uint64                 `protobuf:"varint,6,opt,name=seed,proto3" json:"seed,omitempty"`
 	StopIds          []int32                `protobuf:"varint,7,rep,packed,name=stop_ids,json=stopIds,proto3" json:"stop_ids,omitempty"`
 	MinPolicyVersion int64                  `protobuf:"varint,8,opt,name=min_policy_version,json=minPolicyVersion,proto3" json:"min_policy_version,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// stop_seqs end the turn once it ends with one of these token sequences,
+	// which stay part of it (finish_reason "stop_sequence").
+	StopSeqs      []*TokenSequence `protobuf:"bytes,9,rep,name=stop_seqs,json=stopSeqs,proto3" json:"stop_seqs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerateRequest) Reset() {
@@ -1749,6 +1752,57 @@ func (x *GenerateRequest) GetMinPolicyVersion() int64 {
 	return 0
 }
 
+func (x *GenerateRequest) GetStopSeqs() []*TokenSequence {
+	if x != nil {
+		return x.StopSeqs
+	}
+	return nil
+}
+
+type TokenSequence struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ids           []int32                `protobuf:"varint,1,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenSequence) Reset() {
+	*x = TokenSequence{}
+	mi := &file_actors_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenSequence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenSequence) ProtoMessage() {}
+
+func (x *TokenSequence) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenSequence.ProtoReflect.Descriptor instead.
+func (*TokenSequence) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *TokenSequence) GetIds() []int32 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
 type GenerateResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TokenIds      []int32                `protobuf:"varint,1,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
@@ -1761,7 +1815,7 @@ type GenerateResponse struct {
 
 func (x *GenerateResponse) Reset() {
 	*x = GenerateResponse{}
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1773,7 +1827,7 @@ func (x *GenerateResponse) String() string {
 func (*GenerateResponse) ProtoMessage() {}
 
 func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1786,7 +1840,7 @@ func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateResponse.ProtoReflect.Descriptor instead.
 func (*GenerateResponse) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{28}
+	return file_actors_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GenerateResponse) GetTokenIds() []int32 {
@@ -1830,7 +1884,7 @@ type WeightsPublished struct {
 
 func (x *WeightsPublished) Reset() {
 	*x = WeightsPublished{}
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1842,7 +1896,7 @@ func (x *WeightsPublished) String() string {
 func (*WeightsPublished) ProtoMessage() {}
 
 func (x *WeightsPublished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1855,7 +1909,7 @@ func (x *WeightsPublished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WeightsPublished.ProtoReflect.Descriptor instead.
 func (*WeightsPublished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{29}
+	return file_actors_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WeightsPublished) GetRunId() string {
@@ -1892,7 +1946,7 @@ type RolloutRequest struct {
 
 func (x *RolloutRequest) Reset() {
 	*x = RolloutRequest{}
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +1958,7 @@ func (x *RolloutRequest) String() string {
 func (*RolloutRequest) ProtoMessage() {}
 
 func (x *RolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +1971,7 @@ func (x *RolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutRequest.ProtoReflect.Descriptor instead.
 func (*RolloutRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{30}
+	return file_actors_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RolloutRequest) GetTask() *Task {
@@ -1966,7 +2020,7 @@ type RolloutResult struct {
 
 func (x *RolloutResult) Reset() {
 	*x = RolloutResult{}
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2032,7 @@ func (x *RolloutResult) String() string {
 func (*RolloutResult) ProtoMessage() {}
 
 func (x *RolloutResult) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2045,7 @@ func (x *RolloutResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutResult.ProtoReflect.Descriptor instead.
 func (*RolloutResult) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{31}
+	return file_actors_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RolloutResult) GetTaskId() string {
@@ -2036,7 +2090,7 @@ type EnvAddRequest struct {
 
 func (x *EnvAddRequest) Reset() {
 	*x = EnvAddRequest{}
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2102,7 @@ func (x *EnvAddRequest) String() string {
 func (*EnvAddRequest) ProtoMessage() {}
 
 func (x *EnvAddRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2115,7 @@ func (x *EnvAddRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvAddRequest.ProtoReflect.Descriptor instead.
 func (*EnvAddRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{32}
+	return file_actors_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *EnvAddRequest) GetSource() string {
@@ -2137,7 +2191,7 @@ type EnvProgress struct {
 
 func (x *EnvProgress) Reset() {
 	*x = EnvProgress{}
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2203,7 @@ func (x *EnvProgress) String() string {
 func (*EnvProgress) ProtoMessage() {}
 
 func (x *EnvProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2216,7 @@ func (x *EnvProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvProgress.ProtoReflect.Descriptor instead.
 func (*EnvProgress) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{33}
+	return file_actors_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *EnvProgress) GetStage() string {
@@ -2181,7 +2235,7 @@ type EnvAddReply struct {
 
 func (x *EnvAddReply) Reset() {
 	*x = EnvAddReply{}
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2193,7 +2247,7 @@ func (x *EnvAddReply) String() string {
 func (*EnvAddReply) ProtoMessage() {}
 
 func (x *EnvAddReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2206,7 +2260,7 @@ func (x *EnvAddReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvAddReply.ProtoReflect.Descriptor instead.
 func (*EnvAddReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{34}
+	return file_actors_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *EnvAddReply) GetEnvironment() *Environment {
@@ -2224,7 +2278,7 @@ type EnvListRequest struct {
 
 func (x *EnvListRequest) Reset() {
 	*x = EnvListRequest{}
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2236,7 +2290,7 @@ func (x *EnvListRequest) String() string {
 func (*EnvListRequest) ProtoMessage() {}
 
 func (x *EnvListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2249,7 +2303,7 @@ func (x *EnvListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvListRequest.ProtoReflect.Descriptor instead.
 func (*EnvListRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{35}
+	return file_actors_proto_rawDescGZIP(), []int{36}
 }
 
 type EnvList struct {
@@ -2261,7 +2315,7 @@ type EnvList struct {
 
 func (x *EnvList) Reset() {
 	*x = EnvList{}
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2273,7 +2327,7 @@ func (x *EnvList) String() string {
 func (*EnvList) ProtoMessage() {}
 
 func (x *EnvList) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2286,7 +2340,7 @@ func (x *EnvList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvList.ProtoReflect.Descriptor instead.
 func (*EnvList) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{36}
+	return file_actors_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *EnvList) GetEnvironments() []*Environment {
@@ -2305,7 +2359,7 @@ type EnvGetRequest struct {
 
 func (x *EnvGetRequest) Reset() {
 	*x = EnvGetRequest{}
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2317,7 +2371,7 @@ func (x *EnvGetRequest) String() string {
 func (*EnvGetRequest) ProtoMessage() {}
 
 func (x *EnvGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2330,7 +2384,7 @@ func (x *EnvGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvGetRequest.ProtoReflect.Descriptor instead.
 func (*EnvGetRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{37}
+	return file_actors_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *EnvGetRequest) GetName() string {
@@ -2349,7 +2403,7 @@ type EnvRemoveRequest struct {
 
 func (x *EnvRemoveRequest) Reset() {
 	*x = EnvRemoveRequest{}
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2361,7 +2415,7 @@ func (x *EnvRemoveRequest) String() string {
 func (*EnvRemoveRequest) ProtoMessage() {}
 
 func (x *EnvRemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2374,7 +2428,7 @@ func (x *EnvRemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvRemoveRequest.ProtoReflect.Descriptor instead.
 func (*EnvRemoveRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{38}
+	return file_actors_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *EnvRemoveRequest) GetName() string {
@@ -2393,7 +2447,7 @@ type EnvRemoved struct {
 
 func (x *EnvRemoved) Reset() {
 	*x = EnvRemoved{}
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2405,7 +2459,7 @@ func (x *EnvRemoved) String() string {
 func (*EnvRemoved) ProtoMessage() {}
 
 func (x *EnvRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2418,7 +2472,7 @@ func (x *EnvRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvRemoved.ProtoReflect.Descriptor instead.
 func (*EnvRemoved) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{39}
+	return file_actors_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *EnvRemoved) GetName() string {
@@ -2448,7 +2502,7 @@ type CoverageMap struct {
 
 func (x *CoverageMap) Reset() {
 	*x = CoverageMap{}
-	mi := &file_actors_proto_msgTypes[40]
+	mi := &file_actors_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2460,7 +2514,7 @@ func (x *CoverageMap) String() string {
 func (*CoverageMap) ProtoMessage() {}
 
 func (x *CoverageMap) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[40]
+	mi := &file_actors_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2473,7 +2527,7 @@ func (x *CoverageMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoverageMap.ProtoReflect.Descriptor instead.
 func (*CoverageMap) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{40}
+	return file_actors_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CoverageMap) GetEnvironment() string {
@@ -2535,7 +2589,7 @@ type FileCoverage struct {
 
 func (x *FileCoverage) Reset() {
 	*x = FileCoverage{}
-	mi := &file_actors_proto_msgTypes[41]
+	mi := &file_actors_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2547,7 +2601,7 @@ func (x *FileCoverage) String() string {
 func (*FileCoverage) ProtoMessage() {}
 
 func (x *FileCoverage) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[41]
+	mi := &file_actors_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2560,7 +2614,7 @@ func (x *FileCoverage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileCoverage.ProtoReflect.Descriptor instead.
 func (*FileCoverage) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{41}
+	return file_actors_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *FileCoverage) GetPath() string {
@@ -2587,7 +2641,7 @@ type LineCoverage struct {
 
 func (x *LineCoverage) Reset() {
 	*x = LineCoverage{}
-	mi := &file_actors_proto_msgTypes[42]
+	mi := &file_actors_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2653,7 @@ func (x *LineCoverage) String() string {
 func (*LineCoverage) ProtoMessage() {}
 
 func (x *LineCoverage) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[42]
+	mi := &file_actors_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2666,7 @@ func (x *LineCoverage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LineCoverage.ProtoReflect.Descriptor instead.
 func (*LineCoverage) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{42}
+	return file_actors_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *LineCoverage) GetLine() int32 {
@@ -2638,7 +2692,7 @@ type TaskListRequest struct {
 
 func (x *TaskListRequest) Reset() {
 	*x = TaskListRequest{}
-	mi := &file_actors_proto_msgTypes[43]
+	mi := &file_actors_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2650,7 +2704,7 @@ func (x *TaskListRequest) String() string {
 func (*TaskListRequest) ProtoMessage() {}
 
 func (x *TaskListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[43]
+	mi := &file_actors_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2663,7 +2717,7 @@ func (x *TaskListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskListRequest.ProtoReflect.Descriptor instead.
 func (*TaskListRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{43}
+	return file_actors_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TaskListRequest) GetEnvironment() string {
@@ -2682,7 +2736,7 @@ type TaskList struct {
 
 func (x *TaskList) Reset() {
 	*x = TaskList{}
-	mi := &file_actors_proto_msgTypes[44]
+	mi := &file_actors_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2694,7 +2748,7 @@ func (x *TaskList) String() string {
 func (*TaskList) ProtoMessage() {}
 
 func (x *TaskList) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[44]
+	mi := &file_actors_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2707,7 +2761,7 @@ func (x *TaskList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskList.ProtoReflect.Descriptor instead.
 func (*TaskList) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{44}
+	return file_actors_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TaskList) GetTasks() []*Task {
@@ -2726,7 +2780,7 @@ type TaskGetRequest struct {
 
 func (x *TaskGetRequest) Reset() {
 	*x = TaskGetRequest{}
-	mi := &file_actors_proto_msgTypes[45]
+	mi := &file_actors_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2738,7 +2792,7 @@ func (x *TaskGetRequest) String() string {
 func (*TaskGetRequest) ProtoMessage() {}
 
 func (x *TaskGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[45]
+	mi := &file_actors_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2751,7 +2805,7 @@ func (x *TaskGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskGetRequest.ProtoReflect.Descriptor instead.
 func (*TaskGetRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{45}
+	return file_actors_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TaskGetRequest) GetId() string {
@@ -2770,7 +2824,7 @@ type TaskGetReply struct {
 
 func (x *TaskGetReply) Reset() {
 	*x = TaskGetReply{}
-	mi := &file_actors_proto_msgTypes[46]
+	mi := &file_actors_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2782,7 +2836,7 @@ func (x *TaskGetReply) String() string {
 func (*TaskGetReply) ProtoMessage() {}
 
 func (x *TaskGetReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[46]
+	mi := &file_actors_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2795,7 +2849,7 @@ func (x *TaskGetReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskGetReply.ProtoReflect.Descriptor instead.
 func (*TaskGetReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{46}
+	return file_actors_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TaskGetReply) GetTask() *Task {
@@ -2926,7 +2980,7 @@ const file_actors_proto_rawDesc = "" +
 	"\x04step\x18\x03 \x01(\x03R\x04step\"G\n" +
 	"\vOutcomesAck\x12\x1a\n" +
 	"\brecorded\x18\x01 \x01(\x05R\brecorded\x12\x1c\n" +
-	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"\xf8\x01\n" +
+	"\tduplicate\x18\x02 \x01(\bR\tduplicate\"\xba\x02\n" +
 	"\x0fGenerateRequest\x12\x1d\n" +
 	"\n" +
 	"prompt_ids\x18\x01 \x03(\x05R\tpromptIds\x12\x1d\n" +
@@ -2937,7 +2991,10 @@ const file_actors_proto_rawDesc = "" +
 	"\x05top_k\x18\x05 \x01(\x05R\x04topK\x12\x12\n" +
 	"\x04seed\x18\x06 \x01(\x04R\x04seed\x12\x19\n" +
 	"\bstop_ids\x18\a \x03(\x05R\astopIds\x12,\n" +
-	"\x12min_policy_version\x18\b \x01(\x03R\x10minPolicyVersion\"\x97\x01\n" +
+	"\x12min_policy_version\x18\b \x01(\x03R\x10minPolicyVersion\x12@\n" +
+	"\tstop_seqs\x18\t \x03(\v2#.frognano.messages.v1.TokenSequenceR\bstopSeqs\"!\n" +
+	"\rTokenSequence\x12\x10\n" +
+	"\x03ids\x18\x01 \x03(\x05R\x03ids\"\x97\x01\n" +
 	"\x10GenerateResponse\x12\x1b\n" +
 	"\ttoken_ids\x18\x01 \x03(\x05R\btokenIds\x12\x1a\n" +
 	"\blogprobs\x18\x02 \x03(\x02R\blogprobs\x12#\n" +
@@ -3017,7 +3074,7 @@ func file_actors_proto_rawDescGZIP() []byte {
 	return file_actors_proto_rawDescData
 }
 
-var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_actors_proto_goTypes = []any{
 	(*SandboxCreate)(nil),         // 0: frognano.messages.v1.SandboxCreate
 	(*SandboxOK)(nil),             // 1: frognano.messages.v1.SandboxOK
@@ -3047,54 +3104,56 @@ var file_actors_proto_goTypes = []any{
 	(*OutcomesReport)(nil),        // 25: frognano.messages.v1.OutcomesReport
 	(*OutcomesAck)(nil),           // 26: frognano.messages.v1.OutcomesAck
 	(*GenerateRequest)(nil),       // 27: frognano.messages.v1.GenerateRequest
-	(*GenerateResponse)(nil),      // 28: frognano.messages.v1.GenerateResponse
-	(*WeightsPublished)(nil),      // 29: frognano.messages.v1.WeightsPublished
-	(*RolloutRequest)(nil),        // 30: frognano.messages.v1.RolloutRequest
-	(*RolloutResult)(nil),         // 31: frognano.messages.v1.RolloutResult
-	(*EnvAddRequest)(nil),         // 32: frognano.messages.v1.EnvAddRequest
-	(*EnvProgress)(nil),           // 33: frognano.messages.v1.EnvProgress
-	(*EnvAddReply)(nil),           // 34: frognano.messages.v1.EnvAddReply
-	(*EnvListRequest)(nil),        // 35: frognano.messages.v1.EnvListRequest
-	(*EnvList)(nil),               // 36: frognano.messages.v1.EnvList
-	(*EnvGetRequest)(nil),         // 37: frognano.messages.v1.EnvGetRequest
-	(*EnvRemoveRequest)(nil),      // 38: frognano.messages.v1.EnvRemoveRequest
-	(*EnvRemoved)(nil),            // 39: frognano.messages.v1.EnvRemoved
-	(*CoverageMap)(nil),           // 40: frognano.messages.v1.CoverageMap
-	(*FileCoverage)(nil),          // 41: frognano.messages.v1.FileCoverage
-	(*LineCoverage)(nil),          // 42: frognano.messages.v1.LineCoverage
-	(*TaskListRequest)(nil),       // 43: frognano.messages.v1.TaskListRequest
-	(*TaskList)(nil),              // 44: frognano.messages.v1.TaskList
-	(*TaskGetRequest)(nil),        // 45: frognano.messages.v1.TaskGetRequest
-	(*TaskGetReply)(nil),          // 46: frognano.messages.v1.TaskGetReply
-	nil,                           // 47: frognano.messages.v1.SandboxCreate.LabelsEntry
-	nil,                           // 48: frognano.messages.v1.SynthesizeProgress.RejectedEntry
-	(*TestReport)(nil),            // 49: frognano.messages.v1.TestReport
-	(*Task)(nil),                  // 50: frognano.messages.v1.Task
-	(*DifficultyFeatures)(nil),    // 51: frognano.messages.v1.DifficultyFeatures
-	(*Environment)(nil),           // 52: frognano.messages.v1.Environment
+	(*TokenSequence)(nil),         // 28: frognano.messages.v1.TokenSequence
+	(*GenerateResponse)(nil),      // 29: frognano.messages.v1.GenerateResponse
+	(*WeightsPublished)(nil),      // 30: frognano.messages.v1.WeightsPublished
+	(*RolloutRequest)(nil),        // 31: frognano.messages.v1.RolloutRequest
+	(*RolloutResult)(nil),         // 32: frognano.messages.v1.RolloutResult
+	(*EnvAddRequest)(nil),         // 33: frognano.messages.v1.EnvAddRequest
+	(*EnvProgress)(nil),           // 34: frognano.messages.v1.EnvProgress
+	(*EnvAddReply)(nil),           // 35: frognano.messages.v1.EnvAddReply
+	(*EnvListRequest)(nil),        // 36: frognano.messages.v1.EnvListRequest
+	(*EnvList)(nil),               // 37: frognano.messages.v1.EnvList
+	(*EnvGetRequest)(nil),         // 38: frognano.messages.v1.EnvGetRequest
+	(*EnvRemoveRequest)(nil),      // 39: frognano.messages.v1.EnvRemoveRequest
+	(*EnvRemoved)(nil),            // 40: frognano.messages.v1.EnvRemoved
+	(*CoverageMap)(nil),           // 41: frognano.messages.v1.CoverageMap
+	(*FileCoverage)(nil),          // 42: frognano.messages.v1.FileCoverage
+	(*LineCoverage)(nil),          // 43: frognano.messages.v1.LineCoverage
+	(*TaskListRequest)(nil),       // 44: frognano.messages.v1.TaskListRequest
+	(*TaskList)(nil),              // 45: frognano.messages.v1.TaskList
+	(*TaskGetRequest)(nil),        // 46: frognano.messages.v1.TaskGetRequest
+	(*TaskGetReply)(nil),          // 47: frognano.messages.v1.TaskGetReply
+	nil,                           // 48: frognano.messages.v1.SandboxCreate.LabelsEntry
+	nil,                           // 49: frognano.messages.v1.SynthesizeProgress.RejectedEntry
+	(*TestReport)(nil),            // 50: frognano.messages.v1.TestReport
+	(*Task)(nil),                  // 51: frognano.messages.v1.Task
+	(*DifficultyFeatures)(nil),    // 52: frognano.messages.v1.DifficultyFeatures
+	(*Environment)(nil),           // 53: frognano.messages.v1.Environment
 }
 var file_actors_proto_depIdxs = []int32{
-	47, // 0: frognano.messages.v1.SandboxCreate.labels:type_name -> frognano.messages.v1.SandboxCreate.LabelsEntry
-	49, // 1: frognano.messages.v1.SandboxTestsResult.report:type_name -> frognano.messages.v1.TestReport
-	50, // 2: frognano.messages.v1.SandboxPrepareEpisode.task:type_name -> frognano.messages.v1.Task
-	49, // 3: frognano.messages.v1.SandboxGraded.report:type_name -> frognano.messages.v1.TestReport
-	51, // 4: frognano.messages.v1.SynthesizeRequest.target:type_name -> frognano.messages.v1.DifficultyFeatures
-	48, // 5: frognano.messages.v1.SynthesizeProgress.rejected:type_name -> frognano.messages.v1.SynthesizeProgress.RejectedEntry
+	48, // 0: frognano.messages.v1.SandboxCreate.labels:type_name -> frognano.messages.v1.SandboxCreate.LabelsEntry
+	50, // 1: frognano.messages.v1.SandboxTestsResult.report:type_name -> frognano.messages.v1.TestReport
+	51, // 2: frognano.messages.v1.SandboxPrepareEpisode.task:type_name -> frognano.messages.v1.Task
+	50, // 3: frognano.messages.v1.SandboxGraded.report:type_name -> frognano.messages.v1.TestReport
+	52, // 4: frognano.messages.v1.SynthesizeRequest.target:type_name -> frognano.messages.v1.DifficultyFeatures
+	49, // 5: frognano.messages.v1.SynthesizeProgress.rejected:type_name -> frognano.messages.v1.SynthesizeProgress.RejectedEntry
 	20, // 6: frognano.messages.v1.SynthesizeResult.progress:type_name -> frognano.messages.v1.SynthesizeProgress
-	50, // 7: frognano.messages.v1.TaskBatch.tasks:type_name -> frognano.messages.v1.Task
+	51, // 7: frognano.messages.v1.TaskBatch.tasks:type_name -> frognano.messages.v1.Task
 	24, // 8: frognano.messages.v1.OutcomesReport.outcomes:type_name -> frognano.messages.v1.EpisodeOutcome
-	50, // 9: frognano.messages.v1.RolloutRequest.task:type_name -> frognano.messages.v1.Task
-	52, // 10: frognano.messages.v1.EnvAddReply.environment:type_name -> frognano.messages.v1.Environment
-	52, // 11: frognano.messages.v1.EnvList.environments:type_name -> frognano.messages.v1.Environment
-	41, // 12: frognano.messages.v1.CoverageMap.files:type_name -> frognano.messages.v1.FileCoverage
-	42, // 13: frognano.messages.v1.FileCoverage.lines:type_name -> frognano.messages.v1.LineCoverage
-	50, // 14: frognano.messages.v1.TaskList.tasks:type_name -> frognano.messages.v1.Task
-	50, // 15: frognano.messages.v1.TaskGetReply.task:type_name -> frognano.messages.v1.Task
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	28, // 9: frognano.messages.v1.GenerateRequest.stop_seqs:type_name -> frognano.messages.v1.TokenSequence
+	51, // 10: frognano.messages.v1.RolloutRequest.task:type_name -> frognano.messages.v1.Task
+	53, // 11: frognano.messages.v1.EnvAddReply.environment:type_name -> frognano.messages.v1.Environment
+	53, // 12: frognano.messages.v1.EnvList.environments:type_name -> frognano.messages.v1.Environment
+	42, // 13: frognano.messages.v1.CoverageMap.files:type_name -> frognano.messages.v1.FileCoverage
+	43, // 14: frognano.messages.v1.FileCoverage.lines:type_name -> frognano.messages.v1.LineCoverage
+	51, // 15: frognano.messages.v1.TaskList.tasks:type_name -> frognano.messages.v1.Task
+	51, // 16: frognano.messages.v1.TaskGetReply.task:type_name -> frognano.messages.v1.Task
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_actors_proto_init() }
@@ -3109,7 +3168,7 @@ func file_actors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_proto_rawDesc), len(file_actors_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   49,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
