@@ -16,7 +16,9 @@
 #             ~/.local/share/frognano-bench); each
 #             arm runs on a copy of it (DATA_DIR-frontier, DATA_DIR-uniform)
 # Needs bin/frognano (make build), containerd and the model (make model).
-# Environment: FROGNANO (the binary, default bin/frognano), MODEL (default smollm2-135m), SEED (1), EVAL_K (3),
+# Environment: FROGNANO (the binary, default bin/frognano), MODEL (default smollm2-135m),
+# TRAIN_LAYERS (0: every layer; N: the top N, run --train-layers), LR (2e-5), WARM_LR (3e-4),
+# PARALLEL (episodes at once, 16), SEED (1), EVAL_K (3),
 # EVAL_EVERY (5), POOL_H4 / POOL_H3 (tasks per training environment at hint
 # levels 4 and 3: 6 and 3), WARM_TASKS (96), WARM_EPOCHS (2), EVAL_TASKS (36), ARMS
 # ("frontier uniform"), PREPARE_ONLY (set: register and synthesize only).
@@ -78,8 +80,9 @@ for arm in ${ARMS:-frontier uniform}; do
   (
     $F --data-dir "$d" run --run "bench-$arm-$stamp" --model "$model" --seed "$seed" --sampler "$arm" \
       --env six==1.16.0 --tasks 0 --budget "$budget" --steps 1000 \
-      --tasks-per-step 4 --group 4 --lr 2e-5 --parallel 4 \
+      --tasks-per-step 4 --group 4 --lr "${LR:-2e-5}" --parallel "${PARALLEL:-16}" --train-layers "${TRAIN_LAYERS:-0}" \
       --warm-start-epochs "${WARM_EPOCHS:-2}" --warm-start-tasks "${WARM_TASKS:-96}" --warm-start-batch 8 --warm-start-envs "$warm" \
+      --warm-start-lr "${WARM_LR:-3e-4}" \
       --eval-tasks "${EVAL_TASKS:-36}" --eval-k "${EVAL_K:-3}" --eval-hints 3,4 --eval-every "${EVAL_EVERY:-5}"
     $F --data-dir "$d" runs show "bench-$arm-$stamp" --json "/tmp/bench-$arm-$stamp.json" >/dev/null
   ) >"/tmp/bench-$arm-$stamp.log" 2>&1 &

@@ -72,7 +72,7 @@ func run(cfg config.Config) error {
 	sandboxes := services.NewSandboxes(cfg, log)
 	defer sandboxes.Close()
 	kinds, actors := sandboxes.Options(os.Stderr)
-	policy := services.NewPolicy(services.PolicyConfig{Logger: log})
+	policy := services.NewPolicy(services.PolicyConfig{Model: cfg.Policy.Model, Quantization: cfg.Policy.Quantization, Logger: log})
 	defer policy.Close()
 	pk, pa, handlers := policy.Options()
 	n, err := node.Start(ctx, cfg, node.Options{Logger: log, Version: node.Version(),

@@ -55,7 +55,7 @@ func connect(ctx context.Context, httpAddr string, load func() (config.Config, e
 		}
 		sandboxes := services.NewSandboxes(cfg, log)
 		kinds, actors := sandboxes.Options(io.Discard)
-		policy := services.NewPolicy(services.PolicyConfig{Logger: log})
+		policy := services.NewPolicy(services.PolicyConfig{Model: cfg.Policy.Model, Quantization: cfg.Policy.Quantization, Logger: log})
 		pk, pa, handlers := policy.Options()
 		n, err := node.Start(ctx, cfg, node.Options{Logger: log, Version: node.Version(),
 			Kinds: append(kinds, pk...), Actors: append(actors, pa...), Handlers: append(handlers, ui.NodeHandler())})

@@ -28,6 +28,7 @@ import (
 	"github.com/frognano/frognano/cmd/internal/services"
 	"github.com/frognano/frognano/kernels/modelstore"
 	"github.com/frognano/frognano/persistence"
+	"github.com/frognano/frognano/runtime/config"
 )
 
 // runCmd is the main job: it brings up a node (embedded, joined to a
@@ -105,7 +106,16 @@ never a point twice (frognano runs export --format tensorboard writes the
 same file from the record at any time).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.connect(cmd)
+			// An embedded node's Sampler serves the model the run trains,
+			// unless the configuration names one (policy.model); a
+			// running node serves its own, which must be the same.
+			embed := a.embedDefaults(cmd)
+			c, err := connect(cmd.Context(), a.nodeAddr, a.load, func(cfg *config.Config) {
+				embed(cfg)
+				if cfg.Policy.Model == "" {
+					cfg.Policy.Model = s.Model
+				}
+			})
 			if err != nil {
 				return err
 			}

@@ -31,6 +31,18 @@ type Config struct {
 	Image       Image       `yaml:"image"`
 	Supervision Supervision `yaml:"supervision"`
 	Log         Log         `yaml:"log"`
+	Policy      Policy      `yaml:"policy"`
+}
+
+// Policy is the model the node's Sampler serves (and so the model a
+// training run on the node trains: the Learner's publications must fit it).
+type Policy struct {
+	// Model is a model store name or a .gguf or Hugging Face path; empty
+	// means the model store's default (smollm2-135m).
+	Model string `yaml:"model"`
+	// Quantization is the weights the Sampler's products read: f32 (empty
+	// too), q8_0 or q8_0-f32 (docs/quantized-sampling.md).
+	Quantization string `yaml:"quantization"`
 }
 
 // Node is this process's identity and addresses.
