@@ -17,6 +17,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/frognano/frognano/actors/sandbox/image"
+	"github.com/frognano/frognano/persistence"
 )
 
 // Config says how to reach containerd and where to keep local state. The
@@ -63,7 +64,13 @@ type Config struct {
 	UIDSlots int
 	// DialTimeout bounds the initial connection (default 5s).
 	DialTimeout time.Duration
-	Logger      *slog.Logger
+	// Destroys, when set (a node's store: DB.SandboxDestroys), keeps every
+	// sandbox whose Destroy failed until a retry in the background, or the
+	// Sweep of a later process, has destroyed it (reclaim.go). Nil: a failed
+	// Destroy is only returned, and what it left waits for a later
+	// process's Sweep.
+	Destroys persistence.SandboxDestroyStore
+	Logger   *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -121,6 +128,8 @@ type Runtime struct {
 
 	mu        sync.Mutex
 	imageInfo map[string]imageInfo // by image ref
+
+	reclaim reclaimer // failed destroys, retried (reclaim.go)
 }
 
 // imageInfo is what Create needs from an image, cached so that creating a
@@ -207,11 +216,16 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 			return nil, err
 		}
 	}
+	r.reclaim.store = cfg.Destroys
+	r.startReclaimer()
 	return r, nil
 }
 
 // Close drops the connection. Sandboxes keep running; Destroy them first.
+// Destroys still failing stay recorded in Config.Destroys for the next
+// process.
 func (r *Runtime) Close() error {
+	r.stopReclaimer()
 	r.uids.close()
 	return r.client.Close()
 }

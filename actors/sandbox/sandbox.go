@@ -64,8 +64,9 @@ type Sandbox struct {
 	// a grading PytestServer.
 	spared map[int]uint64
 
-	destroyOnce sync.Once
-	destroyErr  error
+	// destroyMu serialises Destroy; destroyed is set once it succeeded.
+	destroyMu sync.Mutex
+	destroyed bool
 }
 
 // userNS is the mapping the sandbox runs under, nil when it runs as host
@@ -507,12 +508,30 @@ func lowerDirs(view []mount.Mount) (string, []string, error) {
 }
 
 // Destroy kills every process, deletes the task, the container, its
-// snapshot or tmpfs, and the lease. It is idempotent and keeps going past
-// errors so that as much as possible is freed; what it could not free, Sweep
-// will.
-func (s *Sandbox) Destroy(ctx context.Context) error {
-	s.destroyOnce.Do(func() { s.destroyErr = s.destroy(ctx) })
-	return s.destroyErr
+// snapshot or tmpfs, and the lease. It keeps going past errors so that as
+// much as possible is freed. Once it has succeeded it does nothing more;
+// after a failure, calling it again tries again. A failed destroy (containerd
+// restarting, say) is also kept in the runtime's DestroyStore when it has
+// one, and retried in the background until it succeeds (see reclaim.go);
+// without one, what it could not free waits for the Sweep of a later
+// process.
+func (s *Sandbox) Destroy(ctx context.Context) error { return s.destroyNoting(ctx, false) }
+
+// destroyNoting is Destroy; retry says it is a background retry, which
+// only updates the record of a failure.
+func (s *Sandbox) destroyNoting(ctx context.Context, retry bool) error {
+	s.destroyMu.Lock()
+	defer s.destroyMu.Unlock()
+	if s.destroyed {
+		return nil
+	}
+	if err := s.destroy(ctx); err != nil {
+		s.rt.destroyFailed(s, err, retry)
+		return err
+	}
+	s.destroyed = true
+	s.rt.destroyDone(s.id)
+	return nil
 }
 
 func (s *Sandbox) destroy(ctx context.Context) error {

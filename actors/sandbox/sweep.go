@@ -83,16 +83,20 @@ func procStartTime(pid int) (uint64, error) {
 	return strconv.ParseUint(f[19], 10, 64)
 }
 
-// SweepReport counts what Sweep removed.
+// SweepReport counts what Sweep removed. Pending counts the sandboxes
+// whose earlier destroy had failed (Config.Destroys) and that are destroyed
+// now, whoever their owner.
 type SweepReport struct {
 	Containers, Leases, Snapshots, Mounts int
+	Pending                               int
 }
 
 // Sweep removes what earlier frognano processes left behind when they died
 // without destroying their sandboxes: containers (and their tasks), leases,
 // snapshots and tmpfs mounts whose owner process is gone. Sandboxes of live
-// processes — another test binary, another node process — are kept. Call it
-// at startup.
+// processes — another test binary, another node process — are kept, except
+// those whose destroy failed earlier and is still recorded in
+// Config.Destroys: those are destroyed now. Call it at startup.
 func (r *Runtime) Sweep(ctx context.Context) (SweepReport, error) {
 	return r.sweep(ctx, func(owner string) bool { return !ownerAlive(owner) })
 }
@@ -185,6 +189,17 @@ func (r *Runtime) sweep(ctx context.Context, stale func(owner string) bool) (Swe
 			continue
 		}
 		rep.Mounts++
+	}
+
+	// Destroys that failed (containerd restarting) and are still recorded,
+	// by this process or an earlier one.
+	done, left, err := r.retryDestroys(ctx)
+	rep.Pending = done
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if left > 0 || err != nil {
+		r.wakeReclaimer() // keeps trying, with backoff
 	}
 	return rep, errors.Join(errs...)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/actors/sandboxworker"
 	"github.com/frognano/frognano/actors/synth"
+	"github.com/frognano/frognano/persistence"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/node"
 )
@@ -31,6 +32,19 @@ type Sandboxes struct {
 
 	mu sync.Mutex
 	rt *sandbox.Runtime
+	// destroys is the node's store of failed sandbox destroys, set when
+	// the node builds its actors (attach); nil in a process without a node.
+	destroys persistence.SandboxDestroyStore
+}
+
+// attach gives the connection the node's store, where destroys that fail
+// (containerd restarting) are kept and retried until they succeed.
+func (s *Sandboxes) attach(n *node.Node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroys == nil && n.DB() != nil {
+		s.destroys = n.DB().SandboxDestroys()
+	}
 }
 
 // NewSandboxes prepares (but does not open) the connection.
@@ -45,7 +59,8 @@ func (s *Sandboxes) Runtime(ctx context.Context) (*sandbox.Runtime, error) {
 	if s.rt != nil {
 		return s.rt, nil
 	}
-	rt, err := sandbox.New(ctx, sandbox.Config{Address: s.cfg.Address, Namespace: s.cfg.Namespace, DebianMirror: s.mirror, Logger: s.log.With("component", "sandbox")})
+	rt, err := sandbox.New(ctx, sandbox.Config{Address: s.cfg.Address, Namespace: s.cfg.Namespace, DebianMirror: s.mirror,
+		Destroys: s.destroys, Logger: s.log.With("component", "sandbox")})
 	if err != nil {
 		return nil, err
 	}
@@ -76,17 +91,20 @@ func (s *Sandboxes) Options(buildLog io.Writer) ([]node.Kind, []node.NamedActor)
 	kinds := []node.Kind{{
 		Name: sandboxworker.Kind,
 		Props: func(n *node.Node) *actor.Props {
+			s.attach(n)
 			return sandboxworker.Props(sandboxworker.Config{Runtime: s.Runtime, Environments: n.DB().Environments(), Logger: s.log})
 		},
 	}}
 	actors := []node.NamedActor{{
 		Name: environment.ActorName,
 		Props: func(n *node.Node) *actor.Props {
+			s.attach(n)
 			return environment.Props(environment.Config{Store: n.DB().Environments(), Runtime: s.Runtime, Logger: s.log, BuildLog: buildLog})
 		},
 	}, {
 		Name: synth.ActorName,
 		Props: func(n *node.Node) *actor.Props {
+			s.attach(n)
 			return synth.Props(synth.ActorConfig{Environments: n.DB().Environments(), Tasks: n.DB().Tasks(), Coverage: n.DB().Coverage(),
 				Runtime: s.Runtime, Logger: s.log.With("component", "synth")})
 		},
@@ -100,6 +118,7 @@ func (s *Sandboxes) Options(buildLog io.Writer) ([]node.Kind, []node.NamedActor)
 // Start connects and sweeps right away when the node has containerd, so
 // that leftovers of a crash are removed at start and not at first use.
 func (s *Sandboxes) Start(ctx context.Context, n *node.Node) {
+	s.attach(n)
 	if !n.Info().GetCapabilities().GetContainerd() {
 		s.log.Info("containerd not reachable; sandboxes and environments will connect on first use")
 		return
