@@ -13,7 +13,9 @@
 // an ordinary reply with a Failure; a sandbox that broke answers Failure
 // code "sandbox_broken", which ends the episode and keeps it out of the
 // reward statistics. However the actor ends — destroyed, stopped, crashed
-// and restarted — its container is destroyed with it.
+// and restarted — its container is destroyed with it; and when the cluster
+// member that asked for the sandbox leaves the cluster (its process died),
+// the worker destroys the sandbox and stops (owner.go).
 package sandboxworker
 
 import (
@@ -54,6 +56,9 @@ type worker struct {
 	spec sandbox.TestSpec
 	// ws is the episode prepared in sb (SandboxPrepareEpisode).
 	ws *harness.SandboxWorkspace
+	// owner destroys sb when the member that asked for it leaves the
+	// cluster (owner.go); nil for a local requester.
+	owner *ownerWatch
 }
 
 func fail(code string, err error) *messages.Failure {
@@ -121,6 +126,7 @@ func (w *worker) Receive(ctx actor.Context) {
 			return
 		}
 		w.sb = sb
+		w.owner = watchOwner(ctx, sb, w.cfg.Logger)
 		ctx.Respond(&messages.SandboxCreated{SandboxId: sb.ID()})
 	case *messages.SandboxDestroy:
 		id := ""
@@ -239,6 +245,8 @@ func (w *worker) prepare(ctx context.Context, m *messages.SandboxPrepareEpisode)
 
 func (w *worker) destroy() {
 	w.ws = nil
+	w.owner.stop()
+	w.owner = nil
 	if w.sb == nil {
 		return
 	}
