@@ -48,6 +48,8 @@ type config struct {
 	// vlogFileSize is unexported: only tests shrink it, so that hashing a
 	// database directory does not read 512 MiB of preallocated zeros.
 	vlogFileSize int64
+	// diskReserve is the free space writes must leave (WithDiskReserve).
+	diskReserve int64
 }
 
 // WithLogger sends the database's warnings and Badger's own warnings and
@@ -81,9 +83,12 @@ type DB struct {
 	pin    *dirPin
 	log    *slog.Logger
 	closed atomic.Bool
+	// disk refuses writes on a nearly full file system (diskspace.go).
+	disk *diskGuard
 
 	chunkSize    int
 	ckptTxnBytes int
+	vlogFileSize int64
 	// ckptMu serialises checkpoint saves and prunes, so a prune never
 	// mistakes the chunks of an in-flight save for orphans.
 	ckptMu sync.Mutex
@@ -115,7 +120,7 @@ var _ Stores = (*DB)(nil)
 // or replacing the directory while the DB is open cannot make it touch the
 // files of another database, and its writes then fail with ErrRemoved.
 func Open(dir string, opts ...Option) (_ *DB, err error) {
-	cfg := config{logger: slog.Default(), chunkSize: DefaultChunkSize, vlogFileSize: 256 << 20}
+	cfg := config{logger: slog.Default(), chunkSize: DefaultChunkSize, vlogFileSize: 256 << 20, diskReserve: DefaultDiskReserve}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -136,6 +141,12 @@ func Open(dir string, opts ...Option) (_ *DB, err error) {
 	}()
 	if err := preflight(pin, cfg.logger); err != nil {
 		return nil, err
+	}
+	// Opening replays the memtable WALs a crash (or a Close on a full disk)
+	// left, and flushes them into tables: writes through mmap like any other.
+	disk := &diskGuard{pin: pin, dir: dir, log: cfg.logger, reserve: cfg.diskReserve}
+	if err := disk.check(0); err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
 	}
 
 	bopts := badger.DefaultOptions(pin.path).
@@ -165,6 +176,8 @@ func Open(dir string, opts ...Option) (_ *DB, err error) {
 		log:          cfg.logger,
 		chunkSize:    cfg.chunkSize,
 		ckptTxnBytes: defaultCkptTxnBytes,
+		vlogFileSize: cfg.vlogFileSize,
+		disk:         disk,
 	}
 	if err := db.checkSchema(); err != nil {
 		_ = bdb.Close()
@@ -177,7 +190,9 @@ func Open(dir string, opts ...Option) (_ *DB, err error) {
 // ErrClosed afterwards. When the directory was deleted while open, nothing can
 // be flushed: Close returns ErrRemoved at once and leaves Badger open, as
 // Badger's own Close would retry forever to write tables into a directory that
-// is gone.
+// is gone. On a file system with less free space than the reserve it does not
+// flush either (ErrDiskFull; see diskspace.go): acknowledged writes are
+// already in the synced WALs and value log, and the next Open replays them.
 func (db *DB) Close() error {
 	if db.closed.Swap(true) {
 		return nil
@@ -186,6 +201,14 @@ func (db *DB) Close() error {
 		// The descriptor stays open too: Badger's goroutines still name
 		// files through it (see dirPin.close).
 		return fmt.Errorf("close database %q: writes not yet flushed to a table are lost: %w", db.dir, ErrRemoved)
+	}
+	if err := db.checkDiskSpace(0); err != nil {
+		// Closing flushes the memtables into new tables, written through
+		// mmap like everything else: on a full disk that is a SIGBUS. Every
+		// acknowledged write is already synced in the WALs and the value
+		// log, which the next Open replays, so the store is left as a
+		// crash would leave it; Badger's lock goes with the process.
+		return fmt.Errorf("close database %q without flushing its memtables (the next Open replays them): %w", db.dir, err)
 	}
 	if err := db.bdb.Close(); err != nil {
 		return fmt.Errorf("close database %q: %w", db.dir, unpinnedError{err: err, pin: db.pin})
@@ -201,6 +224,9 @@ func (db *DB) Close() error {
 func (db *DB) commit(txn *badger.Txn) error {
 	if db.pin.removed() {
 		return fmt.Errorf("database directory %q: %w", db.dir, ErrRemoved)
+	}
+	if err := db.checkDiskSpace(0); err != nil {
+		return err
 	}
 	if err := txn.Commit(); err != nil {
 		return err
@@ -221,6 +247,11 @@ func (db *DB) CollectGarbage(ctx context.Context) error {
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		// A rewrite copies a file's live values (at most half of it, at
+		// this discard ratio) into the value log before the file goes.
+		if err := db.checkDiskSpace(db.vlogFileSize / 2); err != nil {
+			return fmt.Errorf("value log gc: %w", err)
 		}
 		err := db.bdb.RunValueLogGC(0.5)
 		if errors.Is(err, badger.ErrNoRewrite) || errors.Is(err, badger.ErrRejected) {

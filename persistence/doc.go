@@ -19,6 +19,12 @@
 // with it every write the second had acknowledged; now the first can only
 // touch its own, deleted directory, and its writes fail with ErrRemoved.
 //
+// A full disk is an error, not a crash: Badger writes through memory-mapped
+// files, and a page the file system cannot back kills the process with
+// SIGBUS, so every commit (and Open, and Close's flush) first checks that the
+// store's file system keeps a reserve free, and fails with ErrDiskFull
+// otherwise (diskspace.go).
+//
 // Keys carry a format version ("v1/...") and the database records its schema
 // version under "meta/schema", so a newer layout is refused by older code
 // instead of being misread.

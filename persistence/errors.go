@@ -33,6 +33,12 @@ var (
 	// reach a directory any later Open will find, so they fail instead of
 	// being acknowledged; restarting the same process will not help.
 	ErrRemoved = errors.New("persistence: database directory was removed or replaced while open")
+	// ErrDiskFull means the file system holding the database has less free
+	// space than the store keeps in reserve (WithDiskReserve), so the write
+	// was refused before it reached Badger, which would have died of SIGBUS
+	// writing its memory-mapped files on a full disk. Nothing was written;
+	// the write may be retried once space is freed.
+	ErrDiskFull = errors.New("persistence: disk full")
 	// ErrClosed means the DB was used after Close.
 	ErrClosed = errors.New("persistence: database is closed")
 )
