@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -51,7 +52,14 @@ type synthActor struct {
 	mu     sync.Mutex // one synthesis at a time
 	ctx    context.Context
 	cancel context.CancelFunc
+	// running counts the synthesis goroutines, so that stopping waits for
+	// them to destroy their sandboxes.
+	running sync.WaitGroup
 }
+
+// stopWait bounds how long a stopping synthesizer waits for a cancelled
+// synthesis to end (its validation runs stop, its sandboxes are destroyed).
+var stopWait = 90 * time.Second
 
 type synthDone struct {
 	to    *actor.PID
@@ -65,7 +73,11 @@ func failure(code string, err error) *messages.Failure {
 func (a *synthActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Stopping:
-		a.cancel() // a running synthesis stops; its stored tasks stay
+		// A running synthesis stops; its stored tasks stay. Its validation
+		// sandboxes are destroyed before the actor is gone: a node stopping
+		// (node.Stop) waits for this, so none outlives the process.
+		a.cancel()
+		a.drain()
 	case *messages.SynthesizeRequest:
 		a.synthesize(ctx, m)
 	case *synthDone:
@@ -97,7 +109,9 @@ func (a *synthActor) synthesize(ctx actor.Context, m *messages.SynthesizeRequest
 		return
 	}
 	req := RequestFromProto(m)
+	a.running.Add(1)
 	go func() {
+		defer a.running.Done()
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		res, err := a.s.Synthesize(a.ctx, env, req, func(p Progress) {
@@ -113,6 +127,22 @@ func (a *synthActor) synthesize(ctx actor.Context, m *messages.SynthesizeRequest
 			system.Root.Send(self, &synthDone{to: requester, reply: reply})
 		}
 	}()
+}
+
+// drain waits, at most stopWait, for the synthesis goroutines to end.
+func (a *synthActor) drain() {
+	done := make(chan struct{})
+	go func() {
+		a.running.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(stopWait):
+		if a.cfg.Logger != nil {
+			a.cfg.Logger.Warn("synthesizer stopping: a cancelled synthesis is still destroying its sandboxes; going on without it", "waited", stopWait)
+		}
+	}
 }
 
 // RequestFromProto reads a SynthesizeRequest.

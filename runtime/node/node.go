@@ -100,6 +100,9 @@ type Node struct {
 
 	mu   sync.Mutex
 	caps *messages.Capabilities
+	// named are the long-lived actors of Options.Actors, in spawn order;
+	// Stop stops them before the store closes.
+	named []*actor.PID
 
 	stopOnce sync.Once
 	stopErr  error
@@ -256,9 +259,11 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 
 	for _, a := range opts.Actors {
 		props := a.Props(n).Configure(actor.WithGuardian(policy.Strategy()))
-		if _, err := n.system.Root.SpawnNamed(props, a.Name); err != nil {
+		pid, err := n.system.Root.SpawnNamed(props, a.Name)
+		if err != nil {
 			return nil, fmt.Errorf("spawn %s: %w", a.Name, err)
 		}
+		n.named = append(n.named, pid)
 	}
 
 	n.serveHTTP()
@@ -398,9 +403,17 @@ func (n *Node) unknownKind(kind, member string) error {
 	return fmt.Errorf("unknown actor kind %q on %s (kinds offered: %s)", kind, where, strings.Join(slices.Compact(offered), ", "))
 }
 
+// ActorStopTimeout bounds how long Stop waits for the node's named actors
+// to finish stopping (a synthesis cancelled at shutdown destroys its
+// validation sandboxes then).
+var ActorStopTimeout = 2 * time.Minute
+
 // Stop shuts the node down: HTTP first (so load balancers see it go), then
-// the cluster (leaving gracefully), then the store, which is closed last so
-// that no actor can lose a write.
+// the node's named actors (each ends what it runs: a synthesis in flight is
+// cancelled and its sandboxes destroyed; Stop waits for that, at most
+// ActorStopTimeout or ctx's deadline), then the cluster (leaving
+// gracefully), then the store, which is closed last so that no actor can
+// lose a write.
 func (n *Node) Stop(ctx context.Context) error {
 	n.stopOnce.Do(func() {
 		var errs []error
@@ -411,6 +424,7 @@ func (n *Node) Stop(ctx context.Context) error {
 		} else if n.httpLn != nil {
 			n.httpLn.Close()
 		}
+		n.stopActors(ctx)
 		if n.cluster != nil && n.cluster.Remote != nil {
 			func() {
 				defer func() {
@@ -434,6 +448,54 @@ func (n *Node) Stop(ctx context.Context) error {
 		n.log.Info("node stopped", "id", n.ID())
 	})
 	return n.stopErr
+}
+
+// stopActors stops the named actors, all at once, and waits until each has
+// terminated (its Stopping handler returned and its children stopped).
+// protoactor's own shutdown stops no actor: without this, a node's actors
+// would be cut off mid-work when the process exits.
+func (n *Node) stopActors(ctx context.Context) {
+	if n.system == nil || len(n.named) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, ActorStopTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var late []string
+	for _, pid := range n.named {
+		terminated := make(chan struct{})
+		watcher := n.system.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+			switch m := c.Message().(type) {
+			case *actor.Started:
+				c.Watch(pid)
+				c.Stop(pid)
+			case *actor.Terminated:
+				if m.Who.Equal(pid) {
+					close(terminated)
+					c.Stop(c.Self())
+				}
+			}
+		}))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-terminated:
+			case <-ctx.Done():
+				n.system.Root.Stop(watcher)
+				mu.Lock()
+				late = append(late, pid.Id)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(late) > 0 {
+		sort.Strings(late)
+		n.log.Warn("actors still stopping when the node went on shutting down; what they hold (sandboxes) is left to the next start's sweep",
+			"actors", strings.Join(late, ","), "waited", ActorStopTimeout)
+	}
 }
 
 // Version returns the module version baked into the binary, or "dev".
