@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,16 +16,23 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
+	"github.com/frognano/frognano/actors/frontier"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 )
 
 // PlotCurve draws a run's learning curve as a PNG at path: held-out pass@1
 // per hint level (with its 95% interval), the training solve rate and
-// effective-group fraction, the loss, and the batches' mix of hint levels,
-// each against the step (left) and against the run's CPU seconds (right).
+// effective-group fraction, the loss, the batches' mix of hint levels and,
+// where the run's step points record them, the share of policy tokens the
+// trust region clipped or masked, the FrontierEstimator's pool by band and
+// the active pool and its frontier band by hint level; each against the
+// step (left) and against the run's CPU seconds (right).
 func PlotCurve(run *messages.Run, path string) error {
 	c := curve{run.GetCurve()}
-	rows := []func(x func(*messages.RunPoint) float64, xl string) (*plot.Plot, error){c.heldOut, c.training, c.loss, c.mix}
+	var rows []panelFunc
+	for _, r := range c.rows() {
+		rows = append(rows, r.draw)
+	}
 	xs := []struct {
 		f     func(*messages.RunPoint) float64
 		label string
@@ -43,7 +51,7 @@ func PlotCurve(run *messages.Run, path string) error {
 		}
 	}
 	plots[0][0].Title.Text = "run " + run.GetId() + ": held-out pass@1 (environments never trained on)"
-	img := vgimg.New(vg.Points(1100), vg.Points(1200))
+	img := vgimg.New(vg.Points(1100), vg.Points(rowHeight*float64(len(rows))))
 	dc := draw.New(img)
 	t := draw.Tiles{Rows: len(rows), Cols: len(xs), PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
 		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
@@ -69,6 +77,50 @@ func PlotCurve(run *messages.Run, path string) error {
 
 // curve is a run's points, drawn panel by panel.
 type curve struct{ points []*messages.RunPoint }
+
+// rowHeight is the height of one row of panels, in points.
+const rowHeight = 300
+
+// panelFunc draws one panel of the curve against x.
+type panelFunc func(x func(*messages.RunPoint) float64, xl string) (*plot.Plot, error)
+
+// row is one row of the figure.
+type row struct {
+	name string
+	draw panelFunc
+}
+
+// rows are the figure's rows: the four every run has, then those for the
+// figures its step points record (a run recorded before they existed
+// draws none of them).
+func (c curve) rows() []row {
+	rows := []row{{"held-out", c.heldOut}, {"training", c.training}, {"loss", c.loss}, {"mix", c.mix}}
+	if c.has(func(k string) bool { return k == PointClipFraction }) {
+		rows = append(rows, row{"clipped", c.clipped})
+	}
+	if keys, _ := c.poolLines(); len(keys) > 0 {
+		rows = append(rows, row{"pool", c.pool})
+	}
+	if len(c.poolLevels()) > 0 {
+		rows = append(rows, row{"pool by hint", c.poolHints})
+	}
+	return rows
+}
+
+// has reports whether any step point has a metric whose key matches.
+func (c curve) has(match func(string) bool) bool {
+	for _, pt := range c.points {
+		if pt.GetPhase() != PhaseStep {
+			continue
+		}
+		for k := range pt.GetMetrics() {
+			if match(k) {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 func newPanel(title, xl, yl string) *plot.Plot {
 	p := plot.New()
@@ -136,19 +188,29 @@ func (c curve) series(x func(*messages.RunPoint) float64, key string) plotter.XY
 
 func (c curve) lines(p *plot.Plot, x func(*messages.RunPoint) float64, keys, names []string) error {
 	for i, k := range keys {
-		xy := c.series(x, k)
-		if len(xy) == 0 {
-			continue
-		}
-		l, pts, err := plotter.NewLinePoints(xy)
-		if err != nil {
+		if _, err := c.line(p, x, k, names[i], i, nil); err != nil {
 			return err
 		}
-		l.Color, pts.Color = plotutil.Color(i), plotutil.Color(i)
-		p.Add(l, pts)
-		p.Legend.Add(names[i], l, pts)
 	}
 	return nil
+}
+
+// line draws the series of key in the i-th color (dashed: dashes, nil for
+// a solid line); false when no step point has it.
+func (c curve) line(p *plot.Plot, x func(*messages.RunPoint) float64, key, name string, i int, dashes []vg.Length) (bool, error) {
+	xy := c.series(x, key)
+	if len(xy) == 0 {
+		return false, nil
+	}
+	l, pts, err := plotter.NewLinePoints(xy)
+	if err != nil {
+		return false, err
+	}
+	l.Color, pts.Color = plotutil.Color(i), plotutil.Color(i)
+	l.Dashes = dashes
+	p.Add(l, pts)
+	p.Legend.Add(name, l, pts)
+	return true, nil
 }
 
 func (c curve) training(x func(*messages.RunPoint) float64, xl string) (*plot.Plot, error) {
@@ -187,3 +249,90 @@ func (c curve) mix(x func(*messages.RunPoint) float64, xl string) (*plot.Plot, e
 
 // batchHint prefixes a step's share of batch tasks at one hint level.
 const batchHint = "batch_hint_"
+
+// clipped draws the share of each step's policy tokens the GRPO trust
+// region clipped or masked (PointClipFraction).
+func (c curve) clipped(x func(*messages.RunPoint) float64, xl string) (*plot.Plot, error) {
+	p := newPanel("", xl, "tokens clipped or masked")
+	p.Y.Min, p.Y.Max = 0, 1
+	return p, c.lines(p, x, []string{PointClipFraction}, []string{"share of policy tokens"})
+}
+
+// poolBands are the FrontierEstimator's bands in the order the pool
+// panel draws them.
+var poolBands = append(slices.Clone(ActiveBands), frontier.BandRetiredHopeless, frontier.BandRetiredMastered)
+
+// poolLines are the keys and names of the pool panel's lines: every band
+// some step point records.
+func (c curve) poolLines() (keys, names []string) {
+	for _, band := range poolBands {
+		k := PoolKey(band)
+		if c.has(func(m string) bool { return m == k }) {
+			keys = append(keys, k)
+			names = append(names, strings.ReplaceAll(band, "_", " "))
+		}
+	}
+	return keys, names
+}
+
+// pool draws the pool's task count in each band after each step.
+func (c curve) pool(x func(*messages.RunPoint) float64, xl string) (*plot.Plot, error) {
+	p := newPanel("", xl, "pool by band (tasks)")
+	p.Y.Min = 0
+	keys, names := c.poolLines()
+	return p, c.lines(p, x, keys, names)
+}
+
+// poolLevels are the hint levels of the pool_hint_<N>_<band> figures some
+// step point records, in order.
+func (c curve) poolLevels() []int32 {
+	seen := map[int32]bool{}
+	c.has(func(k string) bool {
+		if level, _, ok := ParsePoolHintKey(k); ok {
+			seen[level] = true
+		}
+		return false
+	})
+	return slices.Sorted(maps.Keys(seen))
+}
+
+// poolActive is the series of the active pool's tasks at one hint level:
+// the sum of its active bands, at each step point that records any.
+func (c curve) poolActive(x func(*messages.RunPoint) float64, level int32) plotter.XYs {
+	var xy plotter.XYs
+	for _, pt := range c.points {
+		if pt.GetPhase() != PhaseStep {
+			continue
+		}
+		sum, found := 0.0, false
+		for _, band := range ActiveBands {
+			if v, ok := pt.GetMetrics()[PoolHintKey(level, band)]; ok {
+				sum, found = sum+v, true
+			}
+		}
+		if found {
+			xy = append(xy, plotter.XY{X: x(pt), Y: sum})
+		}
+	}
+	return xy
+}
+
+// poolHints draws, per hint level, the active pool (solid) and its
+// frontier band (dashed) after each step.
+func (c curve) poolHints(x func(*messages.RunPoint) float64, xl string) (*plot.Plot, error) {
+	p := newPanel("", xl, "active pool (solid), frontier (dashed) by hint")
+	p.Y.Min = 0
+	for i, level := range c.poolLevels() {
+		l, pts, err := plotter.NewLinePoints(c.poolActive(x, level))
+		if err != nil {
+			return nil, err
+		}
+		l.Color, pts.Color = plotutil.Color(i), plotutil.Color(i)
+		p.Add(l, pts)
+		p.Legend.Add(fmt.Sprintf("hint %d", level), l, pts)
+		if _, err := c.line(p, x, PoolHintKey(level, frontier.BandFrontier), fmt.Sprintf("hint %d frontier", level), i, []vg.Length{vg.Points(4), vg.Points(3)}); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}

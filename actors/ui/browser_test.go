@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,9 @@ import (
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+
+	"github.com/frognano/frognano/actors/diag"
+	messages "github.com/frognano/frognano/actors/messages/v1"
 )
 
 // The browser tests drive a real headless Chromium (Debian's chromium
@@ -381,9 +385,30 @@ func TestBrowserTrajectoryTaskAndOtherPages(t *testing.T) {
 	}
 	b.noErrors(t, "held-out episodes")
 
-	b.visit(t, f.url("cluster"), "#members")
+	// The node runs a diag actor: its member row shows it among its load
+	// figures once the node's record is sampled anew (at most a second on).
+	if res, err := f.node.System().Root.RequestFuture(f.node.Manager(), &messages.SpawnRequest{Kind: diag.Kind}, 10*time.Second).Result(); err != nil {
+		t.Fatal(err)
+	} else if _, ok := res.(*messages.SpawnReply); !ok {
+		t.Fatalf("spawn answered %v", res)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b.visit(t, f.url("cluster"), "#members")
+		if b.text(t, "#members tbody tr td.actors") == diag.Kind+": 1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the member's actors: %q, want %q", b.text(t, "#members tbody tr td.actors"), diag.Kind+": 1")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	if got := b.count(t, "#members tbody tr"); got < 1 {
 		t.Error("cluster page lists no member")
+	}
+	load1, cpu, mem := b.text(t, "#members td.load1"), b.text(t, "#members td.cpu"), b.text(t, "#members td.memavail")
+	if !regexp.MustCompile(`^\d+\.\d\d$`).MatchString(load1) || !regexp.MustCompile(`^\d+%$`).MatchString(cpu) || !strings.HasSuffix(mem, " GiB") {
+		t.Errorf("the member's load: load %q, CPU %q, memory available %q", load1, cpu, mem)
 	}
 	if got := b.count(t, "#environments tbody tr"); got != 1 {
 		t.Errorf("environments: %d rows, want 1", got)
@@ -398,6 +423,41 @@ func TestBrowserTrajectoryTaskAndOtherPages(t *testing.T) {
 	}
 	if got := b.count(t, "#pool tbody tr"); got != len(f.tasks) {
 		t.Errorf("pool: %d rows, want %d", got, len(f.tasks))
+	}
+	// The bands hold every task once, at its hint level: none is retired,
+	// so the active bands' columns add up to the tasks at each level.
+	perLevel := map[string]int{}
+	for _, task := range f.tasks {
+		perLevel[fmt.Sprint(task.GetDifficulty().GetHintLevel())]++
+	}
+	bands := js[map[string]map[string]int](t, b, `(function(){
+		var levels = Array.from(document.querySelectorAll('#bands thead th[data-level]')).map(function(th){ return th.dataset.level; });
+		var out = {};
+		document.querySelectorAll('#bands tbody tr').forEach(function(tr){
+			var cells = tr.querySelectorAll('td'), row = {tasks: +tr.dataset.tasks};
+			levels.forEach(function(l, i){ row[l] = +cells[3+i].innerText; });
+			out[tr.dataset.band] = row;
+		});
+		return out;
+	})()`)
+	if len(bands) != 5 {
+		t.Errorf("bands: %v, want five", bands)
+	}
+	active := 0
+	for _, band := range []string{"too_hard", "frontier", "too_easy"} {
+		active += bands[band]["tasks"]
+	}
+	if active != len(f.tasks) {
+		t.Errorf("active bands hold %d tasks, want %d: %v", active, len(f.tasks), bands)
+	}
+	for level, want := range perLevel {
+		got := 0
+		for _, row := range bands {
+			got += row[level]
+		}
+		if got != want {
+			t.Errorf("hint level %s: %d tasks in the bands, want %d: %v", level, got, want, bands)
+		}
 	}
 	b.noErrors(t, "frontier page")
 	b.screenshot(t, "frontier")

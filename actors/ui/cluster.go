@@ -1,12 +1,16 @@
 package ui
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
 
+	"github.com/frognano/frognano/actors/evaluate"
 	"github.com/frognano/frognano/actors/frontier"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/persistence"
@@ -22,8 +26,52 @@ type envRow struct {
 	HasCoverage                                 bool
 }
 
+// memberRow is a member as the cluster page lists it, with the load it
+// published with its facts on its last membership poll.
+type memberRow struct {
+	Member
+	// Load1, CPU and MemAvail are the machine's figures, "-" where the
+	// member did not publish them.
+	Load1, CPU, MemAvail string
+	// Overloaded: the 1-minute load average exceeds the member's cores.
+	Overloaded bool
+	// Actors are the member's running actors by kind ("" when it
+	// published no load).
+	Actors  string
+	Sampled int64
+}
+
+func newMemberRow(m Member) memberRow {
+	row := memberRow{Member: m, Load1: "-", CPU: "-", MemAvail: "-"}
+	l := m.Info.GetLoad()
+	if l == nil {
+		return row
+	}
+	row.Sampled = l.GetSampledUnixNano()
+	if l.Load1 != nil {
+		row.Load1 = fmt.Sprintf("%.2f", l.GetLoad1())
+		cores := m.Info.GetCapabilities().GetCores()
+		row.Overloaded = cores > 0 && l.GetLoad1() > float64(cores)
+	}
+	if l.CpuBusy != nil {
+		row.CPU = fmt.Sprintf("%.0f%%", 100*l.GetCpuBusy())
+	}
+	if l.MemoryAvailableBytes != nil {
+		row.MemAvail = fmt.Sprintf("%.1f GiB", float64(l.GetMemoryAvailableBytes())/(1<<30))
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(l.GetKindActors())) {
+		parts = append(parts, fmt.Sprintf("%s: %d", k, l.GetKindActors()[k]))
+	}
+	row.Actors = strings.Join(parts, ", ")
+	if row.Actors == "" {
+		row.Actors = "none"
+	}
+	return row
+}
+
 // clusterPage lists the environments (baseline, coverage, tasks) and the
-// cluster's members (kinds, capabilities).
+// cluster's members (kinds, capabilities, load).
 func (s *Server) clusterPage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	envs, err := s.cfg.Stores.Environments().List(ctx)
@@ -65,10 +113,14 @@ func (s *Server) clusterPage(w http.ResponseWriter, r *http.Request) {
 	}
 	members := s.cfg.Members()
 	slices.SortStableFunc(members, func(a, b Member) int { return strings.Compare(a.Address, b.Address) })
+	var mrows []memberRow
+	for _, m := range members {
+		mrows = append(mrows, newMemberRow(m))
+	}
 	s.render(w, r, "cluster", "Environments and cluster", "cluster", struct {
 		Envs    []envRow
-		Members []Member
-	}{rows, members})
+		Members []memberRow
+	}{rows, mrows})
 }
 
 type poolRow struct {
@@ -91,6 +143,64 @@ func calibration(bins []*messages.CalibrationBin) []calibPoint {
 		}
 	}
 	return out
+}
+
+// bandTable is an estimator's pool by band, each band split by the tasks'
+// hint level: a column per level any band has.
+type bandTable struct {
+	Levels []int32
+	Rows   []bandRow
+	// Err says why the bands could not be computed.
+	Err string
+}
+
+type bandRow struct {
+	Band   *messages.FrontierBand
+	Counts []int32 // per Levels
+}
+
+// poolBands is the pool of the estimator name by band and hint level, as
+// the node's frontier actor answers frognano frontier (Snapshot): the
+// estimator is opened read-only from the store with the parameters the
+// node's frontier actor uses (the defaults) and without the held-out
+// environments, whose tasks no run trains on.
+func (s *Server) poolBands(ctx context.Context, name string) bandTable {
+	est, err := frontier.Open(ctx, frontier.Config{
+		Name: name, Tasks: s.cfg.Stores.Tasks(), State: s.cfg.Stores.Frontier(), Params: frontier.DefaultParams(),
+		Exclude: heldOut(ctx, s.cfg.Stores.Environments()), Logger: s.cfg.Logger,
+	})
+	if err != nil {
+		return bandTable{Err: err.Error()}
+	}
+	pool := est.Snapshot(nil).GetPool()
+	levels := map[int32]bool{}
+	for _, b := range pool {
+		for level := range b.GetHintTasks() {
+			levels[level] = true
+		}
+	}
+	t := bandTable{Levels: slices.Sorted(maps.Keys(levels))}
+	for _, b := range pool {
+		row := bandRow{Band: b}
+		for _, level := range t.Levels {
+			row.Counts = append(row.Counts, b.GetHintTasks()[level])
+		}
+		t.Rows = append(t.Rows, row)
+	}
+	return t
+}
+
+// heldOut says whether an environment is held out (actors/evaluate), as
+// the node's frontier actor decides it: by its record's source when it is
+// registered, else by its name.
+func heldOut(ctx context.Context, envs persistence.EnvironmentStore) func(string) bool {
+	return func(name string) bool {
+		e, err := envs.Get(ctx, name)
+		if err != nil {
+			return evaluate.CheckTraining(name, nil) != nil
+		}
+		return evaluate.HeldOutEnvironment(e)
+	}
 }
 
 // frontierPage shows one estimator (?name=, the default one otherwise):
@@ -160,5 +270,6 @@ func (s *Server) frontierPage(w http.ResponseWriter, r *http.Request) {
 		Synthesis []*messages.SynthesisRecord
 		Counters  []metricRow
 		Effective float64
-	}{name, names, state, pool, total, string(calib), synth, counters, effective})
+		Bands     bandTable
+	}{name, names, state, pool, total, string(calib), synth, counters, effective, s.poolBands(ctx, name)})
 }

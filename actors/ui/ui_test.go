@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -48,8 +49,9 @@ func TestPagesShowTheStoredRecords(t *testing.T) {
 		{"tasks", []string{f.tasks[0].GetId(), f.env.GetName()}},
 		{"tasks?env=" + q(f.env.GetName()) + "&hint=" + q("99"), []string{`id="ntasks">0<`}},
 		{"task?id=" + q(f.tasks[0].GetId()), []string{"FAIL_TO_PASS", f.tasks[0].GetFailToPass()[0], `<span class="del">`, `<span class="add">`}},
-		{"cluster", []string{f.env.GetName(), f.node.Address(), "(this node)"}},
-		{"frontier", []string{"synth-1", "effective fraction 0.417", f.tasks[0].GetId()}},
+		{"cluster", []string{f.env.GetName(), f.node.Address(), "(this node)", "Load 1 min", `<td class="memavail">`, " GiB</td>"}},
+		{"frontier", []string{"synth-1", "effective fraction 0.417", f.tasks[0].GetId(), `<table id="bands">`, `<tr data-band="frontier"`,
+			fmt.Sprintf(`<th data-level="%d">`, f.tasks[0].GetDifficulty().GetHintLevel())}},
 	}
 	for _, c := range cases {
 		code, body := get(t, f.url("%s", c.path))

@@ -22,11 +22,12 @@ func frontierCmd(a *app) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "frontier",
-		Short: "Print the FrontierEstimator's state: pool by band, calibration, recent batches, synthesis requests",
+		Short: "Print the FrontierEstimator's state: pool by band and hint level, calibration, recent batches, synthesis requests",
 		Long: `frontier asks the node's frontier actor for its state: the task pool by band
 of posterior solve rate (too hard, frontier, too easy, retired as hopeless or
-mastered), the effective-batch fraction of recent outcome reports (groups
-whose rewards are not all equal), calibration of predicted against observed
+mastered), each band split by the tasks' hint level, the effective-batch
+fraction of recent outcome reports (groups whose rewards are not all
+equal), calibration of predicted against observed
 solve rates, the synthesis requests it sent with their yield, the settings it
 would ask for next, and its counters (rejected outcomes among them).
 
@@ -77,16 +78,10 @@ func writeFrontier(w io.Writer, r *messages.FrontierStateReply) error {
 	}
 	fmt.Fprintln(w)
 
-	fmt.Fprintln(w, "\npool by band:")
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  BAND\tSOLVE RATE\tTASKS")
-	for _, b := range r.GetPool() {
-		fmt.Fprintf(tw, "  %s\t%.2f–%.2f\t%d\n", b.GetName(), b.GetLow(), b.GetHigh(), b.GetTasks())
-	}
-	tw.Flush()
+	writePoolBands(w, r.GetPool())
 
 	fmt.Fprintln(w, "\ncalibration (episodes by predicted solve rate):")
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  PREDICTED\tEPISODES\tMEAN PREDICTED\tOBSERVED\tMODEL ALONE (FIRST TRIES)\t")
 	for i, b := range st.GetCalibration() {
 		m := st.GetModelCalibration()[i]
@@ -152,6 +147,33 @@ func writeFrontier(w io.Writer, r *messages.FrontierStateReply) error {
 		fmt.Fprintf(w, "\ncounters: %s\n", strings.Join(parts, " "))
 	}
 	return nil
+}
+
+// writePoolBands prints the pool by band, each band split by the tasks'
+// hint level (difficulty level): a column per level any band has.
+func writePoolBands(w io.Writer, pool []*messages.FrontierBand) {
+	levels := map[int32]bool{}
+	for _, b := range pool {
+		for level := range b.GetHintTasks() {
+			levels[level] = true
+		}
+	}
+	sorted := slices.Sorted(maps.Keys(levels))
+	fmt.Fprintln(w, "\npool by band and hint level:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprint(tw, "  BAND\tSOLVE RATE\tTASKS")
+	for _, level := range sorted {
+		fmt.Fprintf(tw, "\tHINT %d", level)
+	}
+	fmt.Fprintln(tw, "\t")
+	for _, b := range pool {
+		fmt.Fprintf(tw, "  %s\t%.2f–%.2f\t%d", b.GetName(), b.GetLow(), b.GetHigh(), b.GetTasks())
+		for _, level := range sorted {
+			fmt.Fprintf(tw, "\t%d", b.GetHintTasks()[level])
+		}
+		fmt.Fprintln(tw, "\t")
+	}
+	tw.Flush()
 }
 
 func ratio(x, n float64) string {

@@ -10,9 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
-	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -112,7 +110,7 @@ func clusterCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{Use: "cluster", Short: "Inspect the cluster and spawn actors on its members"}
 	members := &cobra.Command{
 		Use:   "members",
-		Short: "List live cluster members with their kinds and capabilities",
+		Short: "List live cluster members with their kinds, capabilities and load",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.connect(cmd)
@@ -124,14 +122,7 @@ func clusterCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tREMOTE\tHTTP\tKINDS\tCORES\tMEMORY\tCONTAINERD\tGPUS")
-			for _, m := range res.(*messages.MembersReply).Members {
-				caps := m.GetCapabilities()
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.1f GiB\t%v\t%d\n", m.Id, m.Address, m.HttpAddress,
-					strings.Join(m.Kinds, ","), caps.GetCores(), float64(caps.GetMemoryBytes())/(1<<30), caps.GetContainerd(), len(caps.GetGpus()))
-			}
-			return tw.Flush()
+			return writeMembers(cmd.OutOrStdout(), res.(*messages.MembersReply))
 		},
 	}
 	var member string

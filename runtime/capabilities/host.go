@@ -2,7 +2,6 @@ package capabilities
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -55,20 +54,23 @@ func memoryBytes(meminfo, cgroupRoot string) (uint64, error) {
 
 // parseMeminfo returns MemTotal in bytes from /proc/meminfo's format
 // ("MemTotal:       24684092 kB"; the kernel's "kB" means KiB).
-func parseMeminfo(r io.Reader) (uint64, error) {
+func parseMeminfo(r io.Reader) (uint64, error) { return meminfoValue(r, "MemTotal") }
+
+// meminfoValue returns the line key of /proc/meminfo in bytes.
+func meminfoValue(r io.Reader, key string) (uint64, error) {
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
-		key, rest, ok := strings.Cut(sc.Text(), ":")
-		if !ok || key != "MemTotal" {
+		k, rest, ok := strings.Cut(sc.Text(), ":")
+		if !ok || k != key {
 			continue
 		}
 		f := strings.Fields(rest)
 		if len(f) == 0 {
-			return 0, errors.New("MemTotal has no value")
+			return 0, fmt.Errorf("%s has no value", key)
 		}
 		n, err := strconv.ParseUint(f[0], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("MemTotal: %w", err)
+			return 0, fmt.Errorf("%s: %w", key, err)
 		}
 		mult := uint64(1)
 		if len(f) > 1 {
@@ -76,16 +78,16 @@ func parseMeminfo(r io.Reader) (uint64, error) {
 			case "kB":
 				mult = 1024
 			default:
-				return 0, fmt.Errorf("MemTotal: unknown unit %q", f[1])
+				return 0, fmt.Errorf("%s: unknown unit %q", key, f[1])
 			}
 		}
 		if n > math.MaxUint64/mult {
-			return 0, fmt.Errorf("MemTotal: %d %s overflows", n, f[1])
+			return 0, fmt.Errorf("%s: %d %s overflows", key, n, f[1])
 		}
 		return n * mult, nil
 	}
 	if err := sc.Err(); err != nil {
 		return 0, err
 	}
-	return 0, errors.New("no MemTotal line")
+	return 0, fmt.Errorf("no %s line", key)
 }

@@ -1,8 +1,9 @@
 // Package membership is frognano's cluster provider for protoactor-go: nodes
 // find each other through seed HTTP addresses, poll each other's membership
 // endpoint and publish the live set as the cluster topology. Each member also
-// carries its node facts (capabilities), which placement decisions need and
-// protoactor's own member record does not hold.
+// carries its node facts (capabilities, and its load as it was when it
+// answered its last poll), which placement decisions and the dashboard need
+// and protoactor's own member record does not hold.
 //
 // What a poller or a peer's answer can make a node do is bounded: a node is
 // a member only once it has answered a poll itself, as a node of the same
@@ -54,13 +55,15 @@ type Member struct {
 // Address is the member's actor remoting address.
 func (m Member) Address() string { return fmt.Sprintf("%s:%d", m.Host, m.Port) }
 
-// Info decodes the member's node facts.
+// Info decodes the member's node facts. Fields this binary does not know
+// (a newer member's) are skipped, so that members of two versions still
+// read each other's facts.
 func (m Member) Info() (*messages.NodeInfo, error) {
 	info := &messages.NodeInfo{}
 	if len(m.NodeInfo) == 0 {
 		return info, nil
 	}
-	return info, protojson.Unmarshal(m.NodeInfo, info)
+	return info, protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(m.NodeInfo, info)
 }
 
 type view struct {
@@ -367,7 +370,12 @@ func (p *Provider) poll(ctx context.Context) {
 		}
 	}
 
+	// This node's own record is refreshed every round, as a poll of it
+	// refreshes the record it answers with: its facts carry its load.
+	selfInfo, _ := protojson.Marshal(p.info())
 	p.mu.Lock()
+	p.self.NodeInfo = selfInfo
+	p.members[p.self.ID] = p.self
 	changed := false
 	for id, m := range heard {
 		if _, ok := p.members[id]; !ok {

@@ -100,6 +100,7 @@ type Node struct {
 
 	mu   sync.Mutex
 	caps *messages.Capabilities
+	load nodeLoad // NodeInfo.load (load.go)
 	// named are the long-lived actors of Options.Actors, in spawn order;
 	// Stop stops them before the store closes.
 	named []*actor.PID
@@ -219,7 +220,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 	var remoteKinds []*remote.Kind
 	var clusterKinds []*cluster.Kind
 	for _, k := range kinds {
-		props := k.Props(n)
+		props := n.load.counted(k.Name, k.Props(n))
 		remoteKinds = append(remoteKinds, remote.NewKind(k.Name, props))
 		clusterKinds = append(clusterKinds, cluster.NewKind(k.Name, props))
 		n.kinds = append(n.kinds, k.Name)
@@ -370,6 +371,7 @@ func (n *Node) Info() *messages.NodeInfo {
 		Capabilities:    n.caps,
 		StartedUnixNano: n.started.UnixNano(),
 	}
+	info.Load = n.load.sample(n.caps.GetMemoryBytes())
 	if n.system != nil && n.remote != nil {
 		info.Address = n.system.Address()
 	}

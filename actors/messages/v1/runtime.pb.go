@@ -333,8 +333,12 @@ type NodeInfo struct {
 	Kinds           []string               `protobuf:"bytes,5,rep,name=kinds,proto3" json:"kinds,omitempty"`
 	Capabilities    *Capabilities          `protobuf:"bytes,6,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
 	StartedUnixNano int64                  `protobuf:"varint,7,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// load is what the node is doing now, sampled when its facts are asked
+	// for (at most once a second): the membership polls carry it with the
+	// rest of NodeInfo.
+	Load          *Load `protobuf:"bytes,8,opt,name=load,proto3" json:"load,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeInfo) Reset() {
@@ -416,6 +420,111 @@ func (x *NodeInfo) GetStartedUnixNano() int64 {
 	return 0
 }
 
+func (x *NodeInfo) GetLoad() *Load {
+	if x != nil {
+		return x.Load
+	}
+	return nil
+}
+
+// Load is a node's current load. The machine-wide figures (load average,
+// CPU, memory) are the host's as /proc shows them; kind_actors counts the
+// node's own actors.
+type Load struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	SampledUnixNano int64                  `protobuf:"varint,1,opt,name=sampled_unix_nano,json=sampledUnixNano,proto3" json:"sampled_unix_nano,omitempty"`
+	// load1 and load5: the machine's 1- and 5-minute load averages
+	// (/proc/loadavg); absent where they cannot be read.
+	Load1 *float64 `protobuf:"fixed64,2,opt,name=load1,proto3,oneof" json:"load1,omitempty"`
+	Load5 *float64 `protobuf:"fixed64,3,opt,name=load5,proto3,oneof" json:"load5,omitempty"`
+	// cpu_busy: the share of the machine's CPU time that was busy (not idle,
+	// not waiting on I/O) between the previous sample and this one
+	// (/proc/stat); absent where it cannot be read.
+	CpuBusy *float64 `protobuf:"fixed64,4,opt,name=cpu_busy,json=cpuBusy,proto3,oneof" json:"cpu_busy,omitempty"`
+	// memory_available_bytes: MemAvailable (/proc/meminfo), at most the
+	// node's memory (Capabilities.memory_bytes, a cgroup's limit); absent
+	// where it cannot be read.
+	MemoryAvailableBytes *uint64 `protobuf:"varint,5,opt,name=memory_available_bytes,json=memoryAvailableBytes,proto3,oneof" json:"memory_available_bytes,omitempty"`
+	// kind_actors: running actors of each kind the node offers, spawned by
+	// kind on this node (by this member or another); a sandbox-worker holds
+	// one sandbox. Kinds with none are left out.
+	KindActors    map[string]int32 `protobuf:"bytes,6,rep,name=kind_actors,json=kindActors,proto3" json:"kind_actors,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Load) Reset() {
+	*x = Load{}
+	mi := &file_runtime_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Load) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Load) ProtoMessage() {}
+
+func (x *Load) ProtoReflect() protoreflect.Message {
+	mi := &file_runtime_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Load.ProtoReflect.Descriptor instead.
+func (*Load) Descriptor() ([]byte, []int) {
+	return file_runtime_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Load) GetSampledUnixNano() int64 {
+	if x != nil {
+		return x.SampledUnixNano
+	}
+	return 0
+}
+
+func (x *Load) GetLoad1() float64 {
+	if x != nil && x.Load1 != nil {
+		return *x.Load1
+	}
+	return 0
+}
+
+func (x *Load) GetLoad5() float64 {
+	if x != nil && x.Load5 != nil {
+		return *x.Load5
+	}
+	return 0
+}
+
+func (x *Load) GetCpuBusy() float64 {
+	if x != nil && x.CpuBusy != nil {
+		return *x.CpuBusy
+	}
+	return 0
+}
+
+func (x *Load) GetMemoryAvailableBytes() uint64 {
+	if x != nil && x.MemoryAvailableBytes != nil {
+		return *x.MemoryAvailableBytes
+	}
+	return 0
+}
+
+func (x *Load) GetKindActors() map[string]int32 {
+	if x != nil {
+		return x.KindActors
+	}
+	return nil
+}
+
 // DigestJob asks a diagnostic worker for an iterated SHA-256 of data; it is
 // CPU work of a known answer, used for cluster checks and benchmarks.
 type DigestJob struct {
@@ -429,7 +538,7 @@ type DigestJob struct {
 
 func (x *DigestJob) Reset() {
 	*x = DigestJob{}
-	mi := &file_runtime_proto_msgTypes[6]
+	mi := &file_runtime_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -441,7 +550,7 @@ func (x *DigestJob) String() string {
 func (*DigestJob) ProtoMessage() {}
 
 func (x *DigestJob) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[6]
+	mi := &file_runtime_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -454,7 +563,7 @@ func (x *DigestJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestJob.ProtoReflect.Descriptor instead.
 func (*DigestJob) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{6}
+	return file_runtime_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DigestJob) GetId() string {
@@ -489,7 +598,7 @@ type DigestResult struct {
 
 func (x *DigestResult) Reset() {
 	*x = DigestResult{}
-	mi := &file_runtime_proto_msgTypes[7]
+	mi := &file_runtime_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -501,7 +610,7 @@ func (x *DigestResult) String() string {
 func (*DigestResult) ProtoMessage() {}
 
 func (x *DigestResult) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[7]
+	mi := &file_runtime_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -514,7 +623,7 @@ func (x *DigestResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestResult.ProtoReflect.Descriptor instead.
 func (*DigestResult) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{7}
+	return file_runtime_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DigestResult) GetId() string {
@@ -549,7 +658,7 @@ type Failure struct {
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_runtime_proto_msgTypes[8]
+	mi := &file_runtime_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -561,7 +670,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[8]
+	mi := &file_runtime_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -574,7 +683,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{8}
+	return file_runtime_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Failure) GetCode() string {
@@ -603,7 +712,7 @@ type SpawnRequest struct {
 
 func (x *SpawnRequest) Reset() {
 	*x = SpawnRequest{}
-	mi := &file_runtime_proto_msgTypes[9]
+	mi := &file_runtime_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -615,7 +724,7 @@ func (x *SpawnRequest) String() string {
 func (*SpawnRequest) ProtoMessage() {}
 
 func (x *SpawnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[9]
+	mi := &file_runtime_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -628,7 +737,7 @@ func (x *SpawnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpawnRequest.ProtoReflect.Descriptor instead.
 func (*SpawnRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{9}
+	return file_runtime_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SpawnRequest) GetKind() string {
@@ -655,7 +764,7 @@ type SpawnReply struct {
 
 func (x *SpawnReply) Reset() {
 	*x = SpawnReply{}
-	mi := &file_runtime_proto_msgTypes[10]
+	mi := &file_runtime_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -667,7 +776,7 @@ func (x *SpawnReply) String() string {
 func (*SpawnReply) ProtoMessage() {}
 
 func (x *SpawnReply) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[10]
+	mi := &file_runtime_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -680,7 +789,7 @@ func (x *SpawnReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpawnReply.ProtoReflect.Descriptor instead.
 func (*SpawnReply) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{10}
+	return file_runtime_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SpawnReply) GetAddress() string {
@@ -711,7 +820,7 @@ type DigestBatchRequest struct {
 
 func (x *DigestBatchRequest) Reset() {
 	*x = DigestBatchRequest{}
-	mi := &file_runtime_proto_msgTypes[11]
+	mi := &file_runtime_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -723,7 +832,7 @@ func (x *DigestBatchRequest) String() string {
 func (*DigestBatchRequest) ProtoMessage() {}
 
 func (x *DigestBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[11]
+	mi := &file_runtime_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -736,7 +845,7 @@ func (x *DigestBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestBatchRequest.ProtoReflect.Descriptor instead.
 func (*DigestBatchRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{11}
+	return file_runtime_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DigestBatchRequest) GetJobs() int32 {
@@ -781,7 +890,7 @@ type DigestOutcome struct {
 
 func (x *DigestOutcome) Reset() {
 	*x = DigestOutcome{}
-	mi := &file_runtime_proto_msgTypes[12]
+	mi := &file_runtime_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +902,7 @@ func (x *DigestOutcome) String() string {
 func (*DigestOutcome) ProtoMessage() {}
 
 func (x *DigestOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[12]
+	mi := &file_runtime_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +915,7 @@ func (x *DigestOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestOutcome.ProtoReflect.Descriptor instead.
 func (*DigestOutcome) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{12}
+	return file_runtime_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DigestOutcome) GetId() string {
@@ -861,7 +970,7 @@ type DigestBatchReport struct {
 
 func (x *DigestBatchReport) Reset() {
 	*x = DigestBatchReport{}
-	mi := &file_runtime_proto_msgTypes[13]
+	mi := &file_runtime_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -873,7 +982,7 @@ func (x *DigestBatchReport) String() string {
 func (*DigestBatchReport) ProtoMessage() {}
 
 func (x *DigestBatchReport) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[13]
+	mi := &file_runtime_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -886,7 +995,7 @@ func (x *DigestBatchReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestBatchReport.ProtoReflect.Descriptor instead.
 func (*DigestBatchReport) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{13}
+	return file_runtime_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DigestBatchReport) GetOutcomes() []*DigestOutcome {
@@ -911,7 +1020,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_runtime_proto_msgTypes[14]
+	mi := &file_runtime_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -923,7 +1032,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[14]
+	mi := &file_runtime_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -936,7 +1045,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{14}
+	return file_runtime_proto_rawDescGZIP(), []int{15}
 }
 
 type MembersReply struct {
@@ -948,7 +1057,7 @@ type MembersReply struct {
 
 func (x *MembersReply) Reset() {
 	*x = MembersReply{}
-	mi := &file_runtime_proto_msgTypes[15]
+	mi := &file_runtime_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1069,7 @@ func (x *MembersReply) String() string {
 func (*MembersReply) ProtoMessage() {}
 
 func (x *MembersReply) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[15]
+	mi := &file_runtime_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1082,7 @@ func (x *MembersReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersReply.ProtoReflect.Descriptor instead.
 func (*MembersReply) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{15}
+	return file_runtime_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MembersReply) GetMembers() []*NodeInfo {
@@ -1009,7 +1118,7 @@ const file_runtime_proto_rawDesc = "" +
 	"\x12containerd_version\x18\x04 \x01(\tR\x11containerdVersion\x12-\n" +
 	"\x04gpus\x18\x05 \x03(\v2\x19.frognano.messages.v1.GPUR\x04gpus\x12\x1b\n" +
 	"\tgpu_error\x18\x06 \x01(\tR\bgpuError\"\x11\n" +
-	"\x0fNodeInfoRequest\"\xfb\x01\n" +
+	"\x0fNodeInfoRequest\"\xab\x02\n" +
 	"\bNodeInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12!\n" +
@@ -1017,7 +1126,23 @@ const file_runtime_proto_rawDesc = "" +
 	"\aversion\x18\x04 \x01(\tR\aversion\x12\x14\n" +
 	"\x05kinds\x18\x05 \x03(\tR\x05kinds\x12F\n" +
 	"\fcapabilities\x18\x06 \x01(\v2\".frognano.messages.v1.CapabilitiesR\fcapabilities\x12*\n" +
-	"\x11started_unix_nano\x18\a \x01(\x03R\x0fstartedUnixNano\"G\n" +
+	"\x11started_unix_nano\x18\a \x01(\x03R\x0fstartedUnixNano\x12.\n" +
+	"\x04load\x18\b \x01(\v2\x1a.frognano.messages.v1.LoadR\x04load\"\x8b\x03\n" +
+	"\x04Load\x12*\n" +
+	"\x11sampled_unix_nano\x18\x01 \x01(\x03R\x0fsampledUnixNano\x12\x19\n" +
+	"\x05load1\x18\x02 \x01(\x01H\x00R\x05load1\x88\x01\x01\x12\x19\n" +
+	"\x05load5\x18\x03 \x01(\x01H\x01R\x05load5\x88\x01\x01\x12\x1e\n" +
+	"\bcpu_busy\x18\x04 \x01(\x01H\x02R\acpuBusy\x88\x01\x01\x129\n" +
+	"\x16memory_available_bytes\x18\x05 \x01(\x04H\x03R\x14memoryAvailableBytes\x88\x01\x01\x12K\n" +
+	"\vkind_actors\x18\x06 \x03(\v2*.frognano.messages.v1.Load.KindActorsEntryR\n" +
+	"kindActors\x1a=\n" +
+	"\x0fKindActorsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01B\b\n" +
+	"\x06_load1B\b\n" +
+	"\x06_load5B\v\n" +
+	"\t_cpu_busyB\x19\n" +
+	"\x17_memory_available_bytes\"G\n" +
 	"\tDigestJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x16\n" +
@@ -1067,7 +1192,7 @@ func file_runtime_proto_rawDescGZIP() []byte {
 	return file_runtime_proto_rawDescData
 }
 
-var file_runtime_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_runtime_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_runtime_proto_goTypes = []any{
 	(*Ping)(nil),               // 0: frognano.messages.v1.Ping
 	(*Pong)(nil),               // 1: frognano.messages.v1.Pong
@@ -1075,27 +1200,31 @@ var file_runtime_proto_goTypes = []any{
 	(*Capabilities)(nil),       // 3: frognano.messages.v1.Capabilities
 	(*NodeInfoRequest)(nil),    // 4: frognano.messages.v1.NodeInfoRequest
 	(*NodeInfo)(nil),           // 5: frognano.messages.v1.NodeInfo
-	(*DigestJob)(nil),          // 6: frognano.messages.v1.DigestJob
-	(*DigestResult)(nil),       // 7: frognano.messages.v1.DigestResult
-	(*Failure)(nil),            // 8: frognano.messages.v1.Failure
-	(*SpawnRequest)(nil),       // 9: frognano.messages.v1.SpawnRequest
-	(*SpawnReply)(nil),         // 10: frognano.messages.v1.SpawnReply
-	(*DigestBatchRequest)(nil), // 11: frognano.messages.v1.DigestBatchRequest
-	(*DigestOutcome)(nil),      // 12: frognano.messages.v1.DigestOutcome
-	(*DigestBatchReport)(nil),  // 13: frognano.messages.v1.DigestBatchReport
-	(*MembersRequest)(nil),     // 14: frognano.messages.v1.MembersRequest
-	(*MembersReply)(nil),       // 15: frognano.messages.v1.MembersReply
+	(*Load)(nil),               // 6: frognano.messages.v1.Load
+	(*DigestJob)(nil),          // 7: frognano.messages.v1.DigestJob
+	(*DigestResult)(nil),       // 8: frognano.messages.v1.DigestResult
+	(*Failure)(nil),            // 9: frognano.messages.v1.Failure
+	(*SpawnRequest)(nil),       // 10: frognano.messages.v1.SpawnRequest
+	(*SpawnReply)(nil),         // 11: frognano.messages.v1.SpawnReply
+	(*DigestBatchRequest)(nil), // 12: frognano.messages.v1.DigestBatchRequest
+	(*DigestOutcome)(nil),      // 13: frognano.messages.v1.DigestOutcome
+	(*DigestBatchReport)(nil),  // 14: frognano.messages.v1.DigestBatchReport
+	(*MembersRequest)(nil),     // 15: frognano.messages.v1.MembersRequest
+	(*MembersReply)(nil),       // 16: frognano.messages.v1.MembersReply
+	nil,                        // 17: frognano.messages.v1.Load.KindActorsEntry
 }
 var file_runtime_proto_depIdxs = []int32{
 	2,  // 0: frognano.messages.v1.Capabilities.gpus:type_name -> frognano.messages.v1.GPU
 	3,  // 1: frognano.messages.v1.NodeInfo.capabilities:type_name -> frognano.messages.v1.Capabilities
-	12, // 2: frognano.messages.v1.DigestBatchReport.outcomes:type_name -> frognano.messages.v1.DigestOutcome
-	5,  // 3: frognano.messages.v1.MembersReply.members:type_name -> frognano.messages.v1.NodeInfo
-	4,  // [4:4] is the sub-list for method output_type
-	4,  // [4:4] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	6,  // 2: frognano.messages.v1.NodeInfo.load:type_name -> frognano.messages.v1.Load
+	17, // 3: frognano.messages.v1.Load.kind_actors:type_name -> frognano.messages.v1.Load.KindActorsEntry
+	13, // 4: frognano.messages.v1.DigestBatchReport.outcomes:type_name -> frognano.messages.v1.DigestOutcome
+	5,  // 5: frognano.messages.v1.MembersReply.members:type_name -> frognano.messages.v1.NodeInfo
+	6,  // [6:6] is the sub-list for method output_type
+	6,  // [6:6] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_runtime_proto_init() }
@@ -1103,13 +1232,14 @@ func file_runtime_proto_init() {
 	if File_runtime_proto != nil {
 		return
 	}
+	file_runtime_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runtime_proto_rawDesc), len(file_runtime_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
