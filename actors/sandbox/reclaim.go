@@ -34,6 +34,11 @@ const (
 	retryTimeout = time.Minute
 )
 
+// closeDrain bounds how long Close keeps retrying the destroys still
+// failing (containerd restarting while the process shuts down): a clean
+// exit should not leave sandboxes behind for a later start to find.
+var closeDrain = time.Minute
+
 // reclaimer is a Runtime's part that retries failed destroys.
 type reclaimer struct {
 	store persistence.SandboxDestroyStore // nil: nothing is retried
@@ -71,8 +76,35 @@ func (r *Runtime) stopReclaimer() {
 	if r.reclaim.stop == nil {
 		return
 	}
+	select {
+	case <-r.reclaim.stop:
+		return // already stopped
+	default:
+	}
 	close(r.reclaim.stop)
 	<-r.reclaim.done
+}
+
+// drainDestroys retries the pending destroys, with backoff, until none is
+// left or closeDrain has passed. The store may already be closed (a node
+// closes it before its containerd connection): this process's own failed
+// destroys are still retried, and a record it cannot delete any more is
+// found with nothing left by the next start's Sweep.
+func (r *Runtime) drainDestroys() {
+	deadline := time.Now().Add(closeDrain)
+	for backoff := 250 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		left, _ := r.RetryDestroys(ctx)
+		cancel()
+		if left == 0 {
+			return
+		}
+		if time.Until(deadline) < backoff {
+			r.cfg.Logger.Warn("closing with sandbox destroys still failing; the next start's sweep takes what is left", "pending", left)
+			return
+		}
+		time.Sleep(backoff)
+	}
 }
 
 func (r *Runtime) retryLoop() {

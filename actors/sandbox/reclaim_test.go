@@ -213,7 +213,10 @@ func TestSweepFinishesDestroysAnEarlierProcessLeft(t *testing.T) {
 	link := newContainerdLink(t)
 	first := linkedRuntime(t, link, db.SandboxDestroys())
 	sb := createThenFailDestroy(t, first, link, db, img)
-	first.Close() // the process ends; the record stays
+	// The process dies: its retries stop, the record stays. (Close would
+	// first retry the destroy until containerd answers.)
+	first.stopReclaimer()
+	defer first.Close()
 
 	link.restore(t)
 	next := linkedRuntime(t, link, db.SandboxDestroys())

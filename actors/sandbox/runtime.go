@@ -222,10 +222,12 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 }
 
 // Close drops the connection. Sandboxes keep running; Destroy them first.
-// Destroys still failing stay recorded in Config.Destroys for the next
-// process.
+// Destroys that failed and are still pending are retried for up to a
+// minute first (a clean exit should leave nothing behind); what still fails
+// stays recorded in Config.Destroys for the next process.
 func (r *Runtime) Close() error {
 	r.stopReclaimer()
+	r.drainDestroys()
 	r.uids.close()
 	return r.client.Close()
 }
