@@ -149,7 +149,10 @@ type Engine struct {
 	exited chan struct{}
 	once   sync.Once
 
-	version   atomic.Int64
+	version atomic.Int64
+	// weightsOf is the run whose publication the weights are ("": the
+	// base model's); only the scheduler reads and writes it.
+	weightsOf string
 	running   atomic.Int32
 	waiting   atomic.Int32
 	generated atomic.Int64

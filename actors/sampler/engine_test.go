@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -554,5 +555,81 @@ func BenchmarkContinuousBatching(b *testing.B) {
 			b.ReportMetric(float64(tokens)/b.Elapsed().Seconds(), "tokens/s")
 			b.ReportMetric(float64(e.Stats().Steps)/float64(b.N), "steps/op")
 		})
+	}
+}
+
+// TestPartialPublication: a run that trains only some weights publishes
+// only those; the engine applies them over the base model (the others keep
+// their values) and over the same run's earlier versions, and refuses them
+// over another run's weights.
+func TestPartialPublication(t *testing.T) {
+	m := smollm2(t)
+	orig := hostParams(m)
+	defer func() {
+		if err := m.SetParams(orig); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	ctx := context.Background()
+	store := persistence.NewMemory().Checkpoints()
+	save := func(run string, step int64, names ...string) map[string][]float32 {
+		want := map[string][]float32{}
+		var tensors []persistence.Tensor
+		for _, p := range m.Params() {
+			if len(names) > 0 && !slices.Contains(names, p.Name) {
+				continue
+			}
+			v := slices.Clone(orig[p.Name])
+			for i := range v {
+				v[i] *= 1 + 0.1*float32(step)
+			}
+			want[p.Name] = v
+			b := make([]byte, 4*len(v))
+			for i, x := range v {
+				binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+			}
+			shape := make([]int64, len(p.Value.Shape()))
+			for i, d := range p.Value.Shape() {
+				shape[i] = int64(d)
+			}
+			tensors = append(tensors, persistence.Tensor{Name: p.Name, DType: messages.DType_DTYPE_F32, Shape: shape, Data: b})
+		}
+		if err := store.Save(ctx, &messages.Checkpoint{RunId: run, Step: step, PolicyVersion: step}, tensors, nil); err != nil {
+			t.Fatal(err)
+		}
+		return want
+	}
+	top := []string{"model.norm.weight", "model.layers.29.mlp.down_proj.weight"}
+	e := newEngine(t, Config{Version: 1, Checkpoints: store, MaxSequences: 2})
+
+	want := save("a", 2, top...)
+	if err := e.UpdateWeights(ctx, Update{RunID: "a", Step: 2, Version: 2}); err != nil {
+		t.Fatalf("a partial publication over the base model: %v", err)
+	}
+	got := hostParams(m)
+	for name, v := range orig {
+		w, trained := want[name]
+		if !trained {
+			w = v
+		}
+		if !slices.Equal(got[name], w) {
+			t.Fatalf("after run a's version 2: %s is not %s", name, map[bool]string{true: "the published value", false: "the base value"}[trained])
+		}
+	}
+	save("a", 3, top...)
+	if err := e.UpdateWeights(ctx, Update{RunID: "a", Step: 3, Version: 3}); err != nil {
+		t.Fatalf("a partial publication over the same run's: %v", err)
+	}
+	save("b", 4)
+	if err := e.UpdateWeights(ctx, Update{RunID: "b", Step: 4, Version: 4}); err != nil {
+		t.Fatalf("a whole publication: %v", err)
+	}
+	save("a", 5, top...)
+	err := e.UpdateWeights(ctx, Update{RunID: "a", Step: 5, Version: 5})
+	if !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), "run b") {
+		t.Fatalf("run a's partial version over run b's weights: %v, want a refusal naming run b", err)
+	}
+	if e.Version() != 4 {
+		t.Fatalf("version %d after the refusal, want 4", e.Version())
 	}
 }

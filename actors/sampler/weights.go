@@ -26,6 +26,7 @@ type Update struct {
 
 type swap struct {
 	version int64
+	run     string // the run whose publication this is ("": weights set directly)
 	params  map[string][]float32
 	done    chan error
 }
@@ -36,10 +37,16 @@ type swap struct {
 // or with ErrStaleVersion when version is not newer than the engine's. If
 // ctx ends first it returns ctx's error, and the swap still happens.
 func (e *Engine) SetWeights(ctx context.Context, version int64, params map[string][]float32) error {
+	return e.setWeights(ctx, version, "", params)
+}
+
+// setWeights is SetWeights for a publication of run (when run is set, the
+// publication may hold only the weights the run trains; see applySwaps).
+func (e *Engine) setWeights(ctx context.Context, version int64, run string, params map[string][]float32) error {
 	if len(params) == 0 {
 		return fmt.Errorf("%w: no weights for version %d", ErrBadRequest, version)
 	}
-	sw := &swap{version: version, params: params, done: make(chan error, 1)}
+	sw := &swap{version: version, run: run, params: params, done: make(chan error, 1)}
 	select {
 	case e.swaps <- sw:
 	case <-e.quit:
@@ -56,7 +63,11 @@ func (e *Engine) SetWeights(ctx context.Context, version int64, params map[strin
 }
 
 // UpdateWeights reads the update's checkpoint from Config.Checkpoints
-// (while generation goes on) and then swaps it in like SetWeights.
+// (while generation goes on) and then swaps it in like SetWeights. A run
+// that trains only some weights (the top layers) publishes only those: the
+// engine applies such a publication over the base model's weights or over
+// an earlier publication of the same run, and refuses it over another
+// run's, whose other weights it would silently mix in.
 func (e *Engine) UpdateWeights(ctx context.Context, u Update) error {
 	if u.Version <= e.Version() {
 		return fmt.Errorf("%w: update to %d, the engine holds %d", ErrStaleVersion, u.Version, e.Version())
@@ -68,7 +79,7 @@ func (e *Engine) UpdateWeights(ctx context.Context, u Update) error {
 	if err != nil {
 		return err
 	}
-	return e.SetWeights(ctx, u.Version, params)
+	return e.setWeights(ctx, u.Version, u.RunID, params)
 }
 
 // applySwaps runs on the scheduler with no sequence in flight.
@@ -79,10 +90,25 @@ func (e *Engine) applySwaps() {
 			sw.done <- fmt.Errorf("%w: update to %d, the engine holds %d", ErrStaleVersion, sw.version, cur)
 			continue
 		}
-		if err := e.m.SetParams(sw.params); err != nil {
+		partial := sw.run != "" && len(sw.params) < len(e.m.Params())
+		var err error
+		switch {
+		case partial && e.weightsOf != "" && e.weightsOf != sw.run:
+			err = fmt.Errorf("%w: version %d of run %s holds %d of the model's %d weights (the run trains only those), and the engine holds run %s's weights, not the base model's the rest must come from",
+				ErrBadRequest, sw.version, sw.run, len(sw.params), len(e.m.Params()), e.weightsOf)
+		case partial:
+			err = e.m.UpdateParams(sw.params)
+		default:
+			err = e.m.SetParams(sw.params)
+		}
+		if err != nil {
 			e.log.Error("weight swap failed; keeping the current version", "version", cur, "update", sw.version, "err", err)
 			sw.done <- err
 			continue
+		}
+		e.weightsOf = sw.run
+		if sw.run == "" {
+			e.weightsOf = "(weights set directly)"
 		}
 		// The kept caches hold keys and values of the old weights.
 		e.pool.clear()
