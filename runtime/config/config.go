@@ -98,8 +98,28 @@ type Cluster struct {
 	// Heartbeat is how often members are polled.
 	Heartbeat time.Duration `yaml:"heartbeat"`
 	// FailureTimeout is how long a member may stay silent before it is declared gone.
+	// With the etcd provider it is the TTL of the member's lease (whole
+	// seconds, rounded up).
 	FailureTimeout time.Duration `yaml:"failure_timeout"`
+	// Provider is how members find each other: "static" (seeds polled over
+	// HTTP, the default) or "etcd" (members register under a lease in etcd
+	// and watch each other there).
+	Provider string `yaml:"provider"`
+	// EtcdEndpoints are the etcd cluster's client addresses (HOST:PORT or
+	// http://HOST:PORT), for provider etcd.
+	EtcdEndpoints []string `yaml:"etcd_endpoints"`
+	// EtcdPrefix is the key prefix under which members register
+	// (PREFIX/CLUSTER/members/ID).
+	EtcdPrefix string `yaml:"etcd_prefix"`
+	// EtcdRefresh is how often a member rewrites its record (its load) in etcd.
+	EtcdRefresh time.Duration `yaml:"etcd_refresh"`
 }
+
+// Cluster providers (cluster.provider).
+const (
+	ProviderStatic = "static"
+	ProviderEtcd   = "etcd"
+)
 
 // Containerd says where the container runtime is.
 type Containerd struct {
@@ -144,6 +164,9 @@ func Default() Config {
 			Name:           "frognano",
 			Heartbeat:      500 * time.Millisecond,
 			FailureTimeout: 3 * time.Second,
+			Provider:       ProviderStatic,
+			EtcdPrefix:     "/frognano",
+			EtcdRefresh:    5 * time.Second,
 		},
 		Containerd: Containerd{
 			Address:   "/run/containerd/containerd.sock",
@@ -371,6 +394,7 @@ func (c *Config) Validate() error {
 	if c.Cluster.FailureTimeout < 2*c.Cluster.Heartbeat {
 		errs = append(errs, errors.New("cluster.failure_timeout: must be at least twice cluster.heartbeat"))
 	}
+	errs = append(errs, c.checkProvider()...)
 	if c.Supervision.MaxRestarts < 0 || c.Supervision.Window <= 0 {
 		errs = append(errs, errors.New("supervision: max_restarts must be >= 0 and window positive"))
 	}
@@ -550,4 +574,51 @@ func (c Config) YAML() string {
 		panic(err)
 	}
 	return string(out)
+}
+
+// checkProvider checks cluster.provider and the settings it needs.
+func (c *Config) checkProvider() []error {
+	var errs []error
+	cl := c.Cluster
+	switch cl.Provider {
+	case ProviderStatic, "":
+	case ProviderEtcd:
+		if len(cl.EtcdEndpoints) == 0 {
+			errs = append(errs, fmt.Errorf("cluster.etcd_endpoints: required with cluster.provider etcd (e.g. 10.0.0.5:2379, or %s=10.0.0.5:2379)", EnvName("cluster.etcd_endpoints")))
+		}
+		for _, e := range cl.EtcdEndpoints {
+			if err := EtcdEndpoint(e); err != nil {
+				errs = append(errs, fmt.Errorf("cluster.etcd_endpoints: %w", err))
+			}
+		}
+		if len(cl.Seeds) > 0 {
+			errs = append(errs, errors.New("cluster.seeds: not used with cluster.provider etcd (members find each other in etcd): remove them"))
+		}
+		if !strings.HasPrefix(cl.EtcdPrefix, "/") || strings.HasSuffix(cl.EtcdPrefix, "/") || strings.ContainsAny(cl.EtcdPrefix, " \t\r\n") {
+			errs = append(errs, fmt.Errorf("cluster.etcd_prefix: %q must start with / and not end with one (e.g. /frognano)", Clip(cl.EtcdPrefix, 80)))
+		}
+		if cl.EtcdRefresh <= 0 {
+			errs = append(errs, errors.New("cluster.etcd_refresh: must be positive"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("cluster.provider: %q is not static or etcd", Clip(cl.Provider, 80)))
+	}
+	return errs
+}
+
+// EtcdEndpoint checks one etcd client address: HOST:PORT, or an http://
+// URL of one with no path. TLS to etcd (https://) is not supported yet.
+func EtcdEndpoint(e string) error {
+	hp := e
+	if strings.Contains(e, "://") {
+		u, err := url.Parse(e)
+		if err == nil && u.Scheme == "https" {
+			return fmt.Errorf("%q: TLS to etcd is not supported yet; keep etcd's client port on a network only the cluster reaches", Clip(e, 80))
+		}
+		if err != nil || u.Scheme != "http" || u.Host == "" || (u.Path != "" && u.Path != "/") || u.User != nil || u.RawQuery != "" {
+			return fmt.Errorf("%q is not HOST:PORT or http://HOST:PORT", Clip(e, 80))
+		}
+		hp = u.Host
+	}
+	return HostPort(hp)
 }

@@ -1,6 +1,8 @@
-// Package membership is frognano's cluster provider for protoactor-go: nodes
-// find each other through seed HTTP addresses, poll each other's membership
-// endpoint and publish the live set as the cluster topology. Each member also
+// Package membership is frognano's cluster providers for protoactor-go.
+// Provider (cluster.provider static, this file): nodes find each other
+// through seed HTTP addresses, poll each other's membership endpoint and
+// publish the live set as the cluster topology. Etcd (etcd.go): nodes
+// register under a lease in etcd and watch each other there. Each member also
 // carries its node facts (capabilities, and its load as it was when it
 // answered its last poll), which placement decisions and the dashboard need
 // and protoactor's own member record does not hold.

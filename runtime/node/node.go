@@ -88,7 +88,7 @@ type Node struct {
 	system     *actor.ActorSystem
 	remote     *remote.Remote
 	cluster    *cluster.Cluster
-	membership *membership.Provider
+	membership membership.Membership
 	manager    *actor.PID
 	httpLn     net.Listener
 	http       *http.Server
@@ -233,13 +233,31 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 	}
 	remoteCfg := remote.Configure(remoteHost, remotePort, remoteOpts...)
 
-	n.membership = membership.New(n.httpLn.Addr().String(), n.Info, membership.Options{
-		Seeds:          cfg.Cluster.Seeds,
-		Heartbeat:      cfg.Cluster.Heartbeat,
-		FailureTimeout: cfg.Cluster.FailureTimeout,
-		Token:          cfg.Node.APIToken,
-		Logger:         log.With("component", "membership"),
-	})
+	switch cfg.Cluster.Provider {
+	case config.ProviderEtcd:
+		// Connecting checks etcd answers: a wrong endpoint is one error here.
+		e, err := membership.NewEtcd(ctx, n.httpLn.Addr().String(), n.Info, membership.EtcdOptions{
+			Endpoints:      cfg.Cluster.EtcdEndpoints,
+			Prefix:         cfg.Cluster.EtcdPrefix,
+			Cluster:        cfg.Cluster.Name,
+			FailureTimeout: cfg.Cluster.FailureTimeout,
+			Heartbeat:      cfg.Cluster.Heartbeat,
+			Refresh:        cfg.Cluster.EtcdRefresh,
+			Logger:         log.With("component", "membership"),
+		})
+		if err != nil {
+			return nil, err
+		}
+		n.membership = e
+	default:
+		n.membership = membership.New(n.httpLn.Addr().String(), n.Info, membership.Options{
+			Seeds:          cfg.Cluster.Seeds,
+			Heartbeat:      cfg.Cluster.Heartbeat,
+			FailureTimeout: cfg.Cluster.FailureTimeout,
+			Token:          cfg.Node.APIToken,
+			Logger:         log.With("component", "membership"),
+		})
+	}
 	clusterCfg := cluster.Configure(cfg.Cluster.Name, n.membership, disthash.New(), remoteCfg,
 		cluster.WithKinds(clusterKinds...),
 		cluster.WithHeartbeatExpiration(cfg.Cluster.FailureTimeout*2))
@@ -247,7 +265,9 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 	if err := startCluster(n.cluster); err != nil {
 		return nil, err
 	}
+	n.mu.Lock() // Info reads it, from membership's goroutines too
 	n.remote = n.cluster.Remote
+	n.mu.Unlock()
 
 	n.manager, err = n.system.Root.SpawnNamed(
 		actor.PropsFromProducer(func() actor.Actor { return &manager{n: n} },
