@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/cluster"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -345,6 +346,11 @@ func (p *Etcd) loop(ctx context.Context, rev int64) {
 		kaCtx, kaCancel = context.WithCancel(ctx)
 		keepAlive = p.reregister(ctx, kaCtx)
 	}
+	resume := func() {
+		kaCancel()
+		kaCtx, kaCancel = context.WithCancel(ctx)
+		keepAlive = p.resume(ctx, kaCtx)
+	}
 	watch := p.client.Watch(clientv3.WithRequireLeader(ctx), p.o.membersKey(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	local := time.NewTicker(p.o.Heartbeat)
 	defer local.Stop()
@@ -361,12 +367,9 @@ func (p *Etcd) loop(ctx context.Context, rev int64) {
 			if ctx.Err() != nil {
 				return
 			}
-			// The lease expired (etcd unreachable for longer than its TTL)
-			// or was revoked: the others have seen this node leave. Join
-			// again under a new lease.
-			p.log.Error("etcd lease lost (etcd out of reach for longer than cluster.failure_timeout?): the other members have seen this node leave " +
-				"and block its id; registering again for members that start later; restart the node to rejoin the others")
-			renew()
+			// No answer within the TTL: etcd was out of reach (restarted,
+			// partitioned), or the lease is gone.
+			resume()
 		case resp, ok := <-watch:
 			if !ok || resp.Err() != nil || resp.Canceled {
 				if ctx.Err() != nil {
@@ -422,6 +425,37 @@ func (p *Etcd) keepAlive(ctx context.Context) <-chan *clientv3.LeaseKeepAliveRes
 		return c
 	}
 	return ch
+}
+
+// resume follows a keep-alive that stopped: while etcd does not answer it
+// asks again every heartbeat; a lease etcd still holds (an etcd that
+// restarted renews its leases) is kept alive again, a lease that is gone
+// means the others have seen this node leave, and it registers anew.
+func (p *Etcd) resume(ctx, kaCtx context.Context) <-chan *clientv3.LeaseKeepAliveResponse {
+	p.mu.Lock()
+	lease := p.lease
+	p.mu.Unlock()
+	for {
+		rctx, cancel := context.WithTimeout(ctx, p.o.DialTimeout)
+		_, err := p.client.KeepAliveOnce(rctx, lease)
+		cancel()
+		switch {
+		case err == nil:
+			p.log.Warn("etcd keep-alive was interrupted; the lease is still alive")
+			return p.keepAlive(kaCtx)
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			p.log.Error("etcd lease lost (etcd out of reach for longer than cluster.failure_timeout?): the other members have seen this node leave " +
+				"and block its id; registering again for members that start later; restart the node to rejoin the others")
+			return p.reregister(ctx, kaCtx)
+		case ctx.Err() != nil:
+			return make(chan *clientv3.LeaseKeepAliveResponse)
+		}
+		p.log.Warn("etcd does not answer the lease keep-alive; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(p.o.Heartbeat):
+		}
+	}
 }
 
 // reregister retries register every heartbeat until it succeeds or ctx

@@ -262,3 +262,23 @@ func TestEtcdUnreachableIsOneClearError(t *testing.T) {
 	cfg.Cluster.EtcdEndpoints = nil
 	startNode(t, cfg)
 }
+
+// TestEtcdRestartLosesNoMember kills etcd for longer than the members'
+// lease TTL and starts it again: etcd renews the leases it restores, the
+// nodes keep them alive again and follow their watches, no member is seen
+// leaving, and a node that joins afterwards is seen by all.
+func TestEtcdRestartLosesNoMember(t *testing.T) {
+	srv := etcdtest.Start(t)
+	a := startNode(t, etcdConfig(t, srv.Endpoint))
+	aTopology := watchTopology(a, a.System().ID)
+	b := startNode(t, etcdConfig(t, srv.Endpoint))
+	aID, bID := a.System().ID, b.System().ID
+	waitIDs(t, a, aTopology, 10*time.Second, aID, bID)
+
+	srv.Restart(t, 2*time.Second)
+	c := startNode(t, etcdConfig(t, srv.Endpoint))
+	cID := c.System().ID
+	waitIDs(t, a, aTopology, 10*time.Second, aID, bID, cID)
+	waitIDs(t, b, nil, 10*time.Second, aID, bID, cID)
+	waitIDs(t, c, nil, 10*time.Second, aID, bID, cID)
+}

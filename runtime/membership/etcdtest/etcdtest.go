@@ -23,8 +23,13 @@ import (
 // Server is a running etcd.
 type Server struct {
 	Endpoint string // HOST:PORT of its client port
-	cmd      *exec.Cmd
+	bin      string
+	args     []string
 	log      *lockedBuffer
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
 }
 
 type lockedBuffer struct {
@@ -66,32 +71,39 @@ func Start(t testing.TB) *Server {
 	client, peer := FreePort(t), FreePort(t)
 	clientURL := "http://" + client
 	peerURL := "http://" + peer
-	s := &Server{Endpoint: client, log: &lockedBuffer{}}
-	s.cmd = exec.Command(bin,
+	s := &Server{Endpoint: client, log: &lockedBuffer{}, bin: bin, args: []string{
 		"--name", "test",
 		"--data-dir", filepath.Join(dir, "data"),
 		"--listen-client-urls", clientURL,
 		"--advertise-client-urls", clientURL,
 		"--listen-peer-urls", peerURL,
 		"--initial-advertise-peer-urls", peerURL,
-		"--initial-cluster", "test="+peerURL,
+		"--initial-cluster", "test=" + peerURL,
 		"--initial-cluster-state", "new",
 		"--heartbeat-interval", "50",
 		"--election-timeout", "500",
 		"--log-level", "warn",
-	)
-	s.cmd.Stdout = s.log
-	s.cmd.Stderr = s.log
-	if err := s.cmd.Start(); err != nil {
+	}}
+	t.Cleanup(s.kill)
+	s.start(t)
+	return s
+}
+
+// start runs etcd and waits until it answers.
+func (s *Server) start(t testing.TB) {
+	t.Helper()
+	cmd := exec.Command(s.bin, s.args...)
+	cmd.Stdout = s.log
+	cmd.Stderr = s.log
+	if err := cmd.Start(); err != nil {
 		t.Fatalf("start etcd: %v", err)
 	}
 	exited := make(chan struct{})
-	go func() { s.cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		s.cmd.Process.Kill()
-		<-exited
-	})
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	go func() { cmd.Wait(); close(exited) }()
+	s.mu.Lock()
+	s.cmd, s.exited = cmd, exited
+	s.mu.Unlock()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{s.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatalf("etcd client: %v", err)
 	}
@@ -102,7 +114,7 @@ func Start(t testing.TB) *Server {
 		_, err := c.Get(ctx, "/health-check")
 		cancel()
 		if err == nil {
-			return s
+			return
 		}
 		select {
 		case <-exited:
@@ -114,6 +126,26 @@ func Start(t testing.TB) *Server {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// kill ends etcd with SIGKILL and waits for it.
+func (s *Server) kill() {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.mu.Unlock()
+	if cmd != nil {
+		cmd.Process.Kill()
+		<-exited
+	}
+}
+
+// Restart kills etcd, leaves it down for down, and starts it again on the
+// same ports and data directory.
+func (s *Server) Restart(t testing.TB, down time.Duration) {
+	t.Helper()
+	s.kill()
+	time.Sleep(down)
+	s.start(t)
 }
 
 // Log is what etcd has printed.
