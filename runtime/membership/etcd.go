@@ -83,9 +83,15 @@ type Etcd struct {
 	ttl    int64
 	log    *slog.Logger
 
-	mu      sync.Mutex
-	self    Member
-	others  map[string]Member // member id -> record, this node excluded
+	mu     sync.Mutex
+	self   Member
+	others map[string]Member // member id -> record, this node excluded
+	// gone are the ids this node has seen leave. A record under one of
+	// them (a node that lost its lease and registered again) is ignored:
+	// protoactor's member list blocks an id that left for good, so it
+	// stays out of this node's members too until that node restarts
+	// under a new id.
+	gone    map[string]bool
 	cl      *cluster.Cluster
 	lease   clientv3.LeaseID
 	written []byte // the record as last written
@@ -120,6 +126,7 @@ func NewEtcd(ctx context.Context, httpAddr string, info func() *messages.NodeInf
 		o: o, info: info, ttl: ttl, log: o.Logger,
 		self:   Member{HTTP: httpAddr},
 		others: map[string]Member{},
+		gone:   map[string]bool{},
 	}
 	// The check's client is closed again: the provider's own is made in
 	// StartMember, once protoactor's remoting has set gRPC's global logger
@@ -272,13 +279,16 @@ func (p *Etcd) list(ctx context.Context) (int64, error) {
 	}
 	p.mu.Lock()
 	for id, m := range fresh {
-		if _, ok := p.others[id]; !ok {
+		if p.gone[id] {
+			delete(fresh, id)
+		} else if _, ok := p.others[id]; !ok {
 			p.log.Info("member joined", "member", id, "address", m.Address(), "http", m.HTTP)
 		}
 	}
 	for id, m := range p.others {
 		if _, ok := fresh[id]; !ok {
 			p.log.Warn("member gone", "member", id, "address", m.Address())
+			p.gone[id] = true
 		}
 	}
 	p.others = fresh
@@ -311,24 +321,8 @@ func (p *Etcd) decode(key, value []byte) (Member, bool) {
 		return m, false
 	case m.ID == p.self.ID:
 		return m, false
-	case p.blocked(m.ID):
-		// It left (its lease ended) and came back under the same id, as
-		// a node does that lost its lease and registered again.
-		// protoactor's member list blocks an id that left, for good, so
-		// it stays out of this node's members too until it restarts.
-		p.log.Debug("ignoring a member that left earlier under the same id", "member", m.ID)
-		return m, false
 	}
 	return m, true
-}
-
-// blocked reports whether protoactor has blocked member id (it left).
-func (p *Etcd) blocked(id string) (b bool) {
-	cl := p.cl
-	if cl == nil || cl.Remote == nil {
-		return false
-	}
-	return cl.Remote.BlockList().IsBlocked(id)
 }
 
 // loop keeps the lease alive, refreshes the record and follows the watch
@@ -513,7 +507,7 @@ func (p *Etcd) apply(events []*clientv3.Event) (changed, selfGone bool) {
 		switch ev.Type {
 		case clientv3.EventTypePut:
 			m, ok := p.decode(ev.Kv.Key, ev.Kv.Value)
-			if !ok {
+			if !ok || p.gone[id] {
 				continue
 			}
 			old, known := p.others[id]
@@ -534,6 +528,7 @@ func (p *Etcd) apply(events []*clientv3.Event) (changed, selfGone bool) {
 			if m, ok := p.others[id]; ok {
 				p.log.Warn("member gone", "member", id, "address", m.Address())
 				delete(p.others, id)
+				p.gone[id] = true
 				changed = true
 			}
 		}
