@@ -194,19 +194,19 @@ func (r *EpisodeResult) Trajectory(id, runID, taskID string) *messages.Trajector
 
 // episode is the state of one Run.
 type episode struct {
-	r      *Runner
-	tok    *tokenizer.Tokenizer
-	lim    Limits
-	ws     Workspace
-	task   *messages.Task
-	res    *EpisodeResult
-	ctx    context.Context // the caller's
-	wctx   context.Context // ends at the wall-time limit too
-	imEnd  int32           // -1 when the tokenizer has none
+	r     *Runner
+	tok   *tokenizer.Tokenizer
+	lim   Limits
+	ws    Workspace
+	task  *messages.Task
+	res   *EpisodeResult
+	ctx   context.Context // the caller's
+	wctx  context.Context // ends at the wall-time limit too
+	imEnd int32           // -1 when the tokenizer has none
 	// stopSeqs end a turn early (patch mode at a hint level that locates
 	// the bug: the end of the first search/replace block).
 	stopSeqs [][]int32
-	turnNo int
+	turnNo   int
 	// wrote is set once anything could have changed the repository.
 	wrote bool
 }

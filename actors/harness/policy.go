@@ -43,10 +43,10 @@ type GenerateRequest struct {
 type FinishReason string
 
 const (
-	FinishStop    FinishReason = "stop"    // a Stop id was sampled; it is the last of TokenIDs
+	FinishStop    FinishReason = "stop"          // a Stop id was sampled; it is the last of TokenIDs
 	FinishStopSeq FinishReason = "stop_sequence" // TokenIDs end with one of StopSeqs
-	FinishLength  FinishReason = "length"  // MaxTokens reached
-	FinishContext FinishReason = "context" // the model's context (or the sampler's cache) is full
+	FinishLength  FinishReason = "length"        // MaxTokens reached
+	FinishContext FinishReason = "context"       // the model's context (or the sampler's cache) is full
 )
 
 // GenerateResult is a continuation: the sampled ids, each one's

@@ -127,10 +127,10 @@ type Trainer struct {
 	held              int            // first row of the chunk whose logits are in logits, or -1
 
 	// The last LogProbs' batch.
-	lens              []int   // tokens per sequence
-	ids, pos, targets []int32 // its tokens, their positions, the tokens they predict
-	total, outputs    int     // token rows, predicting rows
-	ready             bool    // LogProbs succeeded, so Backward may run
+	lens              []int     // tokens per sequence
+	ids, pos, targets []int32   // its tokens, their positions, the tokens they predict
+	total, outputs    int       // token rows, predicting rows
+	ready             bool      // LogProbs succeeded, so Backward may run
 	segs              []seg     // runs of rows whose log-probabilities are computed
 	logp, dlogp       []float32 // per computed row
 	dlogpRows         []float32 // Backward's gradients per token row
