@@ -15,11 +15,13 @@ import (
 	"github.com/frognano/frognano/actors/ui"
 	"github.com/frognano/frognano/cmd/internal/nodeflags"
 	"github.com/frognano/frognano/cmd/internal/services"
+	"github.com/frognano/frognano/runtime/capabilities"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/node"
 )
 
 func main() {
+	capabilities.SetMemoryLimit(capabilities.DefaultMemoryFraction)
 	if err := command().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "frognano-node:", err)
 		os.Exit(1)

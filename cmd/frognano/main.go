@@ -19,11 +19,13 @@ import (
 	"github.com/frognano/frognano/actors/diag"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/cmd/internal/nodeflags"
+	"github.com/frognano/frognano/runtime/capabilities"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/node"
 )
 
 func main() {
+	capabilities.SetMemoryLimit(capabilities.DefaultMemoryFraction)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	err := root().ExecuteContext(ctx)
 	stop()
