@@ -574,7 +574,6 @@ func TestPartialPublication(t *testing.T) {
 	store := persistence.NewMemory().Checkpoints()
 	save := func(run string, step int64, names ...string) map[string][]float32 {
 		want := map[string][]float32{}
-		var tensors []persistence.Tensor
 		for _, p := range m.Params() {
 			if len(names) > 0 && !slices.Contains(names, p.Name) {
 				continue
@@ -584,19 +583,8 @@ func TestPartialPublication(t *testing.T) {
 				v[i] *= 1 + 0.1*float32(step)
 			}
 			want[p.Name] = v
-			b := make([]byte, 4*len(v))
-			for i, x := range v {
-				binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
-			}
-			shape := make([]int64, len(p.Value.Shape()))
-			for i, d := range p.Value.Shape() {
-				shape[i] = int64(d)
-			}
-			tensors = append(tensors, persistence.Tensor{Name: p.Name, DType: messages.DType_DTYPE_F32, Shape: shape, Data: b})
 		}
-		if err := store.Save(ctx, &messages.Checkpoint{RunId: run, Step: step, PolicyVersion: step}, tensors, nil); err != nil {
-			t.Fatal(err)
-		}
+		publishRun(t, store, m, run, want, step, step)
 		return want
 	}
 	top := []string{"model.norm.weight", "model.layers.29.mlp.down_proj.weight"}

@@ -33,9 +33,19 @@ func loadSmolLM2(t testing.TB) *model.Model {
 // checkpoint.
 func publish(t *testing.T, store persistence.CheckpointStore, m *model.Model, params map[string][]float32, step, version int64) {
 	t.Helper()
+	publishRun(t, store, m, "run", params, step, version)
+}
+
+// publishRun saves the weights params names (all of the model's, or some:
+// a run that trains only those) as run's publication of version at step.
+func publishRun(t *testing.T, store persistence.CheckpointStore, m *model.Model, run string, params map[string][]float32, step, version int64) {
+	t.Helper()
 	var tensors []persistence.Tensor
 	for _, p := range m.Params() {
-		v := params[p.Name]
+		v, ok := params[p.Name]
+		if !ok {
+			continue
+		}
 		b := make([]byte, 4*len(v))
 		for i, x := range v {
 			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
@@ -46,7 +56,7 @@ func publish(t *testing.T, store persistence.CheckpointStore, m *model.Model, pa
 		}
 		tensors = append(tensors, persistence.Tensor{Name: p.Name, DType: messages.DType_DTYPE_F32, Shape: shape, Data: b})
 	}
-	if err := store.Save(context.Background(), &messages.Checkpoint{RunId: "run", Step: step, PolicyVersion: version}, tensors, nil); err != nil {
+	if err := store.Save(context.Background(), &messages.Checkpoint{RunId: run, Step: step, PolicyVersion: version}, tensors, nil); err != nil {
 		t.Fatal(err)
 	}
 }
