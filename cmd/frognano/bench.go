@@ -46,11 +46,27 @@ OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for the run (frognano
 re-executes itself without them), so that each library picks its kernels
 for this CPU. The goal: frognano ≥ 0.9× NumPy on every shape with m ≥ 16.
 
+--isa avx2 runs both sides on OpenBLAS's AVX2 (Haswell) kernels, the code
+path of an AVX2-only machine, on a machine that also has AVX-512
+(FROGNANO_SIMD=avx2 and FROGNANO_BLAS_CORETYPE=Haswell for frognano,
+OPENBLAS_CORETYPE=Haswell for NumPy).
+
   frognano bench kernels
+  frognano bench kernels --isa avx2
   frognano bench kernels --go --rounds 1   # with the Go loops too (slow)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if env := kbench.CleanEnv(os.Environ()); len(env) != len(os.Environ()) {
+			core, err := kbench.ISACoreType(opt.ISA)
+			if err != nil {
+				return err
+			}
+			env := kbench.CleanEnv(os.Environ())
+			reexec := len(env) != len(os.Environ())
+			if core != "" && os.Getenv("FROGNANO_BLAS_CORETYPE") != core {
+				env = append(env, "FROGNANO_BLAS_CORETYPE="+core, "FROGNANO_SIMD=avx2")
+				reexec = true
+			}
+			if reexec {
 				exe, err := os.Executable()
 				if err != nil {
 					return err
@@ -76,6 +92,7 @@ for this CPU. The goal: frognano ≥ 0.9× NumPy on every shape with m ≥ 16.
 	f.StringVar(&opt.Venv, "venv", "", "a venv that has numpy and threadpoolctl (default: a throwaway one)")
 	f.StringVar(&opt.Python, "python", "python3", "the Python that makes the throwaway venv")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.StringVar(&opt.ISA, "isa", "", "native (default: each library's widest kernels for this CPU) or avx2 (both sides on OpenBLAS's AVX2 kernels)")
 	return cmd
 }
 

@@ -84,11 +84,31 @@ type Options struct {
 	Python  string        // the Python that makes the venv (default python3)
 	Venv    string        // an existing venv with numpy and threadpoolctl; else a throwaway one
 	Log     io.Writer     // progress
+	// ISA "avx2" makes both sides run OpenBLAS's AVX2 (Haswell) kernels on a
+	// machine that has AVX-512, the nearest this benchmark comes to an
+	// AVX2-only machine: NumPy's OpenBLAS gets OPENBLAS_CORETYPE=Haswell,
+	// and frognano must have been started with FROGNANO_BLAS_CORETYPE=Haswell
+	// (`frognano bench kernels --isa avx2` re-executes itself so). "" lets
+	// each library pick the CPU's widest kernels.
+	ISA string
+}
+
+// ISACoreType is the OpenBLAS core type an ISA option asks for ("" for the
+// CPU's own), or an error for an ISA the benchmark does not know.
+func ISACoreType(isa string) (string, error) {
+	switch isa {
+	case "", "native":
+		return "", nil
+	case "avx2":
+		return "Haswell", nil
+	}
+	return "", fmt.Errorf("unknown --isa %q: want native or avx2", isa)
 }
 
 // Report is a run's figures.
 type Report struct {
 	CPU, Flags       string
+	ISA              string // "" (each library's choice for this CPU) or "avx2"
 	Threads          int
 	LoadBefore       string
 	LoadAfter        string
@@ -116,7 +136,14 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if opt.Log == nil {
 		opt.Log = io.Discard
 	}
-	r := &Report{Threads: blas.Threads(), Shapes: Shapes(), InUse: blas.Impl(), OpenBLASSkipped: blas.Skipped()}
+	core, err := ISACoreType(opt.ISA)
+	if err != nil {
+		return nil, err
+	}
+	if core != "" && os.Getenv("FROGNANO_BLAS_CORETYPE") != core {
+		return nil, fmt.Errorf("--isa %s: frognano's OpenBLAS was loaded with kernels for this CPU; start the process with FROGNANO_BLAS_CORETYPE=%s", opt.ISA, core)
+	}
+	r := &Report{ISA: opt.ISA, Threads: blas.Threads(), Shapes: Shapes(), InUse: blas.Impl(), OpenBLASSkipped: blas.Skipped()}
 	r.CPU, r.Flags = cpuInfo()
 	r.LoadBefore = loadAvg()
 	for _, kv := range os.Environ() {
@@ -154,7 +181,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	}
 	for round := range opt.Rounds {
 		fmt.Fprintf(opt.Log, "round %d/%d: NumPy\n", round+1, opt.Rounds)
-		np, err := runNumPy(ctx, python, r.Shapes, opt.Seconds)
+		np, err := runNumPy(ctx, python, core, r.Shapes, opt.Seconds)
 		if err != nil {
 			return nil, err
 		}
@@ -234,7 +261,7 @@ func CleanEnv(env []string) []string {
 	})
 }
 
-func runNumPy(ctx context.Context, python string, shapes []Shape, d time.Duration) (*numpyResult, error) {
+func runNumPy(ctx context.Context, python, coreType string, shapes []Shape, d time.Duration) (*numpyResult, error) {
 	spec, err := json.Marshal(map[string]any{"shapes": shapes, "seconds": d.Seconds()})
 	if err != nil {
 		return nil, err
@@ -245,6 +272,9 @@ func runNumPy(ctx context.Context, python string, shapes []Shape, d time.Duratio
 	}
 	cmd := exec.CommandContext(ctx, python, script)
 	cmd.Env = CleanEnv(os.Environ())
+	if coreType != "" {
+		cmd.Env = append(cmd.Env, "OPENBLAS_CORETYPE="+coreType)
+	}
 	cmd.Stdin = bytes.NewReader(spec)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -345,7 +375,11 @@ func loadAvg() string {
 func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "CPU: %s; flags: %s; %d cores used (affinity, GOMAXPROCS, cgroup)\n", r.CPU, r.Flags, r.Threads)
 	fmt.Fprintf(w, "load average (1, 5, 15 min): %s before, %s after\n", r.LoadBefore, r.LoadAfter)
-	fmt.Fprintf(w, "environment: %s (OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset for NumPy; frognano picks its kernels from the CPU's features)\n", strings.Join(r.Environment, " "))
+	if r.ISA == "avx2" {
+		fmt.Fprintf(w, "environment: %s (both sides on OpenBLAS's AVX2 kernels: OPENBLAS_CORETYPE=Haswell for NumPy, FROGNANO_BLAS_CORETYPE=Haswell for frognano)\n", strings.Join(r.Environment, " "))
+	} else {
+		fmt.Fprintf(w, "environment: %s (OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset for NumPy; frognano picks its kernels from the CPU's features)\n", strings.Join(r.Environment, " "))
+	}
 	fmt.Fprintf(w, "NumPy %s: %s\n", r.NumPy, r.NumPyBLASSummary)
 	fmt.Fprintf(w, "frognano: %s in use\n", r.InUse)
 	for _, s := range r.OpenBLASSkipped {

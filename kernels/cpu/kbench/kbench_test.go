@@ -2,6 +2,7 @@ package kbench
 
 import (
 	"bytes"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -46,5 +47,21 @@ func TestWriteTableGoal(t *testing.T) {
 	r.WriteTable(&b)
 	if !strings.Contains(b.String(), "goal (frognano ≥ 0.9× NumPy on every shape with m ≥ 16): met") {
 		t.Fatalf("want met:\n%s", b.String())
+	}
+}
+
+func TestISACoreType(t *testing.T) {
+	for isa, want := range map[string]string{"": "", "native": "", "avx2": "Haswell"} {
+		if got, err := ISACoreType(isa); err != nil || got != want {
+			t.Errorf("ISACoreType(%q) = %q, %v; want %q", isa, got, err, want)
+		}
+	}
+	if _, err := ISACoreType("avx512vnni"); err == nil || !strings.Contains(err.Error(), "avx2") {
+		t.Errorf("an unknown ISA: %v, want an error naming the choices", err)
+	}
+	if os.Getenv("FROGNANO_BLAS_CORETYPE") != "Haswell" {
+		if _, err := Run(t.Context(), Options{ISA: "avx2", Venv: "/nonexistent"}); err == nil || !strings.Contains(err.Error(), "FROGNANO_BLAS_CORETYPE=Haswell") {
+			t.Errorf("Run with --isa avx2 in a process loaded for the CPU: %v, want an error saying how to start it", err)
+		}
 	}
 }
