@@ -105,14 +105,49 @@ type Cluster struct {
 	// HTTP, the default) or "etcd" (members register under a lease in etcd
 	// and watch each other there).
 	Provider string `yaml:"provider"`
-	// EtcdEndpoints are the etcd cluster's client addresses (HOST:PORT or
-	// http://HOST:PORT), for provider etcd.
+	// EtcdEndpoints are the etcd cluster's client addresses (HOST:PORT,
+	// http://HOST:PORT or https://HOST:PORT), for provider etcd. https://
+	// endpoints, or plain HOST:PORT ones with EtcdTLSCA or EtcdTLSCert set,
+	// are dialled with TLS.
 	EtcdEndpoints []string `yaml:"etcd_endpoints"`
 	// EtcdPrefix is the key prefix under which members register
 	// (PREFIX/CLUSTER/members/ID).
 	EtcdPrefix string `yaml:"etcd_prefix"`
 	// EtcdRefresh is how often a member rewrites its record (its load) in etcd.
 	EtcdRefresh time.Duration `yaml:"etcd_refresh"`
+	// EtcdTLSCA is a PEM file of the CA certificate(s) etcd's server
+	// certificate must verify against; empty with TLS on means the
+	// system's roots.
+	EtcdTLSCA string `yaml:"etcd_tls_ca"`
+	// EtcdTLSCert and EtcdTLSKey are the PEM client certificate and key
+	// this node presents to etcd (etcd's --client-cert-auth); both or
+	// neither.
+	EtcdTLSCert string `yaml:"etcd_tls_cert"`
+	EtcdTLSKey  string `yaml:"etcd_tls_key"`
+	// EtcdUsername is the etcd user this node authenticates as, when etcd
+	// has auth enabled; it needs read and write on the prefix.
+	EtcdUsername string `yaml:"etcd_username"`
+	// EtcdPassword is that user's password; printed as "<redacted>". Set
+	// it in the config file or FROGNANO_CLUSTER_ETCD_PASSWORD, or use
+	// EtcdPasswordFile; there is no flag, so that it does not show in ps.
+	EtcdPassword string `yaml:"etcd_password"`
+	// EtcdPasswordFile is a file holding the password (one trailing line
+	// break is dropped), read at start.
+	EtcdPasswordFile string `yaml:"etcd_password_file"`
+}
+
+// EtcdTLS reports whether TLS to etcd is on: an https:// endpoint, or a CA
+// or client certificate given.
+func (cl Cluster) EtcdTLS() bool {
+	if cl.EtcdTLSCA != "" || cl.EtcdTLSCert != "" || cl.EtcdTLSKey != "" {
+		return true
+	}
+	for _, e := range cl.EtcdEndpoints {
+		if strings.HasPrefix(strings.ToLower(e), "https://") {
+			return true
+		}
+	}
+	return false
 }
 
 // Cluster providers (cluster.provider).
@@ -564,10 +599,13 @@ func archiveURL(s string) bool {
 }
 
 // YAML renders the resolved configuration, the form printed at start. A
-// set node.api_token shows as "<redacted>".
+// set node.api_token or cluster.etcd_password shows as "<redacted>".
 func (c Config) YAML() string {
 	if c.Node.APIToken != "" {
 		c.Node.APIToken = Redacted
+	}
+	if c.Cluster.EtcdPassword != "" {
+		c.Cluster.EtcdPassword = Redacted
 	}
 	out, err := yaml.Marshal(c)
 	if err != nil { // a plain struct of strings, ints and durations always marshals
@@ -600,23 +638,61 @@ func (c *Config) checkProvider() []error {
 		if cl.EtcdRefresh <= 0 {
 			errs = append(errs, errors.New("cluster.etcd_refresh: must be positive"))
 		}
+		errs = append(errs, CheckEtcdSecurity(cl)...)
 	default:
 		errs = append(errs, fmt.Errorf("cluster.provider: %q is not static or etcd", Clip(cl.Provider, 80)))
 	}
 	return errs
 }
 
-// EtcdEndpoint checks one etcd client address: HOST:PORT, or an http://
-// URL of one with no path. TLS to etcd (https://) is not supported yet.
+// CheckEtcdSecurity checks the TLS and auth settings of the etcd client
+// that need no file read: the files themselves are read, and the
+// certificates checked, when the node connects.
+func CheckEtcdSecurity(cl Cluster) []error {
+	var errs []error
+	if (cl.EtcdTLSCert == "") != (cl.EtcdTLSKey == "") {
+		set, unset := "cluster.etcd_tls_cert", "cluster.etcd_tls_key"
+		if cl.EtcdTLSCert == "" {
+			set, unset = unset, set
+		}
+		errs = append(errs, fmt.Errorf("%s: set without %s (%s): a client certificate needs its key and the key its certificate", set, unset, EnvName(unset)))
+	}
+	schemes := map[string]bool{}
+	for _, e := range cl.EtcdEndpoints {
+		scheme := ""
+		if s, _, ok := strings.Cut(e, "://"); ok {
+			scheme = strings.ToLower(s)
+		}
+		schemes[scheme] = true
+	}
+	if schemes["http"] && schemes["https"] {
+		errs = append(errs, errors.New("cluster.etcd_endpoints: some are http:// and some https://: etcd's client dials all endpoints alike; use https:// for all"))
+	} else if schemes["http"] && (cl.EtcdTLSCA != "" || cl.EtcdTLSCert != "" || cl.EtcdTLSKey != "") {
+		errs = append(errs, errors.New("cluster.etcd_endpoints: http:// endpoints are dialled without TLS, but cluster.etcd_tls_ca, cluster.etcd_tls_cert or cluster.etcd_tls_key is set: use https:// (or plain HOST:PORT)"))
+	}
+	switch {
+	case cl.EtcdPassword != "" && cl.EtcdPasswordFile != "":
+		errs = append(errs, errors.New("cluster.etcd_password, cluster.etcd_password_file: both set; set one"))
+	case cl.EtcdUsername == "" && (cl.EtcdPassword != "" || cl.EtcdPasswordFile != ""):
+		errs = append(errs, fmt.Errorf("cluster.etcd_username: required with cluster.etcd_password or cluster.etcd_password_file (%s)", EnvName("cluster.etcd_username")))
+	case cl.EtcdUsername != "" && cl.EtcdPassword == "" && cl.EtcdPasswordFile == "":
+		errs = append(errs, fmt.Errorf("cluster.etcd_password: required with cluster.etcd_username: set %s or cluster.etcd_password_file (%s)",
+			EnvName("cluster.etcd_password"), EnvName("cluster.etcd_password_file")))
+	}
+	if strings.ContainsAny(cl.EtcdUsername, " \t\r\n") {
+		errs = append(errs, errors.New("cluster.etcd_username: must not contain spaces or line breaks"))
+	}
+	return errs
+}
+
+// EtcdEndpoint checks one etcd client address: HOST:PORT, or an http:// or
+// https:// URL of one with no path.
 func EtcdEndpoint(e string) error {
 	hp := e
 	if strings.Contains(e, "://") {
 		u, err := url.Parse(e)
-		if err == nil && u.Scheme == "https" {
-			return fmt.Errorf("%q: TLS to etcd is not supported yet; keep etcd's client port on a network only the cluster reaches", Clip(e, 80))
-		}
-		if err != nil || u.Scheme != "http" || u.Host == "" || (u.Path != "" && u.Path != "/") || u.User != nil || u.RawQuery != "" {
-			return fmt.Errorf("%q is not HOST:PORT or http://HOST:PORT", Clip(e, 80))
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.User != nil || u.RawQuery != "" {
+			return fmt.Errorf("%q is not HOST:PORT, http://HOST:PORT or https://HOST:PORT", Clip(e, 80))
 		}
 		hp = u.Host
 	}

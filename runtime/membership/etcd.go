@@ -22,6 +22,8 @@ package membership
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -72,7 +74,9 @@ type EtcdOptions struct {
 	Refresh time.Duration
 	// DialTimeout bounds the first contact with etcd in NewEtcd (default 5s).
 	DialTimeout time.Duration
-	Logger      *slog.Logger
+	// Security is TLS and user auth to etcd.
+	Security EtcdSecurity
+	Logger   *slog.Logger
 }
 
 // Etcd implements Membership on etcd.
@@ -82,6 +86,11 @@ type Etcd struct {
 	info   func() *messages.NodeInfo
 	ttl    int64
 	log    *slog.Logger
+	// tls, user and password are the client's security (etcdsecurity.go);
+	// leaf is the client certificate presented, if any.
+	tls            *tls.Config
+	user, password string
+	leaf           *x509.Certificate
 
 	mu     sync.Mutex
 	self   Member
@@ -118,6 +127,10 @@ func NewEtcd(ctx context.Context, httpAddr string, info func() *messages.NodeInf
 			return nil, fmt.Errorf("cluster.etcd_endpoints: %w", err)
 		}
 	}
+	tlsCfg, user, password, leaf, err := o.clientSecurity(time.Now())
+	if err != nil {
+		return nil, err
+	}
 	ttl := int64(math.Ceil(o.FailureTimeout.Seconds()))
 	if ttl < 1 {
 		ttl = 1
@@ -127,42 +140,47 @@ func NewEtcd(ctx context.Context, httpAddr string, info func() *messages.NodeInf
 		self:   Member{HTTP: httpAddr},
 		others: map[string]Member{},
 		gone:   map[string]bool{},
+		tls:    tlsCfg, user: user, password: password, leaf: leaf,
 	}
 	// The check's client is closed again: the provider's own is made in
 	// StartMember, once protoactor's remoting has set gRPC's global logger
 	// (remote.Start writes it, and an etcd client already running would
-	// read it meanwhile).
+	// read it meanwhile). A refusal (a certificate, a user or a
+	// permission) is explained, naming the setting to fix.
 	client, err := p.connect()
 	if err != nil {
-		return nil, err
+		return nil, p.explain(ctx, err)
 	}
 	defer client.Close()
 	cctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
 	defer cancel()
 	if _, err := client.Get(cctx, o.membersKey(), clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("no answer within %s", o.DialTimeout)
-		}
-		return nil, fmt.Errorf("cluster.etcd_endpoints %s: etcd does not answer (is it running, and reachable from this node?): %w",
-			strings.Join(o.Endpoints, ","), err)
+		return nil, p.explain(ctx, err)
+	}
+	tlsDesc, auth := p.describe()
+	p.log.Info("etcd answers", "endpoints", strings.Join(o.Endpoints, ","), "tls", tlsDesc, "auth", auth)
+	if p.tls == nil && p.user != "" {
+		p.log.Warn("cluster.etcd_username is set but etcd is dialled without TLS: the password and the auth token cross the network in the clear; " +
+			"use https:// endpoints and cluster.etcd_tls_ca")
 	}
 	return p, nil
 }
 
 func (p *Etcd) connect() (*clientv3.Client, error) {
-	client, err := clientv3.New(clientv3.Config{
+	// With a user name the client authenticates here, and again whenever
+	// etcd expires its token; TLS applies to every endpoint.
+	return clientv3.New(clientv3.Config{
 		Endpoints:            p.o.Endpoints,
 		DialTimeout:          p.o.DialTimeout,
 		DialKeepAliveTime:    p.o.FailureTimeout,
 		DialKeepAliveTimeout: p.o.FailureTimeout,
+		TLS:                  p.tls,
+		Username:             p.user,
+		Password:             p.password,
 		// The client's own zap logs would go to stderr beside the node's
 		// slog; what matters is logged here.
 		Logger: zap.NewNop(),
 	})
-	if err != nil {
-		return nil, fmt.Errorf("cluster.etcd_endpoints %s: %w", strings.Join(p.o.Endpoints, ","), err)
-	}
-	return client, nil
 }
 
 // membersKey is the prefix every member's key starts with.
@@ -199,7 +217,7 @@ func (p *Etcd) StartMember(c *cluster.Cluster) error {
 	p.mu.Unlock()
 
 	if p.client, err = p.connect(); err != nil {
-		return err
+		return p.explain(context.Background(), err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.o.DialTimeout)
 	defer cancel()

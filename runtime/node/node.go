@@ -235,7 +235,8 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 
 	switch cfg.Cluster.Provider {
 	case config.ProviderEtcd:
-		// Connecting checks etcd answers: a wrong endpoint is one error here.
+		// Connecting checks etcd answers: a wrong endpoint, certificate,
+		// user or password is one error here.
 		e, err := membership.NewEtcd(ctx, n.httpLn.Addr().String(), n.Info, membership.EtcdOptions{
 			Endpoints:      cfg.Cluster.EtcdEndpoints,
 			Prefix:         cfg.Cluster.EtcdPrefix,
@@ -243,7 +244,15 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 			FailureTimeout: cfg.Cluster.FailureTimeout,
 			Heartbeat:      cfg.Cluster.Heartbeat,
 			Refresh:        cfg.Cluster.EtcdRefresh,
-			Logger:         log.With("component", "membership"),
+			Security: membership.EtcdSecurity{
+				CAFile:       cfg.Cluster.EtcdTLSCA,
+				CertFile:     cfg.Cluster.EtcdTLSCert,
+				KeyFile:      cfg.Cluster.EtcdTLSKey,
+				Username:     cfg.Cluster.EtcdUsername,
+				Password:     cfg.Cluster.EtcdPassword,
+				PasswordFile: cfg.Cluster.EtcdPasswordFile,
+			},
+			Logger: log.With("component", "membership"),
 		})
 		if err != nil {
 			return nil, err
