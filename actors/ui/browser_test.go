@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -461,4 +462,41 @@ func TestBrowserTrajectoryTaskAndOtherPages(t *testing.T) {
 	}
 	b.noErrors(t, "frontier page")
 	b.screenshot(t, "frontier")
+}
+
+// TestBrowserRunChartsOfAnAsynchronousRun opens a run whose steps finish
+// in bursts, as asynchronous steps do (two points milliseconds apart), and
+// whose share of clipped tokens is 0 at every step, as a real run's was:
+// the episode rate must stay near the run's (it read 60,000 per minute on
+// a real run, from one point to the next), and the share's axis must not
+// run to 100.
+func TestBrowserRunChartsOfAnAsynchronousRun(t *testing.T) {
+	b := newBrowser(t)
+	f := startNode(t, 3)
+	ctx := context.Background()
+	run, err := f.node.DB().Runs().Get(ctx, realRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := run.GetCurve()[len(run.GetCurve())-1]
+	burst := stepPoint(len(run.GetCurve()), last.GetPolicyVersion())
+	burst.WallSeconds = last.GetWallSeconds() + 0.01
+	run.Curve = append(run.Curve, burst)
+	for _, p := range run.GetCurve() {
+		if _, ok := p.GetMetrics()["clip_fraction"]; ok {
+			p.Metrics["clip_fraction"] = 0
+		}
+	}
+	if err := f.node.DB().Runs().Put(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	b.visit(t, f.url("run?id=%s", url.QueryEscape(realRun)), "#charts")
+	b.waitAttr(t, "#charts", "data-points", fmt.Sprint(len(run.GetCurve())))
+	// The fixture's steps play 16 episodes every 95 s: about 10 a minute.
+	if got, err := strconv.ParseFloat(b.attr(t, "#chart-episodes_per_minute", "data-max"), 64); err != nil || got <= 0 || got > 30 {
+		t.Errorf("episodes per minute peak at %v (%v), want about 10", got, err)
+	}
+	b.waitAttr(t, "#chart-clip_fraction", "data-ymax", "1") // the all-zero share's axis tops at 1
+	b.noErrors(t, "run page of an asynchronous run")
+	b.screenshot(t, "run-async")
 }

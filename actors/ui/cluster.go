@@ -203,7 +203,41 @@ func heldOut(ctx context.Context, envs persistence.EnvironmentStore) func(string
 	}
 }
 
-// frontierPage shows one estimator (?name=, the default one otherwise):
+// latestEstimator is the estimator with the newest activity among names
+// (the frontier actor's "latest"; a training run's estimator is named after
+// the run), or the default one when none has any.
+func (s *Server) latestEstimator(ctx context.Context, names []string) (string, error) {
+	best, newest := persistence.DefaultFrontier, int64(-1)
+	for _, n := range names {
+		st, err := s.cfg.Stores.Frontier().Get(ctx, n)
+		if errors.Is(err, persistence.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		if st.GetActiveUnixNano() > newest {
+			best, newest = n, st.GetActiveUnixNano()
+		}
+	}
+	return best, nil
+}
+
+// estimatorOf is the estimator whose posteriors a page shows: ?frontier=,
+// else the latest one.
+func (s *Server) estimatorOf(r *http.Request) (string, []string, error) {
+	names, err := s.cfg.Stores.Frontier().Names(r.Context())
+	if err != nil {
+		return "", nil, err
+	}
+	if name := r.URL.Query().Get("frontier"); name != "" {
+		return name, names, nil
+	}
+	name, err := s.latestEstimator(r.Context(), names)
+	return name, names, err
+}
+
+// frontierPage shows one estimator (?name=, the latest one otherwise):
 // its pool with posteriors, calibration and synthesis requests.
 func (s *Server) frontierPage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
@@ -215,9 +249,9 @@ func (s *Server) frontierPage(w http.ResponseWriter, r *http.Request) {
 	}
 	name := r.URL.Query().Get("name")
 	if name == "" {
-		name = persistence.DefaultFrontier
-		if len(names) > 0 && !slices.Contains(names, name) {
-			name = names[0]
+		if name, err = s.latestEstimator(ctx, names); err != nil {
+			s.fail(w, r, err)
+			return
 		}
 	}
 	state, err := store.Get(ctx, name)

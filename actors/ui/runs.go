@@ -121,6 +121,9 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request) {
 		}
 		if p.GetPhase() == trainer.PhaseStep {
 			row.TrainLink = fmt.Sprintf("%strajectories?run=%s&version=%d", Prefix, queryEscape(run.GetId()), trainingVersion(run, i))
+			if s := int64(p.GetMetrics()[trainer.PointMaxStaleness]); s > 0 {
+				row.TrainLink += fmt.Sprintf("&min_version=%d", max(0, trainingVersion(run, i)-s))
+			}
 		}
 		rows = append(rows, row)
 	}
@@ -136,7 +139,10 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request) {
 
 // trainingVersion is the policy version a step's episodes were played at:
 // the version before the step's own update, which the previous point
-// records.
+// records. In an asynchronous run a step trains on groups played up to its
+// max_staleness_seen versions earlier, so its link asks for that range
+// (min_version): the previous point's version alone can hold none of the
+// step's episodes.
 func trainingVersion(run *messages.Run, i int) int64 {
 	if i > 0 {
 		return run.GetCurve()[i-1].GetPolicyVersion()

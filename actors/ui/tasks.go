@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"context"
 	"errors"
 	"maps"
 	"math"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/frognano/frognano/actors/evaluate"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/persistence"
 )
@@ -85,7 +87,12 @@ func (s *Server) tasksPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	stats, err := s.cfg.Stores.Frontier().Stats(ctx, persistence.DefaultFrontier)
+	estimator, estimators, err := s.estimatorOf(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	stats, err := s.cfg.Stores.Frontier().Stats(ctx, estimator)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -130,18 +137,35 @@ func (s *Server) tasksPage(w http.ResponseWriter, r *http.Request) {
 		Hints         []int32
 		Rows          []taskRow
 		Total         int
-	}{env, op, hintArg, slices.Sorted(maps.Keys(envNames)), slices.Sorted(maps.Keys(ops)), slices.Sorted(maps.Keys(hints)), rows, total})
+		Estimator     string
+		Estimators    []string
+	}{env, op, hintArg, slices.Sorted(maps.Keys(envNames)), slices.Sorted(maps.Keys(ops)), slices.Sorted(maps.Keys(hints)), rows, total,
+		estimator, estimators})
 }
 
 func (s *Server) taskPage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	t, err := s.cfg.Stores.Tasks().Get(ctx, r.URL.Query().Get("id"))
+	id := r.URL.Query().Get("id")
+	t, err := s.cfg.Stores.Tasks().Get(ctx, id)
+	heldOut := false
+	if errors.Is(err, persistence.ErrNotFound) {
+		// Held-out episodes name tasks of the committed held-out set,
+		// which the store does not hold.
+		if h := s.heldOutTask(ctx, id); h != nil {
+			t, err, heldOut = h, nil, true
+		}
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	estimator, _, err := s.estimatorOf(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	var st *messages.TaskStats
-	stats, err := s.cfg.Stores.Frontier().Stats(ctx, persistence.DefaultFrontier)
+	stats, err := s.cfg.Stores.Frontier().Stats(ctx, estimator)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -168,11 +192,35 @@ func (s *Server) taskPage(w http.ResponseWriter, r *http.Request) {
 		lo, hi = betaInterval(st)
 	}
 	s.render(w, r, "task", "Task "+t.GetId(), "tasks", struct {
-		Task     *messages.Task
-		Row      taskRow
-		Stats    *messages.TaskStats
-		Lo, Hi   float64
-		Episodes []trajRow
-		Total    int
-	}{t, taskRowOf(t, st), st, lo, hi, rows, len(trajs)})
+		Task      *messages.Task
+		Row       taskRow
+		Stats     *messages.TaskStats
+		Estimator string
+		HeldOut   bool
+		Lo, Hi    float64
+		Episodes  []trajRow
+		Total     int
+	}{t, taskRowOf(t, st), st, estimator, heldOut, lo, hi, rows, len(trajs)})
+}
+
+// heldOutTask is the task id of the committed held-out set
+// (actors/evaluate), in its registered environment; nil when id is not
+// one of the set's.
+func (s *Server) heldOutTask(ctx context.Context, id string) *messages.Task {
+	ins, err := evaluate.HeldOutInstances()
+	if err != nil {
+		s.cfg.Logger.Warn("ui: reading the held-out set failed", "err", err)
+		return nil
+	}
+	for _, in := range ins {
+		if in.InstanceID != id {
+			continue
+		}
+		e, err := s.cfg.Stores.Environments().Get(ctx, in.Environment)
+		if err != nil {
+			e = &messages.Environment{Name: in.Environment, Language: in.Language}
+		}
+		return in.Task(e)
+	}
+	return nil
 }

@@ -49,7 +49,7 @@ func policyTokens(t *messages.Trajectory) int {
 }
 
 // trajectoriesPage lists episodes: a run's (?run=, narrowed to a policy
-// version with ?version=), a held-out evaluation point's (?run=&eval=PHASE-STEP,
+// version with ?version=, or to versions min_version to version), a held-out evaluation point's (?run=&eval=PHASE-STEP,
 // every attempt at it) or a task's (?task=).
 func (s *Server) trajectoriesPage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -88,8 +88,22 @@ func (s *Server) trajectoriesPage(w http.ResponseWriter, r *http.Request) {
 				s.renderStatus(w, r, http.StatusBadRequest, "version: "+perr.Error())
 				return
 			}
-			title += fmt.Sprintf(", played at policy v%d", version)
-			trajs = slices.DeleteFunc(trajs, func(t *messages.Trajectory) bool { return t.GetPolicyVersion() != version })
+			low := version
+			if m := q.Get("min_version"); m != "" {
+				low, perr = strconv.ParseInt(m, 10, 64)
+				if perr != nil || low > version {
+					s.renderStatus(w, r, http.StatusBadRequest, fmt.Sprintf("min_version %q: want a version at most %d", m, version))
+					return
+				}
+			}
+			if low == version {
+				title += fmt.Sprintf(", played at policy v%d", version)
+			} else {
+				title += fmt.Sprintf(", played at policy v%d to v%d", low, version)
+			}
+			trajs = slices.DeleteFunc(trajs, func(t *messages.Trajectory) bool {
+				return t.GetPolicyVersion() < low || t.GetPolicyVersion() > version
+			})
 		}
 	default:
 		s.renderStatus(w, r, http.StatusBadRequest, "say which episodes: ?run=ID, ?run=ID&version=V, ?run=ID&eval=PHASE-STEP or ?task=ID")

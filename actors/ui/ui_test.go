@@ -7,16 +7,24 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"html"
 	"io"
 	"math"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/frognano/frognano/actors/evaluate"
+	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/trainer"
 	"github.com/frognano/frognano/actors/ui"
+	"github.com/frognano/frognano/persistence"
 )
 
 func get(t *testing.T, u string) (int, string) {
@@ -210,5 +218,100 @@ func TestExportWritesEveryPoint(t *testing.T) {
 	}
 	if code, _ := get(t, f.url("run/export?id=%s&format=xml", url.QueryEscape(realRun))); code != http.StatusBadRequest {
 		t.Errorf("format xml: %d", code)
+	}
+}
+
+// TestHeldOutTaskPage: held-out episodes name tasks of the committed
+// held-out set, which the store does not hold; their task links must
+// open (they answered 404 on a real run's held-out episodes).
+func TestHeldOutTaskPage(t *testing.T) {
+	f := startNode(t, 1)
+	ins, err := evaluate.HeldOutInstances()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := ins[0]
+	code, body := get(t, f.url("task?id=%s", url.QueryEscape(in.InstanceID)))
+	if code != http.StatusOK {
+		t.Fatalf("held-out task %s: HTTP %d\n%s", in.InstanceID, code, body)
+	}
+	for _, want := range []string{`id="held-out"`, html.EscapeString(in.FailToPass[0]), `<span class="add">`, in.Environment} {
+		if !strings.Contains(body, want) {
+			t.Errorf("held-out task page lacks %q", want)
+		}
+	}
+	if code, _ := get(t, f.url("task?id=%s", "no-such-task")); code != http.StatusNotFound {
+		t.Errorf("a task neither stored nor held out: HTTP %d, want 404", code)
+	}
+}
+
+// TestTasksShowTheRunsEstimator: a training run's frontier estimator is
+// named after the run; the task list and a task page must show its
+// posteriors, not only the default estimator's (on a real run every row
+// read "-").
+func TestTasksShowTheRunsEstimator(t *testing.T) {
+	f := startNode(t, 1)
+	task := f.tasks[0]
+	state := &messages.FrontierState{PolicyVersion: 2, ActiveUnixNano: time.Now().UnixNano(), Mode: "patch"}
+	stats := []*messages.TaskStats{{TaskId: task.GetId(), Alpha: 3, Beta: 74, Attempts: 77, Successes: 3, PolicyVersion: 2}}
+	if err := f.node.DB().Frontier().Commit(context.Background(), realRun, state, stats); err != nil {
+		t.Fatal(err)
+	}
+	_, body := get(t, f.url("tasks"))
+	if !strings.Contains(body, "<td>77</td><td>3</td><td>0.039</td>") || !strings.Contains(body, `id="estimator">`+realRun+"<") {
+		t.Errorf("the task list does not show the run's posterior (77 attempts, 3 solved, mean 0.039):\n%s", body)
+	}
+	_, body = get(t, f.url("task?id=%s", url.QueryEscape(task.GetId())))
+	if !strings.Contains(body, "3 solved of 77") {
+		t.Errorf("the task page does not show the run's posterior")
+	}
+	// ?frontier= picks another estimator; the frontier page opens on the
+	// latest one too.
+	_, body = get(t, f.url("tasks?frontier=%s", persistence.DefaultFrontier))
+	if strings.Contains(body, "<td>77</td>") {
+		t.Errorf("?frontier=default still shows the run's posterior")
+	}
+	_, body = get(t, f.url("frontier"))
+	if !strings.Contains(body, "Frontier <span class=\"small\">"+realRun+"</span>") {
+		t.Errorf("the frontier page does not open on the latest estimator")
+	}
+}
+
+// TestAsyncStepLinksToItsEpisodes: an asynchronous step trains on groups
+// played up to max_staleness_seen versions before the previous point's
+// version; its "training" link must list them (on a real run the last
+// step's link listed none).
+func TestAsyncStepLinksToItsEpisodes(t *testing.T) {
+	f := startNode(t, 3)
+	ctx := context.Background()
+	run, err := f.node.DB().Runs().Get(ctx, realRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(run.GetCurve())
+	prev := run.GetCurve()[n-1].GetPolicyVersion()
+	p := stepPoint(n, prev+1)
+	p.Metrics[trainer.PointMaxStaleness] = 1
+	run.Curve = append(run.Curve, p)
+	if err := f.node.DB().Runs().Put(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	ep := proto.Clone(f.trajs[len(f.trajs)-1]).(*messages.Trajectory)
+	ep.Id, ep.PolicyVersion = realRun+"/async/"+ep.GetTaskId(), prev-1
+	if err := f.node.DB().Trajectories().Append(ctx, ep); err != nil {
+		t.Fatal(err)
+	}
+	_, body := get(t, f.url("run?id=%s", url.QueryEscape(realRun)))
+	m := regexp.MustCompile(`<tr data-index="` + strconv.Itoa(n) + `">(?s:.*?)<a href="([^"]*)">training</a>`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no training link for step %d", n)
+	}
+	link := html.UnescapeString(m[1])
+	_, body = get(t, "http://"+f.node.HTTPAddr()+link)
+	if !strings.Contains(body, `id="ntraj">1<`) || !strings.Contains(body, ep.GetId()[:20]) {
+		t.Errorf("%s does not list the step's episode played at v%d:\n%s", link, prev-1, body)
+	}
+	if code, _ := get(t, f.url("trajectories?run=%s&version=1&min_version=2", url.QueryEscape(realRun))); code != http.StatusBadRequest {
+		t.Errorf("min_version above version: HTTP %d, want 400", code)
 	}
 }

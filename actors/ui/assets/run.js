@@ -40,10 +40,10 @@
       ["loss", "Loss"], ["grad_norm", "Gradient norm"]];
     // The share of a step's policy tokens the trust region clipped or
     // masked (runs recorded before steps carried it have none).
-    if (metricKeys.clip_fraction) named.push(["clip_fraction", "Tokens clipped or masked by the trust region (share)"]);
+    if (metricKeys.clip_fraction) named.push(["clip_fraction", "Tokens clipped or masked by the trust region (share)", false, true]);
     named.forEach(function (n) {
       delete metricKeys[n[0]];
-      out.push({id: n[0], title: n[1], unit: !!n[2], series: [{label: n[0], get: metric(n[0])}]});
+      out.push({id: n[0], title: n[1], unit: !!n[2], share: !!n[3], series: [{label: n[0], get: metric(n[0])}]});
     });
     // The FrontierEstimator's pool after each step: by band, then the
     // active pool and its frontier band by hint level.
@@ -69,15 +69,13 @@
         return {label: "hint " + l, get: metric("pool_hint_" + l + "_frontier")};
       })});
     }
-    // Training episodes per minute of wall time between two points, from
-    // the cumulative count of episodes a point records ("rollouts").
+    // Training episodes per minute of wall time at each step, from the
+    // cumulative count of episodes a point records ("rollouts"), over at
+    // least rateWindow seconds back: asynchronous steps finish in bursts
+    // (two points a few milliseconds apart), so the rate between
+    // neighbours alone would spike to tens of thousands.
     if (points.some(function (p) { return p.metrics && p.metrics.rollouts !== undefined; })) {
-      out.push({id: "episodes_per_minute", title: "Training episodes per minute", series: [{label: "episodes/min", get: function (p, i) {
-        var q = points[i - 1];
-        if (!q || !p.metrics || !q.metrics || p.metrics.rollouts === undefined || q.metrics.rollouts === undefined) return null;
-        var dt = p.wall_seconds - q.wall_seconds;
-        return dt > 0 ? 60 * (p.metrics.rollouts - q.metrics.rollouts) / dt : null;
-      }}]});
+      out.push({id: "episodes_per_minute", title: "Training episodes per minute (over at least a minute)", series: [{label: "episodes/min", get: episodeRate}]});
     }
     out.push({id: "policy_version", title: "Policy version", series: [{label: "version", get: function (p) { return p.policy_version; }}]});
     var hk = Object.keys(hintKeys).sort();
@@ -87,6 +85,26 @@
       out.push({id: k, title: k, series: [{label: k, get: metric(k)}]});
     });
     return out;
+  }
+
+  var rateWindow = 60;
+
+  function rolloutsOf(p) { return p && p.metrics && p.metrics.rollouts !== undefined ? p.metrics.rollouts : null; }
+
+  // episodeRate is a step's training episodes per minute: from the latest
+  // earlier point at least rateWindow seconds before it (or the earliest
+  // point with a count, when none is that far back).
+  function episodeRate(p, i) {
+    if (p.phase !== "step" || rolloutsOf(p) === null) return null;
+    var q = null;
+    for (var j = i - 1; j >= 0; j--) {
+      if (rolloutsOf(points[j]) === null) continue;
+      q = points[j];
+      if (p.wall_seconds - q.wall_seconds >= rateWindow) break;
+    }
+    if (!q) return null;
+    var dt = p.wall_seconds - q.wall_seconds;
+    return dt > 0 ? 60 * (rolloutsOf(p) - rolloutsOf(q)) / dt : null;
   }
 
   function metric(k) {
@@ -127,10 +145,17 @@
 
   // drawn records on a chart's box how many values it plots (the tests
   // read it).
+  // drawn records on a chart's box how many values it plots and the
+  // largest (the tests read them).
   function drawn(box, d) {
-    var n = 0;
-    d.slice(1).forEach(function (ys) { ys.forEach(function (y) { if (y !== null && y !== undefined) n++; }); });
+    var n = 0, most = null;
+    d.slice(1).forEach(function (ys) {
+      ys.forEach(function (y) {
+        if (y !== null && y !== undefined) { n++; most = most === null ? y : Math.max(most, y); }
+      });
+    });
     box.dataset.values = String(n);
+    box.dataset.max = most === null ? "" : String(most);
   }
 
   function width() { return Math.max(320, Math.min(560, root.clientWidth / 2 - 24)); }
@@ -149,8 +174,15 @@
         series.push({label: s.label, stroke: palette[i % palette.length], width: 2, spanGaps: true,
           points: {show: spec.points || points.length < 60}});
       });
+      var scales = {x: {time: false}};
+      if (spec.unit) scales.y = {range: [0, 1]};
+      // A share (small, often 0 for every step) from 0 up to its largest
+      // value, at most 1: uPlot's own range for all-zero data is 0-100.
+      if (spec.share) scales.y = {range: function (u, lo, hi) { return [0, hi > 0 ? Math.min(1, hi * 1.1) : 1]; }};
       var opts = {title: spec.title, width: width(), height: 220, series: series,
-        scales: spec.unit ? {x: {time: false}, y: {range: [0, 1]}} : {x: {time: false}}, legend: {live: true},
+        scales: scales, legend: {live: true},
+        // ymax: the top of the y-axis as drawn (the tests read it).
+        hooks: {draw: [function (u) { box.dataset.ymax = String(u.scales.y.max); }]},
         axes: [xKey === "step" || xKey === "rollouts"
           ? {label: xKey === "step" ? "step" : "training episodes", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000]}
           : {label: xKey.replace("_", " ")}, {}]};
@@ -202,7 +234,11 @@
     cells.forEach(function (c) { var td = document.createElement("td"); td.textContent = String(c); fresh.appendChild(td); });
     var links = fresh.lastChild;
     if (p.phase === "step" && p.index > 0 && points[p.index - 1]) {
-      links.appendChild(link("training", "trajectories?run=" + encodeURIComponent(runID) + "&version=" + points[p.index - 1].policy_version));
+      // An asynchronous step trains on groups played up to
+      // max_staleness_seen versions before the previous point's.
+      var v = points[p.index - 1].policy_version, stale = Math.floor((p.metrics || {}).max_staleness_seen || 0);
+      links.appendChild(link("training", "trajectories?run=" + encodeURIComponent(runID) + "&version=" + v +
+        (stale > 0 ? "&min_version=" + Math.max(0, v - stale) : "")));
     }
     if ((p.held_out || []).length) {
       links.appendChild(document.createTextNode(" "));
