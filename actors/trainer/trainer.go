@@ -318,6 +318,14 @@ const (
 	MetricSecondsReport   = "seconds_report"
 	MetricSecondsLearning = "seconds_learning"
 	MetricSecondsSwap     = "seconds_swap"
+	// Inside the rollouts: the training episodes' own seconds, summed over
+	// episodes (which run side by side, so they add up to more than
+	// seconds_rollouts): waiting for the policy's tokens, and the sandbox
+	// (getting and preparing it, the agent's tools, grading), and of the
+	// latter the grading alone.
+	MetricEpisodeGeneration = "episode_seconds_generation"
+	MetricEpisodeSandbox    = "episode_seconds_sandbox"
+	MetricEpisodeGrading    = "episode_seconds_grading"
 	// MetricAttempts counts the processes that trained the run (Train
 	// calls); a step replayed after a crash seeds its episodes with it.
 	MetricAttempts = "train_attempts"
@@ -628,6 +636,7 @@ func (t *Trainer) consume(ctx context.Context, run *messages.Run, s Settings, li
 		outcomes                                []*messages.EpisodeOutcome
 		groups                                  []*messages.TrajectoryGroup
 		episodes, solved, infra, effectv, mixed int
+		genSecs, sandboxSecs, gradeSecs         float64
 	)
 	for _, r := range results {
 		g := &messages.TrajectoryGroup{TaskId: r.TaskID}
@@ -635,6 +644,9 @@ func (t *Trainer) consume(ctx context.Context, run *messages.Run, s Settings, li
 		for _, e := range r.Episodes {
 			episodes++
 			res := e.Result
+			genSecs += res.GenerationSeconds
+			sandboxSecs += e.SetupSeconds + res.SandboxSeconds
+			gradeSecs += res.GradeSeconds
 			outcomes = append(outcomes, &messages.EpisodeOutcome{TaskId: r.TaskID, PolicyVersion: res.PolicyVersion, Reward: res.Reward, SandboxFailure: e.Infra, Mode: s.Mode})
 			if e.Infra {
 				infra++
@@ -749,6 +761,9 @@ func (t *Trainer) consume(ctx context.Context, run *messages.Run, s Settings, li
 	m[MetricSecondsReport] += reportSeconds
 	m[MetricSecondsLearning] += learnSeconds
 	m[MetricSecondsSwap] += swapSeconds
+	m[MetricEpisodeGeneration] += genSecs
+	m[MetricEpisodeSandbox] += sandboxSecs
+	m[MetricEpisodeGrading] += gradeSecs
 	m[MetricStaleDropped] += float64(len(st.Dropped))
 	m[MetricMaxStaleness] = max(m[MetricMaxStaleness], float64(st.Max))
 	m[MetricMixedEpisodes] += float64(mixed)

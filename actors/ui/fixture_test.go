@@ -119,8 +119,18 @@ func startNode(t *testing.T, steps int) *fixture {
 	if f.run.GetId() != realRun || len(f.run.GetCurve()) != 1 || len(f.run.GetCurve()[0].GetHeldOut()) == 0 {
 		t.Fatalf("testdata run: %s with %d points", f.run.GetId(), len(f.run.GetCurve()))
 	}
+	// The start evaluation's wall time (this record was read out before the
+	// trainer kept it; the value is made up, of the shape it writes).
+	if f.run.Metrics[trainer.MetricEvalSeconds] == 0 {
+		f.run.Metrics[trainer.MetricEvalSeconds] = 372
+	}
 	for i := 1; i <= steps; i++ {
 		f.run.Curve = append(f.run.Curve, stepPoint(i, int64(i)))
+		// The training episodes' own seconds, as the trainer adds them
+		// up after each step (eight episodes of made-up durations).
+		f.run.Metrics[trainer.MetricEpisodeGeneration] += 8 * 41.5
+		f.run.Metrics[trainer.MetricEpisodeSandbox] += 8 * 3.25
+		f.run.Metrics[trainer.MetricEpisodeGrading] += 8 * 2.5
 	}
 	f.run.Step = int64(steps)
 	if err := db.Runs().Put(ctx, f.run); err != nil {

@@ -106,9 +106,16 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request) {
 			spent += run.GetMetrics()[k]
 		}
 	}
+	// Held-out evaluation is outside the training budget (and outside the
+	// seconds_* totals) but is time the run spent.
+	if v := run.GetMetrics()[trainer.MetricEvalSeconds]; v > 0 {
+		times = append(times, timeRow{Name: "held-out evaluation", Seconds: v})
+		spent += v
+	}
 	for i := range times {
 		times[i].Share = times[i].Seconds / spent
 	}
+	episodeTimes := episodeTimeRows(run.GetMetrics())
 	var rows []pointRow
 	for i, p := range run.GetCurve() {
 		row := pointRow{Point: PointOf(i, p), SolveRate: "-", HeldOut: "-"}
@@ -133,8 +140,30 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request) {
 		Config  string
 		Metrics []metricRow
 		Times   []timeRow
+		Episode []timeRow
 		Points  []pointRow
-	}{rowOf(run), run.GetConfigYaml(), metrics, times, rows})
+	}{rowOf(run), run.GetConfigYaml(), metrics, times, episodeTimes, rows})
+}
+
+// episodeTimeRows splits the training episodes' own time (summed over
+// episodes, which run side by side): generation, and the sandbox with its
+// grading shown apart; shares of the episodes' total. None when the run
+// recorded no episode time (runs from before these totals existed).
+func episodeTimeRows(m map[string]float64) []timeRow {
+	gen, sandbox, grading := m[trainer.MetricEpisodeGeneration], m[trainer.MetricEpisodeSandbox], m[trainer.MetricEpisodeGrading]
+	total := gen + sandbox
+	if total <= 0 {
+		return nil
+	}
+	rows := []timeRow{
+		{Name: "generation (waiting for the policy)", Seconds: gen},
+		{Name: "sandbox: setup and tools", Seconds: max(0, sandbox-grading)},
+		{Name: "sandbox: grading", Seconds: grading},
+	}
+	for i := range rows {
+		rows[i].Share = rows[i].Seconds / total
+	}
+	return rows
 }
 
 // trainingVersion is the policy version a step's episodes were played at:

@@ -50,7 +50,8 @@ func TestPagesShowTheStoredRecords(t *testing.T) {
 		want []string
 	}{
 		{"", []string{realRun, "running", "3 / "}},
-		{"run?id=" + q(realRun), []string{realRun, "hint 3 pass@1", "all pass@1", "trajectories?run=" + q(realRun) + "&amp;eval=start-0", "trajectories?run=" + q(realRun) + "&amp;version=0", `id="time-split"`, "warm start demos"}},
+		{"run?id=" + q(realRun), []string{realRun, "hint 3 pass@1", "all pass@1", "trajectories?run=" + q(realRun) + "&amp;eval=start-0", "trajectories?run=" + q(realRun) + "&amp;version=0", `id="time-split"`, "warm start demos", "held-out evaluation",
+			`id="episode-time-split"`, "<td>held-out evaluation</td><td>372.0</td>", "<td>generation (waiting for the policy)</td><td>996.0</td><td>92.7%</td>", "<td>sandbox: grading</td><td>60.0</td>"}},
 		{"trajectories?run=" + q(realRun) + "&eval=start-0", []string{eval.GetId()[len(eval.GetRunId())+1:][:10], ">2<"}},
 		{"trajectories?run=" + q(realRun) + "&version=0", []string{"played at policy v0", ">1<"}},
 		{"trajectory?id=" + q(warm.GetId()), []string{warm.GetTermination(), `href="/ui/run?id=` + realRun + `"`, "184 pass · 16 skip", `class="diff"`, `<span class="add">+    return getattr(self, _assertCountEqual)(*args, **kwargs)`, `<span class="del">-    return getattr(_assertCountEqual, self)`}},
