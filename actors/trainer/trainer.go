@@ -326,6 +326,10 @@ const (
 	MetricEpisodeGeneration = "episode_seconds_generation"
 	MetricEpisodeSandbox    = "episode_seconds_sandbox"
 	MetricEpisodeGrading    = "episode_seconds_grading"
+	// A step point's own wall seconds of rollouts and of learning (the run
+	// record keeps the totals, seconds_rollouts and seconds_learning).
+	PointSecondsRollouts = "step_seconds_rollouts"
+	PointSecondsLearning = "step_seconds_learning"
 	// MetricAttempts counts the processes that trained the run (Train
 	// calls); a step replayed after a crash seeds its episodes with it.
 	MetricAttempts = "train_attempts"
@@ -788,6 +792,11 @@ func (t *Trainer) consume(ctx context.Context, run *messages.Run, s Settings, li
 	if len(results) > 0 {
 		sm["effective_fraction"] = float64(effectv) / float64(len(results))
 	}
+	// Where the step's time went, charted per step: the rollouts' and the
+	// Learner's wall seconds, and the episodes' own generation and sandbox
+	// seconds (summed over the step's episodes).
+	sm[PointSecondsRollouts], sm[PointSecondsLearning] = rollSeconds, learnSeconds
+	sm[MetricEpisodeGeneration], sm[MetricEpisodeSandbox] = genSecs, sandboxSecs
 	LearnerPointMetrics(sm, ls)
 	PoolPointMetrics(sm, pool)
 	for _, task := range tasks {

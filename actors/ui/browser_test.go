@@ -226,7 +226,7 @@ func TestBrowserRunPageDrawsStoredPointsAndLiveUpdates(t *testing.T) {
 		t.Errorf("%d charts drawn, want at least 11", got)
 	}
 	for _, id := range []string{"held_out", "solve_rate", "effective_fraction", "loss", "grad_norm", "clip_fraction",
-		"pool_bands", "pool_hints", "pool_frontier_hints", "policy_version", "hint_mix", "episodes_per_minute"} {
+		"pool_bands", "pool_hints", "pool_frontier_hints", "policy_version", "hint_mix", "episodes_per_minute", "step_time"} {
 		if b.count(t, "#chart-"+id+" canvas") != 1 {
 			t.Errorf("no %s chart", id)
 		}
@@ -242,12 +242,17 @@ func TestBrowserRunPageDrawsStoredPointsAndLiveUpdates(t *testing.T) {
 	// The steps' share of tokens clipped or masked, and the pool after
 	// each step: five bands, then three hint levels of the active pool and
 	// of its frontier band, a value per step each.
-	for id, want := range map[string]string{"clip_fraction": "3", "pool_bands": "15", "pool_hints": "9", "pool_frontier_hints": "9"} {
+	// Where each step's time went: four series (rollouts, learning,
+	// generation, sandbox), a value per step each, in one chart.
+	for id, want := range map[string]string{"clip_fraction": "3", "pool_bands": "15", "pool_hints": "9", "pool_frontier_hints": "9", "step_time": "12"} {
 		if got := b.attr(t, "#chart-"+id, "data-values"); got != want {
 			t.Errorf("%s chart plots %q values, want %s", id, got, want)
 		}
 	}
 	// ... and no chart of its own for each of the pool's counts.
+	if got := b.count(t, `#chart-step_seconds_rollouts, #chart-episode_seconds_generation`); got != 0 {
+		t.Errorf("%d charts of single time parts, outside the step-time chart", got)
+	}
 	if got := b.count(t, `[id^="chart-pool_hint_"], #chart-pool_frontier, #chart-pool_too_hard`); got != 0 {
 		t.Errorf("%d charts of single pool counts", got)
 	}

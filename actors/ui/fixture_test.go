@@ -72,6 +72,9 @@ func stepPoint(n int, version int64) *messages.RunPoint {
 		"solve_rate": 0.2 + 0.05*float64(n%4), "effective_fraction": 0.5 + 0.1*float64(n%3),
 		"batch_hint_1": 0.5, "batch_hint_3": 0.25, "batch_hint_4": 0.25,
 		"rollouts": 16 * float64(n), "train_seconds": 380 + 90*float64(n),
+		// Where the step's time went, as the trainer records it.
+		trainer.PointSecondsRollouts: 70 + float64(n), trainer.PointSecondsLearning: 20,
+		trainer.MetricEpisodeGeneration: 8 * 41.5, trainer.MetricEpisodeSandbox: 8 * 3.25,
 	}
 	// The Learner's answer and the frontier's pool, through the trainer's
 	// own conversion into point metrics.

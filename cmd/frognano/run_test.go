@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -604,6 +605,18 @@ func TestTrainStepPublishesAndResumes(t *testing.T) {
 	db.Close()
 	if err != nil || len(trajs) < 2 {
 		t.Fatalf("trajectories: %d, %v", len(trajs), err)
+	}
+	// Where the rollouts' time went: the record's episode totals are the
+	// stored episodes' own seconds.
+	var gen, sandbox float64
+	for _, tr := range trajs {
+		gen += tr.GetGenerationSeconds()
+		sandbox += tr.GetSandboxSeconds()
+	}
+	if m := run.GetMetrics(); math.Abs(m[trainer.MetricEpisodeGeneration]-gen) > 1e-6 || math.Abs(m[trainer.MetricEpisodeSandbox]-sandbox) > 1e-6 ||
+		gen <= 0 || sandbox <= 0 || m[trainer.MetricEpisodeGrading] <= 0 || m[trainer.MetricEpisodeGrading] > sandbox {
+		t.Fatalf("episode seconds: generation %v, sandbox %v, grading %v; the %d trajectories hold %v and %v",
+			m[trainer.MetricEpisodeGeneration], m[trainer.MetricEpisodeSandbox], m[trainer.MetricEpisodeGrading], len(trajs), gen, sandbox)
 	}
 
 	// Resume through the CLI, with the node's own Sampler as the policy.

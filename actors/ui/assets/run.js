@@ -77,6 +77,17 @@
     if (points.some(function (p) { return p.metrics && p.metrics.rollouts !== undefined; })) {
       out.push({id: "episodes_per_minute", title: "Training episodes per minute (over at least a minute)", series: [{label: "episodes/min", get: episodeRate}]});
     }
+    // Where each step's time went (runs recorded before steps carried it
+    // have none): the rollouts' and the Learner's wall seconds, and the
+    // episodes' own generation and sandbox seconds, summed over episodes.
+    var timeKeys = [["step_seconds_rollouts", "rollouts (wall)"], ["step_seconds_learning", "learning (wall)"],
+      ["episode_seconds_generation", "generation (episode-s)"], ["episode_seconds_sandbox", "sandbox (episode-s)"]];
+    if (timeKeys.some(function (k) { return metricKeys[k[0]]; })) {
+      timeKeys.forEach(function (k) { delete metricKeys[k[0]]; });
+      out.push({id: "step_time", title: "Where each step's time went (seconds)", series: timeKeys.map(function (k) {
+        return {label: k[1], get: metric(k[0])};
+      })});
+    }
     out.push({id: "policy_version", title: "Policy version", series: [{label: "version", get: function (p) { return p.policy_version; }}]});
     var hk = Object.keys(hintKeys).sort();
     out.push({id: "hint_mix", title: "Batch hint mix (share of the step's tasks)", unit: true,
