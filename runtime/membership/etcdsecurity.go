@@ -12,7 +12,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -24,6 +23,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/frognano/frognano/runtime/config"
+	"github.com/frognano/frognano/runtime/mtls"
 )
 
 // EtcdSecurity is how the etcd client proves itself and checks etcd; the
@@ -123,32 +123,15 @@ func clientUsage(c *x509.Certificate) bool {
 	return false
 }
 
-// readCertPool reads every CERTIFICATE block of a PEM file.
+// readCertPool reads every CERTIFICATE block of a PEM file into a pool.
 func readCertPool(path string) (*x509.CertPool, error) {
-	data, err := os.ReadFile(path)
+	certs, err := mtls.ReadCerts(path)
 	if err != nil {
 		return nil, err
 	}
 	pool := x509.NewCertPool()
-	n := 0
-	for {
-		var block *pem.Block
-		block, data = pem.Decode(data)
-		if block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			continue
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
+	for _, c := range certs {
 		pool.AddCert(c)
-		n++
-	}
-	if n == 0 {
-		return nil, fmt.Errorf("%s holds no PEM certificate", path)
 	}
 	return pool, nil
 }

@@ -147,11 +147,7 @@ func TestEtcdUserAuth(t *testing.T) {
 	certs := etcdtest.NewCerts(t)
 	srv := etcdtest.StartTLS(t, certs, false)
 	const password = "correct-horse-battery"
-	srv.EnableAuth(t, "frognano", password, "/frognano-test/")
-	pwFile := filepath.Join(t.TempDir(), "etcd-password")
-	if err := os.WriteFile(pwFile, []byte(password+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	pwFile := srv.EnableAuth(t, "frognano", password, "/frognano-test/")
 	for _, sec := range []EtcdSecurity{
 		{CAFile: certs.CA, Username: "frognano", Password: password},
 		{CAFile: certs.CA, Username: "frognano", PasswordFile: pwFile},

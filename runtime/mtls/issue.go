@@ -210,7 +210,7 @@ func IssueNode(dir string, o NodeOptions) error {
 // loadCA reads and checks the CA key pair in dir.
 func loadCA(dir string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 	certPath, keyPath := filepath.Join(dir, CACertFile), filepath.Join(dir, CAKeyFile)
-	certs, err := readCerts(certPath)
+	certs, err := ReadCerts(certPath)
 	if err != nil {
 		return nil, nil, fmt.Errorf("CA certificate: %w (make a CA with `frognano cert ca --out %s`)", err, dir)
 	}
@@ -250,8 +250,9 @@ func loadCA(dir string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 	return ca, key, nil
 }
 
-// readCerts parses every CERTIFICATE block of a PEM file.
-func readCerts(path string) ([]*x509.Certificate, error) {
+// ReadCerts parses every CERTIFICATE block of a PEM file; a file with none
+// is an error naming it.
+func ReadCerts(path string) ([]*x509.Certificate, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -300,7 +301,7 @@ func refuseOtherCA(path string, ca *x509.Certificate, force bool) error {
 	if force {
 		return nil
 	}
-	old, err := readCerts(path)
+	old, err := ReadCerts(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}

@@ -28,7 +28,7 @@ type Credentials struct {
 // both server and client authentication, and valid now. Each error names
 // the setting to fix.
 func Load(r config.Remote) (*Credentials, error) {
-	roots, err := readCerts(r.TLSCA)
+	roots, err := ReadCerts(r.TLSCA)
 	if err != nil {
 		return nil, fmt.Errorf("remote.tls_ca: %w", err)
 	}

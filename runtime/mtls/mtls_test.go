@@ -61,7 +61,7 @@ func TestCAAndNodeCertificates(t *testing.T) {
 	if m := mode(t, r.TLSKey); m != 0o600 {
 		t.Errorf("node.key mode %v, want 0600", m)
 	}
-	caCerts, err := readCerts(filepath.Join(dir, "ca", CACertFile))
+	caCerts, err := ReadCerts(filepath.Join(dir, "ca", CACertFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestCAAndNodeCertificates(t *testing.T) {
 	if !ok || pub.Curve != elliptic.P256() || !ca.IsCA || !ca.MaxPathLenZero || ca.KeyUsage&x509.KeyUsageCertSign == 0 {
 		t.Errorf("CA certificate: key %T, IsCA %v, MaxPathLenZero %v, usage %v", ca.PublicKey, ca.IsCA, ca.MaxPathLenZero, ca.KeyUsage)
 	}
-	copied, err := readCerts(r.TLSCA)
+	copied, err := ReadCerts(r.TLSCA)
 	if err != nil || !copied[0].Equal(ca) {
 		t.Fatalf("the node directory's ca.crt is not the CA's certificate: %v", err)
 	}

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -43,18 +42,9 @@ func TestEtcdTLSMembership(t *testing.T) {
 		cfg.Cluster.EtcdTLSKey = certs.ClientKey
 		return cfg
 	}
-	a := startNode(t, secure(srv.URL))
-	aTopology := watchTopology(a, a.System().ID)
 	bcfg := secure(srv.Endpoint)
 	bcfg.Cluster.FailureTimeout = 10 * time.Second // seen gone sooner: revoked
-	b := startNode(t, bcfg)
-	aID, bID := a.System().ID, b.System().ID
-	waitIDs(t, a, aTopology, 10*time.Second, aID, bID)
-	waitIDs(t, b, nil, 10*time.Second, aID, bID)
-	if err := b.Stop(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	waitIDs(t, a, aTopology, 2*time.Second, aID)
+	joinAndLeave(t, secure(srv.URL), bcfg)
 
 	stranger := secure(srv.URL)
 	stranger.Cluster.EtcdTLSCert, stranger.Cluster.EtcdTLSKey = certs.OtherClientCert, certs.OtherClientKey
@@ -71,11 +61,7 @@ func TestEtcdAuthMembership(t *testing.T) {
 	certs := etcdtest.NewCerts(t)
 	srv := etcdtest.StartTLS(t, certs, false)
 	const password = "correct-horse-battery"
-	srv.EnableAuth(t, "frognano", password, "/frognano-test/")
-	pwFile := filepath.Join(t.TempDir(), "etcd-password")
-	if err := os.WriteFile(pwFile, []byte(password+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	pwFile := srv.EnableAuth(t, "frognano", password, "/frognano-test/")
 	acfg := etcdConfig(t, srv.URL)
 	acfg.Cluster.EtcdTLSCA = certs.CA
 	acfg.Cluster.EtcdUsername, acfg.Cluster.EtcdPassword = "frognano", password
@@ -87,6 +73,19 @@ func TestEtcdAuthMembership(t *testing.T) {
 	bcfg.Cluster.EtcdPassword, bcfg.Cluster.EtcdPasswordFile = "", pwFile
 	bcfg.Cluster.FailureTimeout = 10 * time.Second
 
+	joinAndLeave(t, acfg, bcfg)
+
+	wrong := acfg
+	wrong.Node.DataDir = filepath.Join(t.TempDir(), "data")
+	wrong.Cluster.EtcdPassword = password + "-not"
+	refused(t, wrong, `cluster.etcd_username, cluster.etcd_password: etcd at `+srv.URL+` refused user "frognano": wrong user name or password`, password)
+}
+
+// joinAndLeave starts two nodes, waits until each sees both, stops the
+// second cleanly and waits until the first sees it gone (within 2 s: a
+// clean stop is seen at once, not after the failure timeout).
+func joinAndLeave(t *testing.T, acfg, bcfg config.Config) {
+	t.Helper()
 	a := startNode(t, acfg)
 	aTopology := watchTopology(a, a.System().ID)
 	b := startNode(t, bcfg)
@@ -97,9 +96,4 @@ func TestEtcdAuthMembership(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitIDs(t, a, aTopology, 2*time.Second, aID)
-
-	wrong := acfg
-	wrong.Node.DataDir = filepath.Join(t.TempDir(), "data")
-	wrong.Cluster.EtcdPassword = password + "-not"
-	refused(t, wrong, `cluster.etcd_username, cluster.etcd_password: etcd at `+srv.URL+` refused user "frognano": wrong user name or password`, password)
 }

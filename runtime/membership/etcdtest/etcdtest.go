@@ -230,9 +230,15 @@ func (s *Server) Client(t testing.TB) *clientv3.Client {
 // (user add root, user grant-role root root, role add, role
 // grant-permission, user add, user grant-role, auth enable), through the
 // client API: a root user with a random password, and user with password
-// and a role allowed to read and write the keys under prefix.
-func (s *Server) EnableAuth(t testing.TB, user, password, prefix string) {
+// and a role allowed to read and write the keys under prefix. It returns
+// a file holding the user's password (with a newline, as an editor leaves
+// it), for cluster.etcd_password_file.
+func (s *Server) EnableAuth(t testing.TB, user, password, prefix string) (passwordFile string) {
 	t.Helper()
+	passwordFile = filepath.Join(t.TempDir(), "etcd-password")
+	if err := os.WriteFile(passwordFile, []byte(password+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	c := s.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -260,6 +266,7 @@ func (s *Server) EnableAuth(t testing.TB, user, password, prefix string) {
 		}
 	}
 	s.rootPassword = root
+	return passwordFile
 }
 
 // Certs are the PEM files of a TLS etcd test, made with frognano's own
