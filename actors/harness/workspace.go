@@ -98,7 +98,7 @@ func NewWorkspace(ctx context.Context, sb *sandbox.Sandbox, spec sandbox.TestSpe
 	// it twice.
 	if spec.Framework == testreport.Pytest && opts.TestPatch == "" && !opts.FullGrading && os.Getenv(FullGradingEnv) != "1" {
 		// Before the agent acts: see sandbox.PytestServer.
-		server, err := sb.StartPytestServer(ctx, spec)
+		server, err := sb.StartPytestServer(ctx, spec, sandbox.PytestGrading)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, err

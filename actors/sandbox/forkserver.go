@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -20,57 +21,109 @@ import (
 	"github.com/frognano/frognano/actors/sandbox/testreport"
 )
 
-// PytestServer is a grading run's pytest, started before the episode:
-// a Python process that imported pytest, its dependencies, its plugins and
-// frognano's plugin exactly as RunTests' bootstrap does (with the
-// repository off sys.path), and that forks once, at grading time, into a
-// child that runs the rest of the bootstrap on the repository as the agent
-// left it. Starting Python and importing pytest is then paid while the
-// policy generates, not while the episode waits for its reward.
+// PytestServer runs pytest in forks of a Python process that imported
+// pytest, its dependencies, its plugins and frognano's plugin once, exactly
+// as RunTests' bootstrap does (with the repository off sys.path): each fork
+// runs the rest of the bootstrap (pytestMain) on the repository as it is
+// then, with the same arguments, the same results stream and the same
+// checks. Python's start and pytest's imports (about 0.12 s of a small
+// run's 0.2 s) are paid once per server instead of once per run. It has
+// two uses (PytestUse):
 //
-// The server lives through the agent's episode in the same sandbox, so it
-// is built to be out of the agent's reach:
+//   - Grading (PytestGrading, harness.NewWorkspace): started before the
+//     episode, it serves one request at grading time, so the import is paid
+//     while the policy generates; the run kills it and whatever the tests
+//     left (RunTests).
+//   - Validation (PytestValidation, the Synthesizer): it serves requests
+//     until it is closed or its sandbox goes, four per candidate, each fork
+//     with a CPU-time limit (Run), and the forks keep bytecode.
+//
+// Both uses get every protection below (validation's forks leave out two
+// things of the bootstrap, for a measured reason: see PytestValidation).
+// The server may live through an agent's episode in the same sandbox, so
+// it is built to be out of the agent's reach:
 //
 //   - It is non-dumpable (prctl PR_SET_DUMPABLE 0), and sandboxes lack
 //     CAP_SYS_PTRACE: the agent cannot ptrace it, read or write its memory
 //     or open its file descriptors through /proc.
 //   - It holds a 256-bit key K, read from its stdin at start-up (no file,
-//     argument or variable), and serves one request, authenticated under
-//     K, on an abstract Unix socket (nothing in the file system to replace).
-//     The fork's results stream is authenticated under a key derived from K
-//     and the request's nonce, and the exit status the server reports under
+//     argument or variable), and serves requests authenticated under K on
+//     an abstract Unix socket (nothing in the file system to replace); each
+//     request has a fresh nonce, and one seen before is refused. A fork's
+//     results stream is authenticated under a key derived from K and the
+//     request's nonce, and the exit status the server reports under
 //     another: a process the agent left listening cannot answer for it.
 //   - It ignores the catchable signals, and before forking it checks that
 //     its resource limits, CPU affinity, priority and environment are what
 //     they were at start-up (another process of the same user can change
-//     some of them): if not it refuses, and the grader runs the tests the
-//     usual way. The host sends it SIGCONT before the request.
+//     some of them): if not it refuses and exits, and the caller runs the
+//     tests the usual way. The host sends it SIGCONT and resets its
+//     priority before every request.
 //   - PrepareForGrading's KillAll spares it (by host pid and start time),
-//     and kills everything else; after the run the grader kills it and
-//     whatever the tests left, as RunTests' KillOrphans does.
+//     and kills everything else; after a grading run the server and
+//     whatever the tests left are killed, as RunTests' KillOrphans does,
+//     and after a validation run whatever the tests left (KillOrphans).
 //   - The fork makes itself what a fresh bootstrap would be: modules the
 //     server imported beyond the bootstrap's (the socket, ctypes…) are
 //     dropped from sys.modules, import caches are cleared, signal
 //     dispositions and dumpability restored, fds 0–2 as the bootstrap has
 //     them (stdin and stdout on /dev/null, the stream on its own fd).
+//   - It refuses to start when a module of the repository was imported
+//     with pytest (the environment is pytest or one of its dependencies,
+//     installed editable): its forks would run that module as it was when
+//     the server started, not as the run finds it.
 //
-// Every failure of the server (it is gone, refused, sent no or an
-// unauthentic exit status) is an error: the caller then runs RunTests, the
-// full run, so the fast path can delay a reward but never decide one the
-// full run would not. See docs/grading-speed.md.
+// Every failure of the server (it did not start, is gone, refused, sent no
+// or an unauthentic exit status) is an error wrapping ErrServer: the
+// caller then runs RunTests, the full run, so the fast path can delay a
+// result but never decide one the full run would not. See
+// docs/grading-speed.md.
 type PytestServer struct {
 	sb      *Sandbox
 	spec    TestSpec
-	dir     string
+	use     PytestUse
 	key     []byte
 	name    string
 	hostPid int
 	start   uint64
-	used    bool
+	closed  bool
 }
 
+// PytestUse is what a PytestServer is for.
+type PytestUse int
+
+const (
+	// PytestGrading serves one request (RunTests), read as a grading run
+	// is (testreport.NewPytestStream); the run then kills the server and
+	// everything else in the sandbox but its init.
+	PytestGrading PytestUse = iota
+	// PytestValidation serves requests until closed (Run, with a CPU-time
+	// limit per run). The forks write bytecode, above all pytest's
+	// rewritten test modules (the tests do not change during validation,
+	// and rewriting a large test module costs more than running a test),
+	// and PYTHONDONTWRITEBYTECODE is dropped from their environment: the
+	// caller drops the bytecode of every file it changes. Whatever a run
+	// left running is killed after it. Runs are read as validation reads
+	// them (testreport.NewPytestValidationStream); a run the CPU limit
+	// killed is timed out, with exit code -1.
+	//
+	// Two things of RunTests' bootstrap are left out of validation's forks,
+	// as validation's own server left them out, for a measured reason (six's
+	// whole suite, 200 tests, in one sandbox): the plugin's guard
+	// (_frognano_guard and its check of hook implementations before every
+	// line of the stream), which costs about 0.6 CPU-s per run, three times
+	// the run without it (0.83–1.0 against 0.26–0.32 CPU-s); and the
+	// interpreter's teardown (the fork ends with os._exit once pytest.main
+	// returns and the stream is sent), 0.04–0.08 CPU-s per run: 0.20–0.22
+	// against 0.26–0.32 for the suite, 0.07 against 0.10–0.14 for one test.
+	// The code under test is then a mutation frognano made, not an agent's.
+	PytestValidation
+)
+
 // pytestServerScript is the server: the bootstrap's imports, the serving
-// loop, and in the fork the bootstrap's end (pytestMain).
+// loop, and in the fork the bootstrap's end (pytestMain). Its arguments:
+// the repository, the socket's name, and 0 (serve once) or 1 (serve until
+// killed, forks keep bytecode).
 var pytestServerScript = `import os, sys, importlib
 _frognano_key = bytearray.fromhex(sys.stdin.buffer.read(64).decode("ascii"))
 _n = os.open(os.devnull, os.O_RDONLY)
@@ -80,7 +133,12 @@ os.close(_n)
 _frognano_base = set(sys.modules)
 
 
-def _frognano_serve(key, name):
+def _frognano_serve(key, name, many):
+    for m in list(sys.modules.values()):
+        f = getattr(m, "__file__", None)
+        if isinstance(f, str) and os.path.realpath(f).startswith(_repo + os.sep):
+            sys.stderr.write("a module of the repository is imported with pytest: %s\n" % f)
+            sys.exit(3)
     import ctypes, hashlib, hmac, json, resource, signal, socket, time
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0
@@ -116,6 +174,7 @@ def _frognano_serve(key, name):
     os.close(n)
     os.write(w, b"ready %d\n" % os.getpid())
     os.close(w)
+    seen = set()
     while True:
         conn, _ = srv.accept()
         try:
@@ -127,18 +186,26 @@ def _frognano_serve(key, name):
                 raise ValueError("not authentic")
             req = json.loads(body)
             nonce = bytes.fromhex(req["nonce"])
+            if len(nonce) < 16 or nonce in seen:
+                raise ValueError("replayed")
+            seen.add(nonce)
+            cpu = int(req.get("cpu", 0))
             conn.settimeout(None)
         except Exception:
             conn.close()
             continue
         exitkey = hmac.new(key, b"exit " + nonce, sha).digest()
 
-        def answer(text):
-            conn.sendall(("E %s %s\n" % (text, hmac.new(exitkey, text.encode(), sha).hexdigest())).encode())
+        def answer(text, last):
+            try:
+                conn.sendall(("E %s %s\n" % (text, hmac.new(exitkey, text.encode(), sha).hexdigest())).encode())
+            except OSError:
+                pass
             conn.close()
-            os._exit(0)
+            if last:
+                os._exit(0)
         if state() != before:
-            answer("refused")
+            answer("refused", True)
         pid = os.fork()
         if pid == 0:
             srv.close()
@@ -146,6 +213,11 @@ def _frognano_serve(key, name):
             libc.prctl(4, 1, 0, 0, 0)
             for s, h in saved.items():
                 signal.signal(s, h)
+            if cpu > 0:
+                resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+            if many:
+                os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+                sys.dont_write_bytecode = False
             runkey = hmac.new(key, b"stream " + nonce, sha).digest()
             for i in range(len(key)):
                 key[i] = 0
@@ -168,22 +240,33 @@ def _frognano_serve(key, name):
                     pass
                 _, status = os.waitpid(pid, 0)
                 break
-            time.sleep(0.004)
+            time.sleep(0.003)
         try:
             os.killpg(pid, signal.SIGKILL)
         except OSError:
             pass
+        if cpu > 0 and os.WIFSIGNALED(status) and os.WTERMSIG(status) in (signal.SIGXCPU, signal.SIGKILL):
+            timed_out = True  # the CPU limit: an infinite loop, most likely
         code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-        answer("%d %d" % (code, int(timed_out)))
+        answer("%d %d" % (code, int(timed_out)), not many)
 
 
-_frognano_key, _frognano_fd, _frognano_args = _frognano_serve(_frognano_key, sys.argv[2])
+_frognano_many = sys.argv[3] == "1"
+_frognano_key, _frognano_fd, _frognano_args = _frognano_serve(_frognano_key, sys.argv[2], _frognano_many)
+_frognano_exit = sys.exit
+if _frognano_many:
+    # Validation: no guard on pytest's reporting machinery (it costs more
+    # than the run: see PytestValidation), and no interpreter teardown.
+    class FrognanoReport(FrognanoReport):
+        def _write(self, event):
+            self._sink(json.dumps(event))
+    _frognano_exit = os._exit
 sys.argv[2:] = _frognano_args
 for _m in set(sys.modules) - _frognano_base:
     del sys.modules[_m]
 importlib.invalidate_caches()
 sys.path_importer_cache.clear()
-del _frognano_base, _frognano_serve, _frognano_args, _m
+del _frognano_base, _frognano_serve, _frognano_args, _frognano_many, _m
 ` + pytestMain
 
 // pytestClientScript relays one request to the server and its answer to
@@ -204,10 +287,10 @@ out.flush()
 // the caller runs the tests the usual way.
 var ErrServer = errors.New("pytest fork server")
 
-// StartPytestServer starts the grading server of a pytest environment.
-// Call it on a fresh sandbox before the agent acts: what ran in the
-// sandbox before the server read its key could have read it too.
-func (s *Sandbox) StartPytestServer(ctx context.Context, spec TestSpec) (*PytestServer, error) {
+// StartPytestServer starts a fork server of a pytest environment for use.
+// For grading, call it on a fresh sandbox before the agent acts: what ran
+// in the sandbox before the server read its key could have read it too.
+func (s *Sandbox) StartPytestServer(ctx context.Context, spec TestSpec, use PytestUse) (*PytestServer, error) {
 	if spec.Framework != testreport.Pytest {
 		return nil, fmt.Errorf("%w: only pytest environments have one", ErrServer)
 	}
@@ -219,12 +302,12 @@ func (s *Sandbox) StartPytestServer(ctx context.Context, spec TestSpec) (*Pytest
 	if _, err := rand.Read(key); err != nil {
 		return nil, err
 	}
-	p := &PytestServer{sb: s, spec: spec, dir: dir, key: key, name: "frognano-pytest-" + randomHex(16)}
-	cmd := spec.Command
-	if len(cmd) == 0 {
-		cmd = []string{"python3"}
+	p := &PytestServer{sb: s, spec: spec, use: use, key: key, name: "frognano-pytest-" + randomHex(16)}
+	many := "0"
+	if use == PytestValidation {
+		many = "1"
 	}
-	argv := append(slices.Clone(cmd), "-I", "-c", pytestServerScript, s.opts.RepoDir, p.name)
+	argv := append(pytestCommand(spec), "-I", "-c", pytestServerScript, s.opts.RepoDir, p.name, many)
 	res, err := s.Exec(ctx, ExecRequest{
 		Argv:    argv,
 		Stdin:   strings.NewReader(hex.EncodeToString(key)),
@@ -253,6 +336,14 @@ func (s *Sandbox) StartPytestServer(ctx context.Context, spec TestSpec) (*Pytest
 	s.spared[p.hostPid] = p.start
 	s.mu.Unlock()
 	return p, nil
+}
+
+// pytestCommand is the interpreter that runs pytest (default python3).
+func pytestCommand(spec TestSpec) []string {
+	if len(spec.Command) == 0 {
+		return []string{"python3"}
+	}
+	return slices.Clone(spec.Command)
 }
 
 // hostProcess finds the host pid and start time of the sandbox's process
@@ -284,19 +375,48 @@ func (s *Sandbox) hostProcess(ctx context.Context, nspid int) (int, uint64, erro
 	return 0, 0, fmt.Errorf("%w: no process %d in sandbox %s", ErrServer, nspid, s.id)
 }
 
-// RunTests runs the tests as Sandbox.RunTests does, in a fork of the
-// server: the same arguments, the same results stream and checks
+// RunTests runs the tests as Sandbox.RunTests does, in a fork of a
+// grading server: the same arguments, the same results stream and checks
 // (testreport.NewPytestStream). It serves once; afterwards the server and
 // whatever the run left are killed. An error wrapping ErrServer means the
 // fast path could not say: run Sandbox.RunTests.
 func (p *PytestServer) RunTests(ctx context.Context, tests []string) (*testreport.Report, error) {
-	if p.used {
-		return nil, fmt.Errorf("%w: already used", ErrServer)
+	return p.Run(ctx, p.spec, tests, 0)
+}
+
+// Run runs the tests in a fork as Sandbox.RunTests(ctx, spec, tests)
+// would. spec must have the server's interpreter and environment; its
+// directory, arguments and timeout are this run's. cpu, when positive,
+// limits the fork's CPU time (RLIMIT_CPU): unlike the wall-clock timeout it
+// does not stretch when the machine is busy, so it can be tight, and an
+// infinite loop costs seconds instead of the whole timeout. An error
+// wrapping ErrServer means the server could not say (it is then closed):
+// run Sandbox.RunTests.
+func (p *PytestServer) Run(ctx context.Context, spec TestSpec, tests []string, cpu time.Duration) (*testreport.Report, error) {
+	if p.closed {
+		return nil, fmt.Errorf("%w: already used or closed", ErrServer)
 	}
-	p.used = true
-	defer p.Close(ctx)
+	if p.use == PytestGrading {
+		p.closed = true
+		defer p.Close(ctx)
+	}
+	r, err := p.run(ctx, spec, tests, cpu)
+	if err != nil && errors.Is(err, ErrServer) && !p.closed {
+		p.Close(ctx)
+	}
+	return r, err
+}
+
+func (p *PytestServer) run(ctx context.Context, spec TestSpec, tests []string, cpu time.Duration) (*testreport.Report, error) {
+	if spec.Framework != testreport.Pytest || !slices.Equal(pytestCommand(spec), pytestCommand(p.spec)) || !slices.Equal(spec.Env, p.spec.Env) {
+		return nil, fmt.Errorf("%w: started for another interpreter or environment", ErrServer)
+	}
 	if err := checkPytestIDs(tests); err != nil {
 		return nil, err
+	}
+	dir := spec.Dir
+	if dir == "" {
+		dir = p.sb.opts.RepoDir
 	}
 	// The agent may have stopped it, or lowered its priority.
 	st, err := procStat(p.hostPid)
@@ -305,27 +425,25 @@ func (p *PytestServer) RunTests(ctx context.Context, tests []string) (*testrepor
 	}
 	_ = syscall.Kill(p.hostPid, syscall.SIGCONT)
 	_ = syscall.Setpriority(syscall.PRIO_PROCESS, p.hostPid, 0)
-	timeout := deadline(p.spec.Timeout, DefaultTestsTimeout)
+	timeout := deadline(spec.Timeout, DefaultTestsTimeout)
 	nonce := make([]byte, 16)
 	if _, err := rand.Read(nonce); err != nil {
 		return nil, err
 	}
-	body, err := json.Marshal(map[string]any{"nonce": hex.EncodeToString(nonce), "cwd": p.dir,
-		"args": pytestRunArgs(p.spec, p.dir, tests), "timeout": timeout.Seconds()})
+	body, err := json.Marshal(map[string]any{"nonce": hex.EncodeToString(nonce), "cwd": dir,
+		"args": pytestRunArgs(spec, dir, tests), "timeout": timeout.Seconds(), "cpu": int(math.Ceil(cpu.Seconds()))})
 	if err != nil {
 		return nil, err
 	}
 	req := hex.EncodeToString(mac(p.key, []byte("request "), body)) + " " + string(body)
-	cmd := p.spec.Command
-	if len(cmd) == 0 {
-		cmd = []string{"python3"}
-	}
 	res, err := p.sb.Exec(ctx, ExecRequest{
-		Argv:        append(slices.Clone(cmd), "-I", "-S", "-c", pytestClientScript, p.name, req),
+		Argv:        append(pytestCommand(spec), "-I", "-S", "-c", pytestClientScript, p.name, req),
 		Timeout:     timeout + 30*time.Second,
 		OutputLimit: pytestStreamLimit,
 		Workdir:     "/",
-		Env:         p.spec.Env,
+		Env:         spec.Env,
+		// A grading server is killed after its run, with everything else.
+		KillOrphans: p.use != PytestGrading,
 	})
 	if err != nil {
 		return nil, err
@@ -358,7 +476,16 @@ func (p *PytestServer) RunTests(ctx context.Context, tests []string) (*testrepor
 	if err1 != nil || err2 != nil {
 		return nil, fmt.Errorf("%w: exit line %q", ErrServer, exit)
 	}
-	r := testreport.NewPytestStream(stream, mac(p.key, []byte("stream "), nonce), code, timedOut, res.Duration)
+	key := mac(p.key, []byte("stream "), nonce)
+	var r *testreport.Report
+	if p.use == PytestGrading {
+		r = testreport.NewPytestStream(stream, key, code, timedOut, res.Duration)
+	} else {
+		if timedOut {
+			code = -1
+		}
+		r = testreport.NewPytestValidationStream(stream, key, code, timedOut, res.Duration)
+	}
 	if res.Truncated && r.Valid {
 		r.Valid, r.Problem = false, fmt.Sprintf("pytest's output passed %d bytes and was cut", pytestStreamLimit)
 	}
@@ -368,6 +495,7 @@ func (p *PytestServer) RunTests(ctx context.Context, tests []string) (*testrepor
 // Close kills the server (if it still runs) and everything else in the
 // sandbox but its init.
 func (p *PytestServer) Close(ctx context.Context) {
+	p.closed = true
 	p.sb.mu.Lock()
 	delete(p.sb.spared, p.hostPid)
 	p.sb.mu.Unlock()

@@ -162,7 +162,7 @@ func TestGradingCannotBeGamed(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			sb := createFrom(t, env, Options{})
 			ctx := context.Background()
-			server, err := sb.StartPytestServer(ctx, spec)
+			server, err := sb.StartPytestServer(ctx, spec, PytestGrading)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -77,12 +77,7 @@ func (s *Sandbox) runPytest(ctx context.Context, spec TestSpec, dir string, time
 	if _, err := rand.Read(key); err != nil {
 		return nil, err
 	}
-	cmd := spec.Command
-	if len(cmd) == 0 {
-		cmd = []string{"python3"}
-	}
-	argv := slices.Clone(cmd)
-	argv = append(argv, "-I", "-c", pytestBootstrap, s.opts.RepoDir)
+	argv := append(pytestCommand(spec), "-I", "-c", pytestBootstrap, s.opts.RepoDir)
 	argv = append(argv, pytestRunArgs(spec, dir, tests)...)
 	res, err := s.Exec(ctx, ExecRequest{
 		Argv:        argv,
@@ -125,10 +120,6 @@ func pytestRunArgs(spec TestSpec, dir string, tests []string) []string {
 // kept for diagnostics); a cut stream is an invalid run.
 const pytestStreamLimit = 64 << 20
 
-// PytestReportFile is the name of the plugin's report in a validation
-// run's directory (package synth's fork server).
-const PytestReportFile = "report.jsonl"
-
 // PytestArgs are the options every pytest run of frognano's starts with:
 // no cache written into the repository, and node ids relative to rootdir.
 // Runners add the environment's options and the test ids after them.
@@ -167,12 +158,13 @@ os.dup2(_n, 0)
 os.close(_n)
 _frognano_fd = os.dup(1)
 os.dup2(2, 1)
+_frognano_exit = sys.exit
 ` + pytestImports + pytestMain
 
 // pytestImports imports pytest, its dependencies and plugins and
 // frognano's plugin with the repository off sys.path, then puts sys.path
-// back: the part of pytestBootstrap the grading fork server
-// (pytestServerScript) runs once, before the episode.
+// back: the part of pytestBootstrap the fork server (pytestServerScript)
+// runs once, when it starts.
 var pytestImports = `_repo = os.path.realpath(sys.argv[1])
 _path = sys.path[:]
 sys.path[:] = [p for p in _path if not (os.path.realpath(p or ".") + os.sep).startswith(_repo + os.sep)]
@@ -202,8 +194,9 @@ sys.path[:] = _path
 `
 
 // pytestMain starts the results stream on _frognano_fd under
-// _frognano_key and runs pytest with sys.argv[2:]: the end of
-// pytestBootstrap, and what a fork of the grading server runs.
+// _frognano_key, runs pytest with sys.argv[2:] and ends with
+// _frognano_exit(its exit status): the end of pytestBootstrap, and what a
+// fork of the fork server runs.
 const pytestMain = `_sink = _frognano_stream(_frognano_fd, _frognano_key)
 _sink(json.dumps({"phase": "start"}))
 _report = FrognanoReport(None, _sink, _frognano_guard(_sink), _repo)
@@ -211,7 +204,7 @@ del _sink, _frognano_key, _frognano_fd
 _args = sys.argv[2:]
 sys.path[:0] = [os.getcwd()] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 sys.argv = ["pytest"] + _args
-sys.exit(int(pytest.main(_args, plugins=[_report])))
+_frognano_exit(int(pytest.main(_args, plugins=[_report])))
 `
 
 func (s *Sandbox) runGoTest(ctx context.Context, spec TestSpec, dir string, timeout time.Duration, tests []string) (*testreport.Report, error) {

@@ -49,7 +49,8 @@
 // # Speed
 //
 // Python validation runs pytest in forks of a process that imported it once
-// per sandbox (pytestServer), with a CPU-time limit per run so that a planted
+// per sandbox (sandbox.PytestServer, validation use: the grading fork server
+// serving many runs), with a CPU-time limit per run so that a planted
 // infinite loop costs seconds. The whole suite runs as "screened tests + the
 // rest", so a killed candidate runs each test once. CPU time is measured from
 // the sandboxes' cgroups plus this process (Result.CPUSeconds), excluding the

@@ -369,7 +369,10 @@ func TestForkServerMatchesRunTests(t *testing.T) {
 	defer sb.Destroy(ctx)
 	spec := environment.Spec(env)
 	spec.Timeout = time.Minute
-	p := &pytestServer{sb: sb, python: spec.Command[0], repo: env.RepoDir, env: spec.Env}
+	p, err := sb.StartPytestServer(ctx, spec, sandbox.PytestValidation)
+	if err != nil {
+		t.Fatal(err)
+	}
 	verdicts := func(r *testreport.Report) map[string]testreport.Status {
 		out := map[string]testreport.Status{}
 		for _, res := range r.Results {
@@ -398,9 +401,9 @@ func TestForkServerMatchesRunTests(t *testing.T) {
 			}
 		}
 		for _, tests := range [][]string{nil, named} {
-			forked, ok, err := p.run(ctx, spec, tests, 0)
-			if err != nil || !ok {
-				t.Fatalf("%s: fork server: ok %v, %v", step.name, ok, err)
+			forked, err := p.Run(ctx, forkSpec(spec), tests, 0)
+			if err != nil {
+				t.Fatalf("%s: fork server: %v", step.name, err)
 			}
 			direct, err := sb.RunTests(ctx, spec, tests)
 			if err != nil {

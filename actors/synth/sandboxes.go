@@ -26,6 +26,7 @@ type Sandbox interface {
 	WriteFile(ctx context.Context, p string, content []byte) error
 	ApplyPatch(ctx context.Context, patch string) error
 	RunTests(ctx context.Context, spec sandbox.TestSpec, tests []string) (*testreport.Report, error)
+	StartPytestServer(ctx context.Context, spec sandbox.TestSpec, use sandbox.PytestUse) (*sandbox.PytestServer, error)
 	Destroy(ctx context.Context) error
 }
 

@@ -58,7 +58,7 @@ type Config struct {
 	Workers int
 	// NoForkServer runs every pytest validation run as a new process
 	// (sandbox.RunTests) instead of a fork of a process that imported
-	// pytest once (see pytestServer).
+	// pytest once (see sandbox.PytestServer).
 	NoForkServer bool
 	Logger       *slog.Logger
 }

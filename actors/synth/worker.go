@@ -24,7 +24,11 @@ type worker struct {
 	// patched are the files patched since the last reset, whose bytecode
 	// the reset drops.
 	patched []string
-	pytest  *pytestServer // for this sandbox; nil until the first pytest run
+	// pytest is this sandbox's pytest fork server (validation use), nil
+	// until the first pytest run; noPytest: it could not start, and every
+	// run is a RunTests.
+	pytest   *sandbox.PytestServer
+	noPytest bool
 }
 
 // outcome is a candidate's verdict.
@@ -58,7 +62,7 @@ func (w *worker) prepare(ctx context.Context) error {
 			return err
 		}
 		w.sb = sb
-		w.pytest = nil
+		w.pytest, w.noPytest = nil, false
 	}
 	w.dirty = false
 	return nil
@@ -94,8 +98,8 @@ func (w *worker) timeout(tests []string) time.Duration {
 	return 20*time.Second + 5*w.baselineTime(tests)
 }
 
-// cpuLimit bounds a pytest run in CPU time (see pytestServer.run): an
-// infinite loop costs this much instead of the whole timeout.
+// cpuLimit bounds a pytest run in CPU time (see sandbox.PytestServer.Run):
+// an infinite loop costs this much instead of the whole timeout.
 func (w *worker) cpuLimit(tests []string) time.Duration {
 	return 3*time.Second + 5*w.baselineTime(tests)
 }
@@ -132,19 +136,41 @@ func (w *worker) runTests(ctx context.Context, tests []string, failFast bool, o 
 	defer func() {
 		w.r.s.cfg.Logger.Debug("test run", "worker", w.id, "tests", len(tests), "fail_fast", failFast, "seconds", time.Since(start).Seconds())
 	}()
-	if spec.Framework == testreport.Pytest && !w.r.s.cfg.NoForkServer {
+	if spec.Framework == testreport.Pytest && !w.r.s.cfg.NoForkServer && !w.noPytest {
 		if w.pytest == nil {
-			python := "python3"
-			if len(spec.Command) > 0 {
-				python = spec.Command[0]
+			p, err := w.sb.StartPytestServer(ctx, spec, sandbox.PytestValidation)
+			switch {
+			case err == nil:
+				w.pytest = p
+			case ctx.Err() != nil:
+				return nil, ctx.Err()
+			default:
+				w.r.s.cfg.Logger.Debug("pytest fork server did not start; validating with full runs", "worker", w.id, "err", err)
+				w.noPytest = true
 			}
-			w.pytest = &pytestServer{sb: w.sb, python: python, repo: w.r.env.GetRepoDir(), env: spec.Env}
 		}
-		if rep, ok, err := w.pytest.run(ctx, spec, tests, w.cpuLimit(tests)); ok || err != nil {
-			return rep, err
+		if w.pytest != nil {
+			rep, err := w.pytest.Run(ctx, forkSpec(spec), tests, w.cpuLimit(tests))
+			if err == nil || !errors.Is(err, sandbox.ErrServer) {
+				return rep, err
+			}
+			// The server died (OOM, a test that killed its process group's
+			// parent) and Run killed what was left of it: start another next
+			// time, and run this one the usual way.
+			w.r.s.cfg.Logger.Debug("pytest fork server failed; running in full", "worker", w.id, "err", err)
+			w.pytest = nil
 		}
 	}
 	return w.sb.RunTests(ctx, spec, tests)
+}
+
+// forkSpec is a validation run's spec in the fork server: native
+// tracebacks. The report's messages are the same, and a mutation that
+// recurses without end costs milliseconds per failing test instead of a
+// tenth of a second or more for pytest's own formatting.
+func forkSpec(spec sandbox.TestSpec) sandbox.TestSpec {
+	spec.Args = append([]string{"--tb=native"}, spec.Args...)
+	return spec
 }
 
 // inSuiteOrder sorts tests as the baseline ran them (unknown ones last):

@@ -226,7 +226,7 @@ func ErrorLine(msg string) string {
 // against the exit code.
 func NewPytestStream(stream, key []byte, exitCode int, timedOut bool, d time.Duration) *Report {
 	r := &Report{Framework: Pytest, ExitCode: exitCode, TimedOut: timedOut, Duration: d}
-	events, finish, err := authenticate(stream, key)
+	events, finish, err := authenticate(stream, key, false)
 	if err == nil {
 		r.Results, err = ParsePytestReport(bytes.NewReader(events))
 	}
@@ -264,6 +264,29 @@ func NewPytestStream(stream, key []byte, exitCode int, timedOut bool, d time.Dur
 	return r
 }
 
+// NewPytestValidationStream reads the results stream of a validation run
+// (the Synthesizer's, through a PytestServer of the validation use): its
+// lines are authenticated as NewPytestStream's are, and the events they
+// carry are read as NewPytestReport reads the plugin's report file, which
+// validation read before it used the stream: a stream cut short keeps the
+// results it has (and is invalid), and the finish line is not checked
+// against the exit code or the number of tests collected (a fail-fast run,
+// pytest -x, reports fewer tests than it collected).
+func NewPytestValidationStream(stream, key []byte, exitCode int, timedOut bool, d time.Duration) *Report {
+	events, _, err := authenticate(stream, key, true)
+	if err != nil {
+		r := &Report{Framework: Pytest, ExitCode: exitCode, TimedOut: timedOut, Duration: d}
+		r.Verify()
+		r.Problem = ""
+		r.reject("%v", err)
+		return r
+	}
+	if len(events) == 0 {
+		events = nil // no event: as when pytest wrote no report file
+	}
+	return NewPytestReport(events, exitCode, timedOut, d)
+}
+
 // streamFinish is the finish line's fields that NewPytestStream checks.
 type streamFinish struct {
 	Phase      string   `json:"phase"`
@@ -273,14 +296,22 @@ type streamFinish struct {
 }
 
 // authenticate checks a results stream line by line and returns its events
-// (the JSON of every line but the start line) and its finish line.
-func authenticate(stream, key []byte) ([]byte, streamFinish, error) {
+// (the JSON of every line but the start line) and its finish line. partial
+// accepts a stream cut short (empty, ending inside a line or before the
+// finish line) and returns the events of its complete lines.
+func authenticate(stream, key []byte, partial bool) ([]byte, streamFinish, error) {
 	var fin streamFinish
 	if len(key) == 0 {
 		return nil, fin, fmt.Errorf("no key to check the results stream with")
 	}
 	if len(stream) > maxPytestReportBytes {
 		return nil, fin, fmt.Errorf("the results stream passed %d bytes", maxPytestReportBytes)
+	}
+	if partial {
+		stream = stream[:bytes.LastIndexByte(stream, '\n')+1]
+		if len(stream) == 0 {
+			return nil, fin, nil
+		}
 	}
 	if len(stream) == 0 {
 		return nil, fin, fmt.Errorf("pytest sent no results: the process died or was stopped before its plugin started")
@@ -324,7 +355,7 @@ func authenticate(stream, key []byte) ([]byte, streamFinish, error) {
 		events.Write(body)
 		events.WriteByte('\n')
 	}
-	if !finished {
+	if !finished && !partial {
 		return nil, fin, fmt.Errorf("the results stream ends before the session finished (%d lines): the run was cut short", len(lines))
 	}
 	return events.Bytes(), fin, nil

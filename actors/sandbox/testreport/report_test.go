@@ -1,6 +1,9 @@
 package testreport
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -274,5 +277,61 @@ func TestProto(t *testing.T) {
 	}
 	if p.Results[2].Name != InvalidReportID {
 		t.Fatalf("%v", p.Results[2])
+	}
+}
+
+// TestPytestValidationStream: a validation run's stream, once its lines are
+// authentic, reads exactly as the same events in a report file would
+// (NewPytestReport), including runs NewPytestStream rejects: cut short, and
+// fail-fast (fewer tests reported than collected). A line that is not the
+// plugin's makes it invalid.
+func TestPytestValidationStream(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	sign := func(lines ...string) []byte {
+		var b strings.Builder
+		for i, l := range append([]string{`{"phase": "start"}`}, lines...) {
+			h := hmac.New(sha256.New, key)
+			fmt.Fprintf(h, "%d %s", i+1, l)
+			fmt.Fprintf(&b, "%d %x %s\n", i+1, h.Sum(nil), l)
+		}
+		return []byte(b.String())
+	}
+	ev := func(id, phase, outcome string) string {
+		return `{"nodeid": "` + id + `", "phase": "` + phase + `", "outcome": "` + outcome + `", "duration": 0.5}`
+	}
+	events := []string{ev("t.py::a", "setup", "passed"), ev("t.py::a", "call", "failed"), ev("t.py::a", "teardown", "passed")}
+	// pytest -x: two tests collected, one ran.
+	failFast := append(slices.Clone(events), `{"phase": "finish", "exitstatus": 1, "collected": 2}`)
+	full := sign(failFast...)
+	tests := []struct {
+		name   string
+		stream []byte
+		file   []byte // the same run's report file; nil: none
+		exit   int
+	}{
+		{"fail-fast", full, []byte(strings.Join(failFast, "\n") + "\n"), 1},
+		{"cut before the finish", sign(events...), []byte(strings.Join(events, "\n") + "\n"), 1},
+		{"cut inside a line", full[:len(full)-10], []byte(strings.Join(events, "\n") + "\n"), 137},
+		{"no results", nil, nil, 1},
+		{"only the start line", sign(), nil, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := NewPytestValidationStream(tt.stream, key, tt.exit, false, time.Second)
+			want := NewPytestReport(tt.file, tt.exit, false, time.Second)
+			if got.Valid != want.Valid || got.Problem != want.Problem || !slices.Equal(got.Results, want.Results) {
+				t.Fatalf("stream: valid %v (%s) %+v\nfile:   valid %v (%s) %+v", got.Valid, got.Problem, got.Results, want.Valid, want.Problem, want.Results)
+			}
+		})
+	}
+	if r := NewPytestValidationStream(full, key, 1, false, time.Second); !r.Valid {
+		t.Fatalf("fail-fast run invalid: %s", r.Problem)
+	}
+	if r := NewPytestStream(full, key, 1, false, time.Second); r.Valid {
+		t.Fatal("a grading stream with fewer tests than collected is valid")
+	}
+	forged := append(slices.Clone(full[:len(full)-1]), []byte("\n9 00 "+ev("t.py::b", "call", "passed")+"\n")...)
+	if r := NewPytestValidationStream(forged, key, 1, false, time.Second); r.Valid || !strings.Contains(r.Problem, "not the plugin's") {
+		t.Fatalf("a forged line: valid %v (%s)", r.Valid, r.Problem)
 	}
 }
