@@ -27,7 +27,8 @@ same tokens with the float32 Learner's Trainer, and reports mean and max
 |Δ log p| and the share of tokens GRPO's TV mask (δ = 0.2) would drop.
 
   frognano bench quant
-  frognano bench quant --rounds 5 --prompts 8 --samples 8`,
+  frognano bench quant --rounds 5 --prompts 8 --samples 8
+  frognano bench quant --model qwen2.5-coder-0.5b --types q8_0 --speed-only --decode 32 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			store, err := modelstore.Open(models)
@@ -59,6 +60,7 @@ same tokens with the float32 Learner's Trainer, and reports mean and max
 	f.IntVar(&opt.Prompts, "prompts", 4, "prompts sampled for the mismatch")
 	f.IntVar(&opt.Samples, "samples", 4, "completions per prompt")
 	f.IntVar(&opt.Tokens, "tokens", 64, "most tokens per completion")
+	f.BoolVar(&opt.SpeedOnly, "speed-only", false, "time decoding and prefill only; skip the mismatch")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	return cmd
 }

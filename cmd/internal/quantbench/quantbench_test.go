@@ -48,3 +48,30 @@ func TestRun(t *testing.T) {
 	}
 	t.Logf("\n%s", b.String())
 }
+
+// TestRunSpeedOnly: SpeedOnly times the asked types and nothing else, and
+// the table has no mismatch section; a prefill shorter than the decoding
+// prompt (32 tokens) decodes after the whole prefill prompt.
+func TestRunSpeedOnly(t *testing.T) {
+	p := os.Getenv("FROGNANO_TEST_GGUF")
+	if p == "" {
+		t.Skip("FROGNANO_TEST_GGUF is unset")
+	}
+	rep, err := Run(context.Background(), Options{Model: p, Types: []string{"q8_0"}, Rounds: 1, Decode: 2, Prefill: 16, SpeedOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Speeds) != 1 || rep.Speeds[0].Type != "q8_0" || len(rep.Mismatches) != 0 {
+		t.Fatalf("speeds %+v, %d mismatches", rep.Speeds, len(rep.Mismatches))
+	}
+	if s := rep.Speeds[0]; !(s.Decode1 > 0 && s.Decode16 > 0 && s.PrefillTokens > 0) {
+		t.Errorf("%+v", s)
+	}
+	var b bytes.Buffer
+	if err := rep.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "| q8_0 |") || strings.Contains(b.String(), "sampler weights") {
+		t.Errorf("table:\n%s", b.String())
+	}
+}
