@@ -110,13 +110,14 @@ const (
 	// Two things of RunTests' bootstrap are left out of validation's forks,
 	// as validation's own server left them out, for a measured reason (six's
 	// whole suite, 200 tests, in one sandbox): the plugin's guard
-	// (_frognano_guard and its check of hook implementations before every
-	// line of the stream), which costs about 0.6 CPU-s per run, three times
-	// the run without it (0.83–1.0 against 0.26–0.32 CPU-s); and the
-	// interpreter's teardown (the fork ends with os._exit once pytest.main
-	// returns and the stream is sent), 0.04–0.08 CPU-s per run: 0.20–0.22
-	// against 0.26–0.32 for the suite, 0.07 against 0.10–0.14 for one test.
-	// The code under test is then a mutation frognano made, not an agent's.
+	// (_frognano_guard, run by the stream's sink before every line), which
+	// cost about 0.6 CPU-s per run when this was decided (0.83–1.0 against
+	// 0.26–0.32 CPU-s) and, since it resolves what it watches once, costs
+	// 0.01–0.12 (docs/grading-speed.md); and the interpreter's teardown (the
+	// fork ends with os._exit once pytest.main returns and the stream is
+	// sent), 0.04–0.08 CPU-s per run: 0.20–0.22 against 0.26–0.32 for the
+	// suite, 0.07 against 0.10–0.14 for one test. The code under test is
+	// then a mutation frognano made, not an agent's.
 	PytestValidation
 )
 
@@ -254,12 +255,10 @@ def _frognano_serve(key, name, many):
 _frognano_many = sys.argv[3] == "1"
 _frognano_key, _frognano_fd, _frognano_args = _frognano_serve(_frognano_key, sys.argv[2], _frognano_many)
 _frognano_exit = sys.exit
+_frognano_guarded = not _frognano_many
 if _frognano_many:
-    # Validation: no guard on pytest's reporting machinery (it costs more
-    # than the run: see PytestValidation), and no interpreter teardown.
-    class FrognanoReport(FrognanoReport):
-        def _write(self, event):
-            self._sink(json.dumps(event))
+    # Validation: no guard on pytest's reporting machinery (see
+    # PytestValidation), and no interpreter teardown.
     _frognano_exit = os._exit
 sys.argv[2:] = _frognano_args
 for _m in set(sys.modules) - _frognano_base:

@@ -158,6 +158,14 @@ func TestGradingCannotBeGamed(t *testing.T) {
 		{"reads the grading server's memory and forges", []step{write("/tmp/peek.py", serverPeek), shell("python3 /tmp/peek.py > /tmp/peek.out 2>&1")}, 0},
 		{"sends the grading server a forged request", []step{write("/tmp/ask.py", serverAsk), shell("python3 /tmp/ask.py > /tmp/ask.out 2>&1")}, 0},
 	}...)
+	// Attacks on the plugin's guard from the package (guardattack_test.go).
+	for _, a := range guardAttacks {
+		tests = append(tests, struct {
+			name   string
+			agent  []step
+			reward float64
+		}{a.name, []step{write("calc.py", calcBuggy["calc.py"]+a.src)}, 0})
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			sb := createFrom(t, env, Options{})

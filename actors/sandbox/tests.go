@@ -148,9 +148,14 @@ func PytestArgs(rootdir string) []string {
 //     environment variable. Every line is numbered and authenticated with
 //     the key, and sent when its event happens: what a later hook (atexit,
 //     a daemon thread) writes cannot take back what was sent.
-//   - The plugin records the code of the functions through which outcomes
-//     travel, and reports any replaced since (package code that
-//     monkeypatches pytest).
+//   - The plugin's guard (_frognano_guard) records the functions and
+//     classes of the modules through which outcomes travel, the plugin
+//     itself, pytest's plugin manager and hook callers and their
+//     implementations, and the trace and profile functions, and the
+//     stream's sink runs it before every line: a "tampered" line goes out
+//     first when any of them changed (package code that monkeypatches
+//     pytest, or the plugin). The guard lives in the sink's closure, next
+//     to the key, not in an attribute the code under test could swap.
 var pytestBootstrap = `import os, sys, importlib
 _frognano_key = bytes.fromhex(sys.stdin.buffer.read(64).decode("ascii"))
 _n = os.open(os.devnull, os.O_RDONLY)
@@ -159,6 +164,7 @@ os.close(_n)
 _frognano_fd = os.dup(1)
 os.dup2(2, 1)
 _frognano_exit = sys.exit
+_frognano_guarded = True
 ` + pytestImports + pytestMain
 
 // pytestImports imports pytest, its dependencies and plugins and
@@ -197,10 +203,11 @@ sys.path[:] = _path
 // _frognano_key, runs pytest with sys.argv[2:] and ends with
 // _frognano_exit(its exit status): the end of pytestBootstrap, and what a
 // fork of the fork server runs.
-const pytestMain = `_sink = _frognano_stream(_frognano_fd, _frognano_key)
-_sink(json.dumps({"phase": "start"}))
-_report = FrognanoReport(None, _sink, _frognano_guard(_sink), _repo)
-del _sink, _frognano_key, _frognano_fd
+const pytestMain = `_check = _frognano_guard(_repo) if _frognano_guarded else None
+_sink = _frognano_stream(_frognano_fd, _frognano_key, _check)
+_sink({"phase": "start"})
+_report = FrognanoReport(None, _sink, _check, _repo)
+del _sink, _check, _frognano_key, _frognano_fd
 _args = sys.argv[2:]
 sys.path[:0] = [os.getcwd()] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 sys.argv = ["pytest"] + _args
