@@ -91,7 +91,16 @@ func (s *Sandbox) runPytest(ctx context.Context, spec TestSpec, dir string, time
 	if err != nil {
 		return nil, err
 	}
-	r := testreport.NewPytestStream(res.Stdout, key, res.ExitCode, res.TimedOut, res.Duration)
+	// A fail-fast run (the Synthesizer's screening, -x) stops at its first
+	// failure and reports fewer tests than pytest collected, which a
+	// grading run's stream must not: it is read as validation reads its
+	// fork server's stream (lines authenticated alike). Grading specs
+	// never carry these options (they come from the environment).
+	read := testreport.NewPytestStream
+	if pytestFailFast(spec.Args) {
+		read = testreport.NewPytestValidationStream
+	}
+	r := read(res.Stdout, key, res.ExitCode, res.TimedOut, res.Duration)
 	if res.Truncated && r.Valid {
 		r.Valid, r.Problem = false, fmt.Sprintf("pytest's output passed %d bytes and was cut", pytestStreamLimit)
 	}
@@ -421,6 +430,17 @@ func goSelection(tests []string) (pkgs []string, run string, err error) {
 func hasPackageArg(args []string) bool {
 	for _, a := range args {
 		if !strings.HasPrefix(a, "-") && (strings.HasPrefix(a, ".") || strings.Contains(a, "/") || path.IsAbs(a)) {
+			return true
+		}
+	}
+	return false
+}
+
+// pytestFailFast says whether pytest's arguments stop the run early: -x,
+// --exitfirst or --maxfail.
+func pytestFailFast(args []string) bool {
+	for _, a := range args {
+		if a == "-x" || a == "--exitfirst" || a == "--maxfail" || strings.HasPrefix(a, "--maxfail=") {
 			return true
 		}
 	}

@@ -90,6 +90,18 @@ func TestRunPytest(t *testing.T) {
 		}
 	}
 
+	// A fail-fast run (the Synthesizer's screening) stops at the first
+	// failure: valid, with fewer results than tests collected.
+	fast := spec
+	fast.Args = []string{"-x"}
+	first, err := sb.RunTests(ctx, fast, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !first.Valid || first.ExitCode != 1 || len(first.Results) == 0 || len(first.Results) >= len(all.Results) {
+		t.Fatalf("fail-fast run: valid %v (%s), exit %d, %d results of the suite's %d", first.Valid, first.Problem, first.ExitCode, len(first.Results), len(all.Results))
+	}
+
 	unknown, err := sb.RunTests(ctx, spec, []string{"tests/test_basic.py::test_does_not_exist"})
 	if err != nil {
 		t.Fatal(err)
