@@ -25,7 +25,7 @@ model: build
 # and the held-out curve (12 tasks of environments never trained on, 2
 # episodes each) at the start, after the warm start and at the end. See
 # docs/learning.md for what it measured.
-RUN_FLAGS ?= --tasks 6 --hint-levels 4,3 --warm-start-epochs 2 --steps 4 --eval-tasks 12 --eval-k 2 --eval-hints 3,4
+RUN_FLAGS ?= --tasks 6 --hint-levels 4,3 --warm-start-epochs 2 --steps 4 --eval-tasks 12 --eval-k 2 --eval-hints 3,4 --checkpoint-every 5
 run: setup model
 	./bin/frognano run $(RUN_FLAGS)
 
