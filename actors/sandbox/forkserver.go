@@ -328,6 +328,19 @@ func (s *Sandbox) StartPytestServer(ctx context.Context, spec TestSpec, use Pyte
 	if p.hostPid, p.start, err = s.hostProcess(ctx, nspid); err != nil {
 		return nil, err
 	}
+	// A command that kills its orphans (KillOrphans, here and in the
+	// sandbox's agent) takes every process init adopted that started at or
+	// after its own start less a clock tick (10 ms) for one it daemonised:
+	// the server, adopted by init, would be killed by a command started
+	// within a tick of it (the first validation run, an agent's first
+	// tool call). Let the clock pass the server's start first.
+	for uptimeTicks() <= p.start {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 	s.mu.Lock()
 	if s.spared == nil {
 		s.spared = map[int]uint64{}
