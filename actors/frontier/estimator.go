@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/synth/mutate"
 	"github.com/frognano/frognano/persistence"
 )
 
@@ -126,9 +127,7 @@ func DefaultParams() Params {
 		RevisitEvery: 8, RevisitAfterVersions: 16, MaxPicks: 1, PickWindow: 2,
 		TargetFrontier: 128, MaxRequestTasks: 16, MaxPendingRequests: 1, RequestTimeout: time.Hour,
 		SpecBackoff: 32, DiversityWeight: 0.5, BatchDiversity: 1,
-		Operators: []string{"flip_comparison", "swap_arithmetic", "swap_boolean", "off_by_one", "negate_condition",
-			"remove_statement", "remove_branch", "remove_return", "swap_arguments", "change_constant",
-			"swap_variable", "remove_guard", "unwrap_try", "break_loop_exit", "change_default"},
+		Operators:  slices.Clone(mutate.OperatorNames),
 		HintLevels: []int{0, 1, 2, 3, 4}, Bugs: []int{1, 2, 3}, Modes: []string{"agent"},
 		LearningRate: 0.05, L2: 1e-4, MaxBatch: 4096,
 	}
