@@ -1,53 +1,22 @@
 package learner
 
 import (
-	"fmt"
 	"log/slog"
-
-	"github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/kernels"
 	"github.com/frognano/frognano/kernels/cpu"
 	"github.com/frognano/frognano/kernels/cuda"
+	"github.com/frognano/frognano/runtime/capabilities"
 )
 
-// GPUFree is a GPU's free memory as NVML reports it.
-type GPUFree struct {
-	UUID      string
-	Name      string
-	FreeBytes uint64
-}
+// GPUFree is a GPU with its free memory as NVML reports it.
+type GPUFree = capabilities.GPUMemory
 
-// freeMemory lists the GPUs with their free memory through go-nvlib. It is
-// a variable so tests can stand in for a machine with GPUs.
-var freeMemory = func() (gpus []GPUFree, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			gpus, err = nil, fmt.Errorf("NVML panicked: %v", r)
-		}
-	}()
-	lib := nvml.New()
-	if ret := lib.Init(); ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("NVML init: %v", ret)
-	}
-	defer lib.Shutdown()
-	err = device.New(lib).VisitDevices(func(i int, d device.Device) error {
-		uuid, ret := d.GetUUID()
-		if ret != nvml.SUCCESS {
-			return fmt.Errorf("GPU %d UUID: %v", i, ret)
-		}
-		name, _ := d.GetName()
-		mem, ret := d.GetMemoryInfo()
-		if ret != nvml.SUCCESS {
-			return fmt.Errorf("GPU %d memory: %v", i, ret)
-		}
-		gpus = append(gpus, GPUFree{UUID: uuid, Name: name, FreeBytes: mem.Free})
-		return nil
-	})
-	return gpus, err
-}
+// freeMemory lists the GPUs with their free memory (the node's NVML probe,
+// runtime/capabilities). It is a variable so tests can stand in for a
+// machine with GPUs.
+var freeMemory = capabilities.GPUMemories
 
 // newCUDA opens the CUDA backend on a GPU; a variable for tests.
 var newCUDA = func(uuid string) (kernels.Backend, error) { return cuda.NewByUUID(uuid) }

@@ -12,6 +12,22 @@ import (
 // newNVML is a variable so tests can swap in a mock NVML.
 var newNVML = func() nvml.Interface { return nvml.New() }
 
+// GPUMemory is one GPU and its memory as NVML reports it at the moment of
+// the probe. Index is NVML's (PCI bus order; see listGPUs).
+type GPUMemory struct {
+	Index      int
+	UUID       string
+	Name       string
+	TotalBytes uint64
+	FreeBytes  uint64
+}
+
+// GPUMemories lists the GPUs NVML sees with their total and free memory
+// now; the Learner reads free memory through it to choose a GPU. It fails as
+// Probe's GPU discovery does: no driver, a broken one or a device that does
+// not answer yields no GPUs and an error saying why.
+func GPUMemories() ([]GPUMemory, error) { return probeGPUs(newNVML()) }
+
 // listGPUs lists the GPUs NVML sees. Any failure, most commonly
 // libnvidia-ml.so.1 not being installed, yields no GPUs and an error saying
 // why; a node without a driver is an ordinary CPU node.
@@ -19,7 +35,20 @@ var newNVML = func() nvml.Interface { return nvml.New() }
 // Index is NVML's index, which follows PCI bus order; CUDA's default order
 // can differ, so whoever binds a Learner to a GPU should select it by UUID
 // (CUDA_VISIBLE_DEVICES accepts UUIDs).
-func listGPUs(lib nvml.Interface) (gpus []*messages.GPU, err error) {
+func listGPUs(lib nvml.Interface) ([]*messages.GPU, error) {
+	mems, err := probeGPUs(lib)
+	if err != nil {
+		return nil, err
+	}
+	var gpus []*messages.GPU
+	for _, m := range mems {
+		gpus = append(gpus, &messages.GPU{Index: int32(m.Index), Uuid: m.UUID, Name: m.Name, MemoryBytes: m.TotalBytes})
+	}
+	return gpus, nil
+}
+
+// probeGPUs is the one NVML probe: init, visit every device, shut down.
+func probeGPUs(lib nvml.Interface) (gpus []GPUMemory, err error) {
 	// go-nvml calls into C; a broken driver should cost the GPUs, not the
 	// node.
 	defer func() {
@@ -50,12 +79,7 @@ func listGPUs(lib nvml.Interface) (gpus []*messages.GPU, err error) {
 		if ret != nvml.SUCCESS {
 			return fmt.Errorf("GPU %d memory: %v", i, ret)
 		}
-		gpus = append(gpus, &messages.GPU{
-			Index:       int32(i),
-			Uuid:        uuid,
-			Name:        name,
-			MemoryBytes: mem.Total,
-		})
+		gpus = append(gpus, GPUMemory{Index: i, UUID: uuid, Name: name, TotalBytes: mem.Total, FreeBytes: mem.Free})
 		return nil
 	})
 	if err != nil {
