@@ -1,12 +1,12 @@
 // Package kernels defines the compute backend the transformer runs on: a
-// small set of tensor operations, enough for a Llama/Qwen-family decoder's
-// forward pass with a KV cache. The CPU implementation is kernels/cpu; a CUDA
-// one (kernels/cuda, behind the cuda build tag) implements the same
-// interface, and kernels/kernelstest checks any implementation against hand
-// computed values and NumPy golden files.
-//
-// The operations the backward pass will need are added here when the
-// learner's training step is written, each with its CPU twin and golden test.
+// small set of tensor operations. Backend is enough for a Llama/Qwen-family
+// decoder's forward pass with a KV cache; GradBackend (grad.go) adds the
+// backward of each of them and what an optimizer step needs, for the
+// Learner. The CPU implementation is kernels/cpu; the CUDA one
+// (kernels/cuda, behind the cuda build tag) implements both interfaces too.
+// kernels/kernelstest checks any implementation: the forward operations
+// against hand-computed values and NumPy golden files, the backward ones
+// against finite differences and PyTorch golden gradients.
 package kernels
 
 import "github.com/frognano/frognano/kernels/tensor"
@@ -16,7 +16,9 @@ import "github.com/frognano/frognano/kernels/tensor"
 // element count and the row length matter to them, not the rank.
 //
 // A Tensor is only valid with the backend that made it: the CPU backend's
-// tensors are *tensor.Tensor, a device backend's hold device memory.
+// tensors are *tensor.Tensor, a device backend's hold device memory. A
+// backend that can quantize weights (kernels/model's Quantizer) also makes
+// read-only quantized tensors, which only its MatMul (as b) and Slice take.
 type Tensor interface {
 	Shape() []int
 }
@@ -29,12 +31,15 @@ var _ Tensor = (*tensor.Tensor)(nil)
 // activations and the KV cache are buffers reused step after step.
 // Element-wise and row-wise operations (RMSNorm, RoPE, SwiGLU, Softmax,
 // LogSoftmax, Add) may write in place (dst the same tensor as an input);
-// MatMul and Attention may not. Shape mismatches are programming errors and panic, as does a token id
-// or position out of range.
+// MatMul and Attention may not. Shape mismatches are programming errors and
+// panic, as does a token id or position out of range.
 //
-// Implementations are safe for concurrent use on distinct destinations.
+// Implementations are safe for concurrent use on distinct destinations. A
+// device backend may queue an operation and return before it has run;
+// ToHost waits for the work queued before it.
 type Backend interface {
-	// Name identifies the backend in logs and benchmarks ("cpu/openblas").
+	// Name identifies the backend in logs and benchmarks ("cpu/openblas
+	// 0.3.26 Haswell, avx2", "cuda/NVIDIA H200").
 	Name() string
 
 	// New allocates a zero-filled tensor.
@@ -57,7 +62,9 @@ type Backend interface {
 
 	// MatMul sets dst[m,n] = a[m,k] · b[n,k]ᵀ. b is in the layout of a
 	// PyTorch Linear weight ([out, in]) and of the embedding table, so a
-	// linear layer and tied output logits are both one MatMul.
+	// linear layer and tied output logits are both one MatMul. b may be a
+	// quantized tensor of the same backend; the CUDA backend can be set to
+	// multiply in bfloat16 (accumulating in float32).
 	MatMul(dst, a, b Tensor)
 	// Embedding copies row ids[i] of table[vocab, dim] into row i of
 	// dst[len(ids), dim].
