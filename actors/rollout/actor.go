@@ -153,6 +153,10 @@ type ActorStore struct {
 	Root    *actor.RootContext
 	PID     *actor.PID
 	Timeout time.Duration // per request (default 1 minute)
+	// Ask, when set, replaces Root and PID: how a client outside the actor
+	// system (the CLI, through a node's gateway) reaches the rollout actor.
+	// It returns the actor's reply, a Failure as a reply too.
+	Ask func(msg any, timeout time.Duration) (any, error)
 }
 
 var _ persistence.TrajectoryStore = (*ActorStore)(nil)
@@ -162,8 +166,13 @@ func (s *ActorStore) ask(msg any) (any, error) {
 	if timeout <= 0 {
 		timeout = time.Minute
 	}
-	res, err := s.Root.RequestFuture(s.PID, msg, timeout).Result()
-	if err != nil {
+	var res any
+	var err error
+	if s.Ask != nil {
+		if res, err = s.Ask(msg, timeout); err != nil {
+			return nil, err
+		}
+	} else if res, err = s.Root.RequestFuture(s.PID, msg, timeout).Result(); err != nil {
 		return nil, fmt.Errorf("rollout actor %s did not answer: %w", s.PID, err)
 	}
 	if f, ok := res.(*messages.Failure); ok {

@@ -227,7 +227,14 @@ func (ws *workerWorkspace) setup(ctx context.Context, task *messages.Task) error
 	if timeout <= 0 {
 		timeout = 5 * time.Minute
 	}
-	res, err := ws.ask(ctx, &messages.SandboxCreate{Image: task.GetImage(), Environment: task.GetEnvironment()}, timeout, "create", "")
+	create := &messages.SandboxCreate{Image: task.GetImage(), Environment: task.GetEnvironment()}
+	if ws.w.Environments != nil && task.GetEnvironment() != "" {
+		// A worker on another member may not hold the environment.
+		if env, err := ws.w.Environments.Get(ctx, task.GetEnvironment()); err == nil {
+			create.EnvironmentRecord = env
+		}
+	}
+	res, err := ws.ask(ctx, create, timeout, "create", "")
 	if err != nil {
 		var f *workerFailure
 		if errors.As(err, &f) {

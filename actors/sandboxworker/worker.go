@@ -98,6 +98,10 @@ func (w *worker) Receive(ctx actor.Context) {
 		image, opts := m.Image, sandbox.Options{Labels: m.Labels}
 		if m.Environment != "" {
 			env, err := w.cfg.Environments.Get(bctx, m.Environment)
+			if errors.Is(err, persistence.ErrNotFound) && m.GetEnvironmentRecord().GetName() == m.Environment {
+				// Registered on the node that asked, not on this one.
+				env, err = m.GetEnvironmentRecord(), nil
+			}
 			if errors.Is(err, persistence.ErrNotFound) {
 				ctx.Respond(fail("no_environment", fmt.Errorf("environment %q is not registered on this node: %w", m.Environment, err)))
 				return

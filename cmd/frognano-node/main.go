@@ -12,7 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/frognano/frognano/actors/ui"
 	"github.com/frognano/frognano/cmd/internal/nodeflags"
 	"github.com/frognano/frognano/cmd/internal/services"
 	"github.com/frognano/frognano/runtime/capabilities"
@@ -71,18 +70,13 @@ func run(cfg config.Config) error {
 	fmt.Fprintf(os.Stderr, "# frognano-node %s, resolved configuration:\n%s", node.Version(), cfg.YAML())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	sandboxes := services.NewSandboxes(cfg, log)
-	defer sandboxes.Close()
-	kinds, actors := sandboxes.Options(os.Stderr)
-	policy := services.NewPolicy(services.PolicyConfig{Model: cfg.Policy.Model, Quantization: cfg.Policy.Quantization, Logger: log})
-	defer policy.Close()
-	pk, pa, handlers := policy.Options()
-	n, err := node.Start(ctx, cfg, node.Options{Logger: log, Version: node.Version(),
-		Kinds: append(kinds, pk...), Actors: append(actors, pa...), Handlers: append(handlers, ui.NodeHandler())})
+	w, opts := services.NewWiring(cfg, log, os.Stderr, true)
+	defer w.Close()
+	n, err := node.Start(ctx, cfg, opts)
 	if err != nil {
 		return err
 	}
-	sandboxes.Start(ctx, n)
+	w.Start(ctx, n)
 	<-ctx.Done()
 	log.Info("shutting down", "signal", "received")
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

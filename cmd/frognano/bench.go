@@ -15,6 +15,7 @@ import (
 
 	"github.com/frognano/frognano/actors/environment"
 	"github.com/frognano/frognano/actors/frontier/sim"
+	"github.com/frognano/frognano/actors/gateway"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/synth"
 	"github.com/frognano/frognano/kernels/cpu/kbench"
@@ -204,20 +205,14 @@ over several invocations with --packages) without running anything.`,
 type envBenchNode struct{ c *client }
 
 func (n envBenchNode) Environment(_ context.Context, name string) (*messages.Environment, error) {
-	res, err := n.c.system.Root.RequestFuture(n.c.pid(environment.ActorName), &messages.EnvGetRequest{Name: name}, time.Minute).Result()
+	res, err := n.c.askActor(n.c.pid(environment.ActorName), &messages.EnvGetRequest{Name: name}, time.Minute)
 	if err != nil {
-		return nil, fmt.Errorf("node %s did not answer: %w", n.c.manager.Address, err)
-	}
-	switch m := res.(type) {
-	case *messages.EnvAddReply:
-		return m.Environment, nil
-	case *messages.Failure:
-		if m.Code == "not_found" {
+		if gateway.HasCode(err, "not_found") {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("%s", m.Message)
+		return nil, err
 	}
-	return nil, fmt.Errorf("unexpected answer %T", res)
+	return res.(*messages.EnvAddReply).Environment, nil
 }
 
 func (n envBenchNode) Register(ctx context.Context, source string, stage func(string)) (*messages.Environment, error) {
@@ -253,33 +248,15 @@ func (n envBenchNode) Synthesize(ctx context.Context, req *messages.SynthesizeRe
 	return res.(*messages.SynthesizeResult), nil
 }
 
-// stream sends req to an actor from a short-lived one that hands every
-// message it receives to on, until on says it is the answer or a Failure
-// comes (an error) or ctx ends.
+// stream sends req to an actor of the node and hands every message that
+// comes back to on, the reply last (a Failure is an error).
 func (c *client) stream(ctx context.Context, to *actor.PID, req any, on func(any) bool) (any, error) {
-	done := make(chan any, 1)
-	pid := c.system.Root.Spawn(actor.PropsFromFunc(func(actx actor.Context) {
-		switch m := actx.Message().(type) {
-		case *actor.Started:
-			actx.Request(to, req)
-		case *messages.Failure:
-			done <- m
-		default:
-			if on(m) {
-				done <- m
-			}
-		}
-	}))
-	defer c.system.Root.Stop(pid)
-	select {
-	case res := <-done:
-		if f, ok := res.(*messages.Failure); ok {
-			return nil, fmt.Errorf("%s", f.Message)
-		}
-		return res, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	res, err := c.call(ctx, to.Id, req, gateway.MaxTimeout, func(m any) { on(m) })
+	if err != nil {
+		return nil, err
 	}
+	on(res)
+	return res, nil
 }
 
 func benchFrontierCmd() *cobra.Command {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/frognano/frognano/cmd/internal/services"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/mtls"
 	"github.com/frognano/frognano/runtime/node"
@@ -107,87 +108,45 @@ func TestCertCommands(t *testing.T) {
 	}
 }
 
-// activatedCount counts the actors remoting's activator has spawned on n.
-func activatedCount(n *node.Node) int {
-	count := 0
-	for _, bucket := range n.System().ProcessRegistry.LocalPIDs.LocalPIDs {
-		for _, k := range bucket.Keys() {
-			if strings.HasPrefix(k, "activator/Remote$") {
-				count++
-			}
-		}
-	}
-	return count
-}
-
-// TestCLIUsesRemoteTLS: `frognano --node … cluster spawn` reaches a node
-// with mutual TLS when it has a certificate of the node's CA (from flags
-// or the environment), and without one, or with another CA's, it gets no
-// answer, a hint naming the settings, and spawns nothing.
-func TestCLIUsesRemoteTLS(t *testing.T) {
+// TestCLIReachesAnMTLSNodeThroughItsAPI: the CLI is a client of a node's
+// HTTP API, never of its remoting: `frognano --node … cluster spawn`
+// reaches a node whose remoting requires mutual TLS without any
+// certificate, through the API and its token; without the token it is
+// refused and spawns nothing.
+func TestCLIReachesAnMTLSNodeThroughItsAPI(t *testing.T) {
 	dir := t.TempDir()
 	ca := filepath.Join(dir, "ca")
 	if _, err := cli(t, "cert", "ca", "--out", ca); err != nil {
 		t.Fatal(err)
 	}
-	issue := func(name, caDir string) config.Remote {
-		out := filepath.Join(dir, name)
-		if _, err := cli(t, "cert", "node", "--ca", caDir, "--name", name, "--host", "127.0.0.1", "--out", out); err != nil {
-			t.Fatal(err)
-		}
-		return config.Remote{TLSCA: filepath.Join(out, "ca.crt"), TLSCert: filepath.Join(out, "node.crt"), TLSKey: filepath.Join(out, "node.key")}
+	out := filepath.Join(dir, "node-a")
+	if _, err := cli(t, "cert", "node", "--ca", ca, "--name", "node-a", "--host", "127.0.0.1", "--out", out); err != nil {
+		t.Fatal(err)
 	}
+	token := strings.Repeat("t0ken", 8)
 	cfg := config.Default()
 	cfg.Node.DataDir = filepath.Join(dir, "data")
 	cfg.Node.HTTPAddr, cfg.Node.RemoteAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Remote = issue("node-a", ca)
+	cfg.Node.APIToken = token
+	cfg.Remote = config.Remote{TLSCA: filepath.Join(out, "ca.crt"), TLSCert: filepath.Join(out, "node.crt"), TLSKey: filepath.Join(out, "node.key")}
 	cfg.Log.Level = "warn"
-	n, err := node.Start(context.Background(), cfg, node.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	n, err := node.Start(context.Background(), cfg, node.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Handlers: []node.Handler{services.Gateway()}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer n.Stop(context.Background())
-
-	user := issue("cli", ca)
-	evilCA := filepath.Join(dir, "evil-ca")
-	if _, err := cli(t, "cert", "ca", "--out", evilCA); err != nil {
-		t.Fatal(err)
-	}
-	evil := issue("evil", evilCA)
-	// The outsider knows the cluster's CA certificate (it is public): only
-	// its own certificate is wrong.
-	both, _ := os.ReadFile(cfg.Remote.TLSCA)
-	theirs, _ := os.ReadFile(evil.TLSCA)
-	evil.TLSCA = filepath.Join(dir, "bundle.crt")
-	os.WriteFile(evil.TLSCA, append(both, theirs...), 0o644)
-
 	t.Setenv("FROGNANO_REMOTE_TLS_CA", "")
 	t.Setenv("FROGNANO_REMOTE_TLS_CERT", "")
 	t.Setenv("FROGNANO_REMOTE_TLS_KEY", "")
-	out, err := cli(t, "--node", n.HTTPAddr(), "cluster", "spawn", "diag")
-	if err == nil || !strings.Contains(err.Error(), "did not answer") || !strings.Contains(err.Error(), "FROGNANO_REMOTE_TLS_CA") {
-		t.Errorf("without a certificate: %v\n%s", err, out)
-	}
-	out, err = cli(t, "--node", n.HTTPAddr(), "--remote-tls-ca", evil.TLSCA, "--remote-tls-cert", evil.TLSCert, "--remote-tls-key", evil.TLSKey, "cluster", "spawn", "diag")
-	if err == nil || !strings.Contains(err.Error(), "did not answer") || !strings.Contains(err.Error(), "same CA") {
-		t.Errorf("with another CA's certificate: %v\n%s", err, out)
-	}
-	if c := activatedCount(n); c != 0 {
-		t.Fatalf("%d actors spawned by clients without a certificate of the node's CA", c)
-	}
 
-	out, err = cli(t, "--node", n.HTTPAddr(), "--remote-tls-ca", user.TLSCA, "--remote-tls-cert", user.TLSCert, "--remote-tls-key", user.TLSKey, "cluster", "spawn", "diag")
-	if err != nil || !strings.Contains(out, "spawned diag as "+n.Address()) {
-		t.Fatalf("with the cluster's certificate from flags: %v\n%s", err, out)
+	t.Setenv("FROGNANO_NODE_API_TOKEN", "")
+	res, err := cli(t, "--node", n.HTTPAddr(), "cluster", "spawn", "diag")
+	if err == nil || !strings.Contains(err.Error(), "needs its API token") || strings.Contains(res, "spawned") {
+		t.Errorf("without the token: %v\n%s", err, res)
 	}
-	t.Setenv("FROGNANO_REMOTE_TLS_CA", user.TLSCA)
-	t.Setenv("FROGNANO_REMOTE_TLS_CERT", user.TLSCert)
-	t.Setenv("FROGNANO_REMOTE_TLS_KEY", user.TLSKey)
-	out, err = cli(t, "--node", n.HTTPAddr(), "cluster", "spawn", "diag")
-	if err != nil || !strings.Contains(out, "spawned diag as "+n.Address()) {
-		t.Fatalf("with the cluster's certificate from the environment: %v\n%s", err, out)
-	}
-	if c := activatedCount(n); c != 2 {
-		t.Errorf("%d actors spawned, want the two the member asked for", c)
+	t.Setenv("FROGNANO_NODE_API_TOKEN", token)
+	res, err = cli(t, "--node", n.HTTPAddr(), "cluster", "spawn", "diag")
+	if err != nil || !strings.Contains(res, "spawned diag as "+n.Address()) {
+		t.Fatalf("with the token, without a certificate: %v\n%s", err, res)
 	}
 }

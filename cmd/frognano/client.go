@@ -10,36 +10,36 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/remote"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/frognano/frognano/actors/gateway"
 	messages "github.com/frognano/frognano/actors/messages/v1"
-	"github.com/frognano/frognano/actors/ui"
 	"github.com/frognano/frognano/cmd/internal/nodeflags"
 	"github.com/frognano/frognano/cmd/internal/services"
 	"github.com/frognano/frognano/runtime/config"
-	"github.com/frognano/frognano/runtime/mtls"
 	"github.com/frognano/frognano/runtime/node"
 )
 
-// client reaches a node's manager actor: a running node over actor remoting,
-// or a node embedded in this process.
+// client reaches a node's actors through the node's HTTP API (the actor
+// gateway, actors/gateway): a running node at --node, or a node embedded
+// in this process, reached the same way. The CLI never joins the node's
+// actor system; system is this process's own (the embedded node's, or a
+// local one for the actors eval spawns here).
 type client struct {
-	system    *actor.ActorSystem
-	manager   *actor.PID
+	gw        *gateway.Client
+	manager   *actor.PID // the node's manager: its address names the node
 	embedded  *node.Node
+	wiring    *services.Wiring
 	sandboxes *services.Sandboxes
-	policy    *services.Policy
-	remote    *remote.Remote
 	log       *slog.Logger
-	// tls: the client's remoting uses mutual TLS (remote.tls_*).
-	tls bool
-	// answered: the node has answered once (so remoting works).
-	answered atomic.Bool
+
+	localOnce sync.Once
+	system    *actor.ActorSystem
 }
 
 // connect uses the node at httpAddr, or starts an embedded one when it is empty.
@@ -53,35 +53,39 @@ func connect(ctx context.Context, httpAddr string, load func() (config.Config, e
 		if embedDefaults != nil {
 			embedDefaults(&cfg)
 		}
-		sandboxes := services.NewSandboxes(cfg, log)
-		kinds, actors := sandboxes.Options(io.Discard)
-		policy := services.NewPolicy(services.PolicyConfig{Model: cfg.Policy.Model, Quantization: cfg.Policy.Quantization, Logger: log})
-		pk, pa, handlers := policy.Options()
-		n, err := node.Start(ctx, cfg, node.Options{Logger: log, Version: node.Version(),
-			Kinds: append(kinds, pk...), Actors: append(actors, pa...), Handlers: append(handlers, ui.NodeHandler())})
+		// The embedded node's run service resumes no run by itself: the
+		// CLI runs what it is asked to (frognano run --run ID resumes).
+		w, opts := services.NewWiring(cfg, log, io.Discard, false)
+		n, err := node.Start(ctx, cfg, opts)
 		if err != nil {
+			w.Close()
 			return nil, err
 		}
-		sandboxes.Start(ctx, n)
-		return &client{system: n.System(), manager: n.Manager(), embedded: n, sandboxes: sandboxes, policy: policy, log: log}, nil
+		w.Start(ctx, n)
+		return &client{gw: &gateway.Client{Base: "http://" + n.HTTPAddr(), Token: cfg.Node.APIToken}, system: n.System(), manager: n.Manager(),
+			embedded: n, wiring: w, sandboxes: w.Sandboxes, log: log}, nil
 	}
 	info, err := fetchInfo(ctx, httpAddr, cfg.Node.APIToken)
 	if err != nil {
 		return nil, err
 	}
-	// The client joins the actor system with the node's remoting settings:
-	// with remote.tls_* set it presents that certificate and accepts only
-	// a node whose certificate the same CA signed (and the node answers
-	// through this client's loopback listener, which then requires one too).
-	tlsOpts, _, err := mtls.RemoteOptions(cfg.Remote)
+	base, err := nodeURL(httpAddr)
 	if err != nil {
 		return nil, err
 	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
-	r := remote.NewRemote(system, remote.Configure("127.0.0.1", 0, tlsOpts...))
-	r.Start()
-	return &client{system: system, manager: actor.NewPID(info.Address, node.ManagerName), remote: r, log: log, tls: cfg.Remote.TLS()}, nil
+	return &client{gw: &gateway.Client{Base: base, Token: cfg.Node.APIToken}, manager: actor.NewPID(info.Address, node.ManagerName), log: log}, nil
+}
+
+// local is this process's actor system: the embedded node's, or one of its
+// own (not remoting) for the actors a command spawns here.
+func (c *client) local() *actor.ActorSystem {
+	c.localOnce.Do(func() {
+		if c.system == nil {
+			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+			c.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
+		}
+	})
+	return c.system
 }
 
 // nodeURL is the base URL of a node's HTTP API given as HOST:PORT or as
@@ -148,31 +152,38 @@ func (c *client) ask(req any, timeout time.Duration) (any, error) {
 	return c.askActor(c.manager, req, timeout)
 }
 
-// askActor is ask for any actor of the node.
+// askActor is ask for any actor of the node (through its gateway).
 func (c *client) askActor(pid *actor.PID, req any, timeout time.Duration) (any, error) {
-	res, err := c.system.Root.RequestFuture(pid, req, timeout).Result()
-	if err != nil {
-		return nil, fmt.Errorf("node %s did not answer: %w%s", c.manager.Address, err, c.tlsHint())
+	return c.call(context.Background(), pid.Id, req, timeout, nil)
+}
+
+// call sends req to the node's actor name through the gateway; progress,
+// when set, sees each progress message before the reply.
+func (c *client) call(ctx context.Context, name string, req any, timeout time.Duration, progress func(any)) (any, error) {
+	m, ok := req.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("%T is not a message the node's gateway carries", req)
 	}
-	c.answered.Store(true)
-	if f, ok := res.(*messages.Failure); ok {
-		return nil, fmt.Errorf("%s", f.Message)
+	var on func(proto.Message)
+	if progress != nil {
+		on = func(p proto.Message) { progress(p) }
+	}
+	res, err := c.gw.Ask(ctx, name, m, timeout, on)
+	if err != nil {
+		return nil, err
 	}
 	return res, nil
 }
 
-// tlsHint says which remoting settings to check when a remote node does
-// not answer: a TLS handshake that fails looks like silence from here.
-func (c *client) tlsHint() string {
-	if c.embedded != nil || c.answered.Load() {
-		return ""
-	}
-	if c.tls {
-		return fmt.Sprintf(" (this client uses mutual TLS from remote.tls_ca, remote.tls_cert and remote.tls_key: the node must use a certificate "+
-			"of the same CA that names the host in %s, and this client's certificate must name 127.0.0.1, where the node answers it)", c.manager.Address)
-	}
-	return fmt.Sprintf(" (if the node's remoting uses mutual TLS, set remote.tls_ca, remote.tls_cert and remote.tls_key: %s, %s, %s)",
-		config.EnvName("remote.tls_ca"), config.EnvName("remote.tls_cert"), config.EnvName("remote.tls_key"))
+// Ask implements trainer.Asker through the node's gateway.
+func (c *client) Ask(name string, req any, timeout time.Duration) (any, error) {
+	return c.call(context.Background(), name, req, timeout, nil)
+}
+
+// AskStages implements trainer.Asker: a spinner over the stages on a
+// terminal, a line per stage elsewhere.
+func (c *client) AskStages(_ context.Context, name string, req any, timeout time.Duration, out io.Writer, _ func(any) bool) (any, error) {
+	return c.askWithProgress(c.pid(name), req, timeout, out)
 }
 
 // pid is a named actor of the node the client talks to.
@@ -181,12 +192,12 @@ func (c *client) pid(name string) *actor.PID { return actor.NewPID(c.manager.Add
 func (c *client) close() {
 	if c.embedded != nil {
 		_ = c.embedded.Stop(context.Background())
-		_ = c.sandboxes.Close()
-		_ = c.policy.Close()
+		c.wiring.Close()
 		return
 	}
-	c.remote.Shutdown(false)
-	c.system.Shutdown()
+	if c.system != nil {
+		c.system.Shutdown()
+	}
 }
 
 func printJSON(w io.Writer, v any) {

@@ -27,7 +27,7 @@ func TestClientSendsTheAPIToken(t *testing.T) {
 	cfg.Node.DataDir = filepath.Join(t.TempDir(), "data")
 	cfg.Node.HTTPAddr, cfg.Node.RemoteAddr, cfg.Node.APIToken = "0.0.0.0:0", "127.0.0.1:0", token
 	cfg.Log.Level = "warn"
-	n, err := node.Start(context.Background(), cfg, node.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	n, err := node.Start(context.Background(), cfg, node.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Handlers: []node.Handler{services.Gateway()}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/frognano/frognano/actors/diag"
 	"github.com/frognano/frognano/actors/frontier"
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/cmd/internal/services"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/node"
 )
@@ -26,7 +27,7 @@ func TestClusterMembersShowsLoad(t *testing.T) {
 	cfg.Node.HTTPAddr, cfg.Node.RemoteAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Cluster.Heartbeat, cfg.Cluster.FailureTimeout = 100*time.Millisecond, time.Second
 	cfg.Log.Level = "warn"
-	n, err := node.Start(context.Background(), cfg, node.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	n, err := node.Start(context.Background(), cfg, node.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Handlers: []node.Handler{services.Gateway()}})
 	if err != nil {
 		t.Fatal(err)
 	}

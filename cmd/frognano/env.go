@@ -1,11 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
-	"sort"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -66,7 +65,7 @@ fewer than --min-tests passing tests (default ` + fmt.Sprint(environment.Default
 			}
 			env := res.(*messages.EnvAddReply).Environment
 			fmt.Fprintf(cmd.OutOrStdout(), "registered %s: %s, %d tests at baseline (%s), image %s, in %.0fs\n",
-				env.Name, env.Language, len(env.Baseline.GetResults()), summarize(env.Baseline), env.Image, env.SetupSeconds)
+				env.Name, env.Language, len(env.Baseline.GetResults()), environment.Summarize(env.Baseline), env.Image, env.SetupSeconds)
 			if col := environment.CollectionErrors(env); col.Failed > 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "\nWARNING: %s.\nTasks from %s use only the tests that ran.\n", col, env.Name)
 			}
@@ -99,7 +98,7 @@ fewer than --min-tests passing tests (default ` + fmt.Sprint(environment.Default
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tLANGUAGE\tSOURCE\tTESTS\tBASELINE\tIMAGE")
 			for _, e := range res.(*messages.EnvList).Environments {
-				fmt.Fprintf(tw, "%s\t%s\t%s:%s\t%d\t%s\t%s\n", e.Name, e.Language, e.SourceKind, e.Source, len(e.Baseline.GetResults()), summarize(e.Baseline), e.Image)
+				fmt.Fprintf(tw, "%s\t%s\t%s:%s\t%d\t%s\t%s\n", e.Name, e.Language, e.SourceKind, e.Source, len(e.Baseline.GetResults()), environment.Summarize(e.Baseline), e.Image)
 			}
 			return tw.Flush()
 		},
@@ -144,41 +143,14 @@ fewer than --min-tests passing tests (default ` + fmt.Sprint(environment.Default
 	return cmd
 }
 
-// summarize counts a report's results by status.
-func summarize(r *messages.TestReport) string {
-	counts := map[string]int{}
-	for _, res := range r.GetResults() {
-		counts[strings.ToLower(strings.TrimPrefix(res.Status.String(), "TEST_STATUS_"))]++
-	}
-	var parts []string
-	for k, v := range counts {
-		parts = append(parts, fmt.Sprintf("%d %s", v, k))
-	}
-	sort.Strings(parts)
-	return strings.Join(parts, ", ")
-}
-
-// askWithProgress sends req from a short-lived actor that shows the
-// EnvProgress messages it receives as a spinner, until the final reply.
+// askWithProgress sends req to an actor of the node and shows the
+// EnvProgress messages that come before its reply as a spinner (a line per
+// stage off a terminal), until the reply.
 func (c *client) askWithProgress(to *actor.PID, req any, timeout time.Duration, w io.Writer) (any, error) {
+	tty := isTerminal(w)
 	bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(w), progressbar.OptionSpinnerType(14),
 		progressbar.OptionSetDescription("starting"), progressbar.OptionShowElapsedTimeOnFinish(),
-		progressbar.OptionSetVisibility(isTerminal(w)))
-	done := make(chan any, 1)
-	pid := c.system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
-		switch m := ctx.Message().(type) {
-		case *actor.Started:
-			ctx.Request(to, req)
-		case *messages.EnvProgress:
-			bar.Describe(m.Stage)
-			if !isTerminal(w) {
-				fmt.Fprintln(w, "==>", m.Stage)
-			}
-		case *messages.Failure, *messages.EnvAddReply:
-			done <- m
-		}
-	}))
-	defer c.system.Root.Stop(pid)
+		progressbar.OptionSetVisibility(tty))
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
@@ -193,17 +165,17 @@ func (c *client) askWithProgress(to *actor.PID, req any, timeout time.Duration, 
 			}
 		}
 	}()
-	select {
-	case res := <-done:
-		_ = bar.Finish()
-		fmt.Fprintln(w)
-		if f, ok := res.(*messages.Failure); ok {
-			return nil, fmt.Errorf("%s", f.Message)
+	res, err := c.call(context.Background(), to.Id, req, timeout, func(m any) {
+		if p, ok := m.(*messages.EnvProgress); ok {
+			bar.Describe(p.Stage)
+			if !tty {
+				fmt.Fprintln(w, "==>", p.Stage)
+			}
 		}
-		return res, nil
-	case <-time.After(timeout):
-		return nil, fmt.Errorf("no answer from %s within %v", to, timeout)
-	}
+	})
+	_ = bar.Finish()
+	fmt.Fprintln(w)
+	return res, err
 }
 
 func isTerminal(w io.Writer) bool {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/frognano/frognano/actors/environment"
 	"github.com/frognano/frognano/actors/evaluate"
+	"github.com/frognano/frognano/actors/gateway"
 	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/rollout"
@@ -25,6 +26,7 @@ import (
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/actors/sandboxworker"
 	"github.com/frognano/frognano/actors/synth"
+	"github.com/frognano/frognano/actors/trainer"
 	"github.com/frognano/frognano/cmd/internal/services"
 	"github.com/frognano/frognano/kernels/model"
 	"github.com/frognano/frognano/kernels/modelstore"
@@ -239,8 +241,8 @@ func runEval(cmd *cobra.Command, a *app, f *evalFlags) error {
 
 	// Every episode runs in its own SandboxWorker actor, spawned here.
 	sbs := &rollout.Workers{
-		Root:         c.system.Root,
-		Spawn:        rollout.LocalWorkers(c.system.Root, sandboxworker.Props(sandboxworker.Config{Runtime: rt, Environments: envStore, Logger: c.log})),
+		Root:         c.local().Root,
+		Spawn:        rollout.LocalWorkers(c.local().Root, sandboxworker.Props(sandboxworker.Config{Runtime: rt, Environments: envStore, Logger: c.log})),
 		Environments: envStore,
 		Runtime:      rt,
 		TestPatches:  testPatches,
@@ -277,7 +279,14 @@ func runEval(cmd *cobra.Command, a *app, f *evalFlags) error {
 	if pol.ctxLen > 0 && lim.MaxContext > pol.ctxLen {
 		lim.MaxContext = pol.ctxLen
 	}
-	store := &rollout.ActorStore{Root: c.system.Root, PID: c.pid(rollout.ActorName)}
+	store := &rollout.ActorStore{Ask: func(msg any, timeout time.Duration) (any, error) {
+		res, err := c.call(ctx, rollout.ActorName, msg, timeout, nil)
+		var f *gateway.FailureError
+		if errors.As(err, &f) {
+			return &messages.Failure{Code: f.Code, Message: f.Message}, nil
+		}
+		return res, err
+	}}
 	runner, err := rollout.New(rollout.Config{Policy: pol, Tokenizer: pol.tok, Sandboxes: sbs, Trajectories: store, MaxEpisodes: f.parallel, Logger: c.log})
 	if err != nil {
 		return err
@@ -431,7 +440,7 @@ func evalTasks(c *client, f *evalFlags) ([]*messages.Task, []*messages.Environme
 		testPatches = map[string]string{}
 	)
 	if f.heldOut {
-		held, err := heldOutTasks(c, io.Discard)
+		held, err := trainer.HeldOutTasks(context.Background(), c, io.Discard)
 		if err != nil {
 			return nil, nil, nil, nil, err
 		}

@@ -1,33 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"path/filepath"
-	"strings"
-	"sync"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
 	"github.com/spf13/cobra"
 
-	"github.com/frognano/frognano/actors/diag"
-	"github.com/frognano/frognano/actors/environment"
-	"github.com/frognano/frognano/actors/evaluate"
-	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
-	"github.com/frognano/frognano/actors/rollout"
-	"github.com/frognano/frognano/actors/sandbox"
-	"github.com/frognano/frognano/actors/sandboxworker"
 	"github.com/frognano/frognano/actors/synth"
 	"github.com/frognano/frognano/actors/trainer"
-	"github.com/frognano/frognano/actors/ui"
-	"github.com/frognano/frognano/cmd/internal/services"
-	"github.com/frognano/frognano/kernels/modelstore"
-	"github.com/frognano/frognano/persistence"
 	"github.com/frognano/frognano/runtime/config"
 )
 
@@ -48,6 +33,7 @@ func runCmd(a *app) *cobra.Command {
 	var hints []int
 	var plotPath, tbDir string
 	var budget time.Duration
+	var detach bool
 	s := trainer.Settings{}
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -106,11 +92,35 @@ never a point twice (frognano runs export --format tensorboard writes the
 same file from the record at any time).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			s.BudgetSeconds = budget.Seconds()
+			job := trainer.Job{RunID: runID, Settings: s, Envs: envSources, Tasks: tasks, HintLevels: hints,
+				Jobs: jobs, Rounds: rounds, Parallel: parallel}
+			for flag, name := range map[string]string{"steps": "steps", "budget": "budget", "max-staleness": "max_staleness"} {
+				if cmd.Flags().Changed(flag) {
+					job.Override = append(job.Override, name)
+				}
+			}
+			if tbDir != "" {
+				if a.nodeAddr == "" {
+					abs, err := filepath.Abs(tbDir)
+					if err != nil {
+						return err
+					}
+					tbDir = abs
+				}
+				job.TensorBoard = tbDir
+			}
+			if err := job.Check(); err != nil {
+				return err
+			}
+			if detach && a.nodeAddr == "" {
+				return fmt.Errorf("--detach needs --node: an embedded node ends with this command")
+			}
 			// An embedded node's Sampler serves the model the run trains,
 			// unless the configuration names one (policy.model); a
 			// running node serves its own, which must be the same.
 			embed := a.embedDefaults(cmd)
-			c, err := connect(cmd.Context(), a.nodeAddr, a.load, func(cfg *config.Config) {
+			p, err := a.openAPI(cmd, func(cfg *config.Config) {
 				embed(cfg)
 				if cfg.Policy.Model == "" {
 					cfg.Policy.Model = s.Model
@@ -119,13 +129,10 @@ same file from the record at any time).`,
 			if err != nil {
 				return err
 			}
-			defer c.close()
-			ctx := cmd.Context()
-			n := c.embedded
+			defer p.close()
 			out := cmd.OutOrStdout()
-
-			if n != nil {
-				info := n.Info()
+			if p.embedded != nil {
+				info := p.embedded.embedded.Info()
 				caps := info.Capabilities
 				fmt.Fprintf(out, "node %s  remote %s  http %s\n", info.Id, info.Address, info.HttpAddress)
 				fmt.Fprintf(out, "capabilities: %d cores, %.1f GiB, containerd %v, %d GPU(s)", caps.Cores, float64(caps.MemoryBytes)/(1<<30), caps.Containerd, len(caps.Gpus))
@@ -134,178 +141,22 @@ same file from the record at any time).`,
 				}
 				fmt.Fprintln(out)
 			} else {
-				fmt.Fprintf(out, "node at %s (remote %s)\n", a.nodeAddr, c.manager.Address)
+				fmt.Fprintf(out, "node at %s\n", p.base)
 			}
-
-			runs := &trainer.Runs{Root: c.system.Root, PID: c.pid(trainer.HostName)}
-			started := time.Now()
-			run, resumed, err := openRun(ctx, runs, runID, started)
+			// The call itself must outlive an interrupt: the node owns the run.
+			sub, err := p.submit(context.WithoutCancel(cmd.Context()), job)
 			if err != nil {
 				return err
 			}
-			if resumed {
-				stored, err := trainer.DecodeSettings(run)
-				if err != nil {
-					return err
-				}
-				if cmd.Flags().Changed("steps") {
-					stored.Steps = s.Steps
-				}
-				if cmd.Flags().Changed("budget") {
-					stored.BudgetSeconds = budget.Seconds()
-				}
-				if cmd.Flags().Changed("max-staleness") {
-					stored.MaxStaleness = s.MaxStaleness // nothing is in flight between two processes
-				}
-				s = stored
-				fmt.Fprintf(out, "resuming run %s (%s) after step %d of %d\n", run.Id, run.Status, run.Step, s.Steps)
-			} else {
-				if s.Seed == 0 {
-					s.Seed = uint64(started.UnixNano())
-				}
-				s.BudgetSeconds = budget.Seconds()
-				if s.WarmStartEpochs > 0 && s.WarmStartEnvs == "" && len(envSources) > 0 {
-					var names []string
-					for _, source := range envSources {
-						src, err := environment.ParseSource(source)
-						if err != nil {
-							return err
-						}
-						names = append(names, environment.DefaultName(src)) // the run's training environments
-					}
-					s.WarmStartEnvs = strings.Join(names, ",")
-				}
-				if err := s.Validate(); err != nil {
-					return err
-				}
-				for _, source := range envSources {
-					if evaluate.HeldOutSource(source) {
-						return evaluate.CheckTraining(source, nil)
-					}
-				}
-				run.ConfigYaml = s.Encode()
+			verb := "started"
+			if sub.Resumed {
+				verb = "resumed"
 			}
-			stored, err := tensorBoardLog(out, cmd.ErrOrStderr(), tbDir, run)
-			if err != nil {
-				return err
+			fmt.Fprintf(out, "run %s %s on the node (frognano runs logs %s -f follows it; frognano runs stop %s stops it)\n", sub.ID, verb, sub.ID, sub.ID)
+			if detach {
+				return nil
 			}
-			runs.Stored = stored
-			run.Status = "running"
-			run.UpdatedUnixNano = time.Now().UnixNano()
-			if err := runs.Put(ctx, run); err != nil {
-				return err
-			}
-			finish := func(status string) {
-				run.Status = status
-				run.UpdatedUnixNano = time.Now().UnixNano()
-				if err := runs.Put(context.Background(), run); err != nil {
-					fmt.Fprintln(cmd.ErrOrStderr(), "warning: could not record run:", err)
-				}
-			}
-
-			var members int
-			if n != nil {
-				members = len(n.Members())
-				fmt.Fprintf(out, "cluster: %d member(s)\n", members)
-			}
-			res, err := c.ask(&messages.DigestBatchRequest{Jobs: int32(jobs), Rounds: rounds, PreferRemote: true, Seed: uint64(started.UnixNano())}, 30*time.Minute)
-			if err != nil {
-				finish("failed")
-				return err
-			}
-			report := res.(*messages.DigestBatchReport)
-			perNode := map[string]int{}
-			bad := 0
-			for _, o := range report.Outcomes {
-				if o.Error != "" || !bytes.Equal(o.Digest, diag.Digest(o.Data, rounds)) {
-					bad++
-					continue
-				}
-				perNode[o.Node]++
-			}
-			for addr, k := range perNode {
-				fmt.Fprintf(out, "  %-24s %d verified jobs\n", addr, k)
-			}
-			if n == nil {
-				members = len(perNode)
-			}
-			run.Metrics["members"] = float64(members)
-			run.Metrics["jobs"] = float64(len(report.Outcomes))
-			run.Metrics["jobs_failed"] = float64(bad)
-			run.Metrics["jobs_per_second"] = float64(len(report.Outcomes)) / report.Seconds
-			if bad > 0 {
-				finish("failed")
-				return fmt.Errorf("%d of %d jobs failed or answered wrongly", bad, len(report.Outcomes))
-			}
-			if len(envSources) > 0 {
-				var envs []*messages.Environment
-				run.Metrics["env_baseline_tests"] = 0
-				for _, source := range envSources {
-					env, err := ensureEnvironment(c, source, cmd.ErrOrStderr())
-					if err != nil {
-						finish("failed")
-						return err
-					}
-					// No run trains on a held-out repository, under any name
-					// (a resumed run is checked again: settings predate checks).
-					if err := checkTraining(c, env, s); err != nil {
-						finish("failed")
-						return err
-					}
-					run.Metrics["env_baseline_tests"] += float64(len(env.Baseline.GetResults()))
-					fmt.Fprintf(out, "environment %s: %s, image %s, baseline %s\n", env.Name, env.Language, env.Image, summarize(env.Baseline))
-					envs = append(envs, env)
-				}
-				_, synthesized := run.Metrics["tasks_synthesized"]
-				if tasks > 0 && !(resumed && synthesized) {
-					for k, env := range envs {
-						for i, hint := range hints {
-							synthStart := time.Now()
-							res, err := c.synthesize(&messages.SynthesizeRequest{Environment: env.Name, Count: tasks, Bugs: 1,
-								Seed: uint64(started.UnixNano()) + uint64(k*len(hints)+i), Target: &messages.DifficultyFeatures{HintLevel: int32(hint)}}, cmd.ErrOrStderr())
-							if err != nil {
-								finish("failed")
-								return err
-							}
-							run.Metrics["tasks_synthesized"] += float64(len(res.TaskIds))
-							run.Metrics["synth_candidates"] += float64(res.GetProgress().GetCandidates())
-							run.Metrics["seconds_synth"] += time.Since(synthStart).Seconds()
-							fmt.Fprintf(out, "synthesized %d validated tasks of %s at hint level %d from %d candidates in %.1fs (frognano tasks ls --env %s)\n",
-								len(res.TaskIds), env.Name, hint, res.GetProgress().GetCandidates(), res.WallSeconds, env.Name)
-						}
-					}
-				}
-				var heldOut []*messages.Task
-				if s.EvalTasks > 0 {
-					if heldOut, err = heldOutTasks(c, cmd.ErrOrStderr()); err != nil {
-						finish("failed")
-						return err
-					}
-					fmt.Fprintf(out, "held-out set: %d tasks of %s (never trained on); %d at hint levels %v evaluated × %d episodes at the start, after the warm start, every %d steps and at the end\n",
-						len(heldOut), strings.Join(evaluate.HeldOutEnvironments, ", "), min(s.EvalTasks, len(heldOut)), s.EvalHints, s.EvalK, s.EvalEvery)
-				}
-				if err := runs.Put(ctx, run); err != nil {
-					return err
-				}
-				if !trainer.Finished(run, s) && s.Steps > 0 || (s.WarmStartEpochs > 0 && run.Metrics[trainer.MetricWarmStartDone] == 0) || trainer.EvalPending(run, s) {
-					sum, err := train(ctx, a, c, run, s, parallel, out, nil, heldOut, stored)
-					printSummary(out, sum, run)
-					writePlot(a, out, run, plotPath)
-					if err != nil {
-						if ctx.Err() != nil {
-							finish("stopped") // interrupted: --run resumes it
-						} else {
-							finish("failed")
-						}
-						return err
-					}
-				} else if s.Steps > 0 {
-					printSummary(out, trainer.SummaryOf(run, s.Steps), run)
-				}
-			}
-			finish("done")
-			fmt.Fprintf(out, "run %s done: %d jobs verified in %.2fs; recorded in the node's store\n", run.Id, len(report.Outcomes), report.Seconds)
-			return nil
+			return followRun(cmd.Context(), p, sub.ID, sub.LogOffset, out, cmd.ErrOrStderr(), plotPath)
 		},
 	}
 	fl := cmd.Flags()
@@ -331,7 +182,8 @@ same file from the record at any time).`,
 	fl.StringVar(&s.Model, "model", "", "model the Learner trains (model store name or path; default the store's default, which the node's Sampler serves)")
 	fl.IntVar(&parallel, "parallel", 8, "episodes (sandboxes) running at once")
 	fl.StringVar(&plotPath, "plot", "", "write the learning curve as a PNG here (default DATA_DIR/runs/RUN/curve.png)")
-	fl.StringVar(&tbDir, "tensorboard", "", "append the run's curve points to a TensorBoard event file in this directory as they are recorded (tensorboard --logdir DIR)")
+	fl.StringVar(&tbDir, "tensorboard", "", "append the run's curve points to a TensorBoard event file in this directory as they are recorded (tensorboard --logdir DIR); with --node, a directory on the node")
+	fl.BoolVar(&detach, "detach", false, "with --node: submit the run and return; frognano runs logs ID -f follows it")
 	fl.IntSliceVar(&hints, "hint-levels", []int{synth.HintLocation}, "hint levels of the --tasks tasks synthesized before training (--tasks at each)")
 	fl.StringVar(&s.Sampler, "sampler", trainer.SamplerFrontier, "how each step's tasks are picked: frontier (the FrontierEstimator: learnability p(1-p), difficulty model) or uniform (uniformly from the same pool: the baseline arm)")
 	fl.IntVar(&s.EvalTasks, "eval-tasks", 0, "held-out evaluation: tasks of the held-out set (environments never trained on) played at the start, after the warm start, every --eval-every steps and at the end (0: none)")
@@ -347,201 +199,43 @@ same file from the record at any time).`,
 	return cmd
 }
 
-// openRun returns the run record id names (resumed is true), or a new one
-// (under id when given).
-func openRun(ctx context.Context, runs *trainer.Runs, id string, now time.Time) (*messages.Run, bool, error) {
-	if id != "" {
-		r, err := runs.Get(ctx, id)
-		switch {
-		case err == nil:
-			if r.Metrics == nil {
-				r.Metrics = map[string]float64{}
-			}
-			return r, true, nil
-		case !errors.Is(err, persistence.ErrNotFound):
-			return nil, false, err
+// followRun prints run id's log from offset until the run ends, then
+// returns its outcome. An interrupt stops the run of an embedded node (it
+// is recorded stopped: --run ID resumes it) and only detaches from a
+// remote node's, which goes on.
+func followRun(ctx context.Context, p *api, id string, offset int64, out, errOut io.Writer, plotPath string) error {
+	bg := context.WithoutCancel(ctx)
+	off, err := p.follow(ctx, id, offset, true, out)
+	if ctx.Err() != nil {
+		if p.embedded == nil {
+			fmt.Fprintf(errOut, "\ndetached from run %s, which goes on on the node: frognano --node %s runs logs %s -f follows it again, frognano runs stop %s stops it\n", id, p.base, id, id)
+			return ctx.Err()
 		}
-	} else {
-		id = fmt.Sprintf("run-%s", now.UTC().Format("20060102-150405.000"))
+		fmt.Fprintf(errOut, "\ninterrupted: stopping run %s (frognano run --run %s resumes it)\n", id, id)
+		if _, err := p.runAction(bg, id, "stop"); err != nil {
+			fmt.Fprintln(errOut, "warning:", err)
+		}
+		_, _ = p.follow(bg, id, off, true, out) // what it prints as it winds down
+		return ctx.Err()
 	}
-	return &messages.Run{Id: id, Status: "running", StartedUnixNano: now.UnixNano(), UpdatedUnixNano: now.UnixNano(),
-		Metrics: map[string]float64{}}, false, nil
-}
-
-// tensorBoardLog opens run's TensorBoard event file in dir (nothing when
-// dir is "") and returns the function that appends the record's new points
-// after each write of it. A failed append is a warning, once: training
-// goes on, and runs export --format tensorboard writes the file again.
-func tensorBoardLog(out, errOut io.Writer, dir string, run *messages.Run) (func(*messages.Run), error) {
-	if dir == "" {
-		return nil, nil
-	}
-	tb, err := ui.OpenTensorBoardLog(dir, run)
 	if err != nil {
-		return nil, fmt.Errorf("--tensorboard %s: %w", dir, err)
+		return err
 	}
-	fmt.Fprintf(out, "tensorboard: appending the run's points to %s as they are recorded (tensorboard --logdir %s)\n", tb.Path(), dir)
-	var (
-		mu     sync.Mutex
-		warned bool
-	)
-	return func(r *messages.Run) {
-		mu.Lock()
-		defer mu.Unlock()
-		if _, err := tb.Append(r); err != nil && !warned {
-			warned = true
-			fmt.Fprintf(errOut, "warning: tensorboard events: %v (training goes on; frognano runs export %s --format tensorboard writes them from the record)\n", err, r.GetId())
-		}
-	}, nil
-}
-
-// train runs the loop's steps on the node c talks to. Episodes run in
-// sandboxes of this machine's containerd (the embedded node's connection,
-// or a new one), with the Sampler's model's tokenizer; policy nil is the
-// node's Sampler. stored, when set, is called after each write of the
-// run's record.
-func train(ctx context.Context, a *app, c *client, run *messages.Run, s trainer.Settings, parallel int, out io.Writer, policy harness.Policy, heldOut []*messages.Task, stored func(*messages.Run)) (trainer.Summary, error) {
-	fail := func(err error) (trainer.Summary, error) { return trainer.SummaryOf(run, s.Steps), err }
-	tok, err := loadTokenizer("", orDefaultModel(s.Model))
+	run, active, err := p.run(bg, id)
 	if err != nil {
-		return fail(err)
+		if isStatus(err, http.StatusNotFound) {
+			return fmt.Errorf("run %s ended before its record was written: its log above says why", id)
+		}
+		return err
 	}
-	var (
-		rt   func(context.Context) (*sandbox.Runtime, error)
-		envs persistence.EnvironmentStore
-	)
-	if c.embedded != nil {
-		rt, envs = c.sandboxes.Runtime, c.embedded.DB().Environments()
-	} else {
-		cfg, err := a.load()
-		if err != nil {
-			return fail(err)
-		}
-		sbs := services.NewSandboxes(cfg, c.log)
-		defer sbs.Close()
-		if _, err := sbs.Runtime(ctx); err != nil {
-			return fail(err)
-		}
-		rt = sbs.Runtime
-		// The node's environments, copied here: episodes run on this
-		// machine's containerd, which must hold their images.
-		res, err := c.askActor(c.pid(environment.ActorName), &messages.EnvListRequest{}, time.Minute)
-		if err != nil {
-			return fail(err)
-		}
-		envs = persistence.NewMemory().Environments()
-		for _, e := range res.(*messages.EnvList).GetEnvironments() {
-			if err := envs.Put(ctx, e); err != nil {
-				return fail(err)
-			}
+	if plotPath != "" && len(run.GetCurve()) > 0 {
+		if err := trainer.PlotCurve(run, plotPath); err != nil {
+			fmt.Fprintln(out, "no plot:", err)
+		} else {
+			fmt.Fprintf(out, "learning curve plotted: %s\n", plotPath)
 		}
 	}
-	// Every episode runs in its own SandboxWorker actor: spawned by kind on
-	// the cluster's members with containerd when the node is embedded here,
-	// in this process over this machine's containerd when it is remote.
-	var spawn func(context.Context) (*actor.PID, error)
-	if c.embedded != nil {
-		cw := &rollout.ClusterWorkers{Root: c.system.Root, Manager: c.manager, Members: c.embedded.Members}
-		spawn = cw.Spawn
-	} else {
-		spawn = rollout.LocalWorkers(c.system.Root, sandboxworker.Props(sandboxworker.Config{Runtime: rt, Environments: envs, Logger: c.log}))
-	}
-	sbs := &rollout.Workers{Root: c.system.Root, Spawn: spawn, Environments: envs, Runtime: rt, Logger: c.log}
-	defer sbs.Close()
-	t, err := trainer.New(trainer.Config{Root: c.system.Root, Node: c.manager.Address, Sandboxes: sbs, Tokenizer: tok,
-		Policy: policy, Parallel: parallel, Progress: out, Logger: c.log, HeldOut: heldOut, Stored: stored})
-	if err != nil {
-		return fail(err)
-	}
-	return t.Train(ctx, run, s)
-}
-
-func orDefaultModel(name string) string {
-	if name == "" {
-		return modelstore.Default
-	}
-	return name
-}
-
-// printSummary writes the run's totals.
-func printSummary(out io.Writer, s trainer.Summary, run *messages.Run) {
-	loss := "none (no update yet)"
-	if s.HaveLoss {
-		loss = fmt.Sprintf("%+.5f", s.Loss)
-	}
-	fmt.Fprintf(out, "training run %s: %d of %d step(s): %d task group(s), %d episodes (%d infrastructure failures), solve rate %.3f (%d solved), %d of %d effective group(s)\n",
-		s.RunID, s.Steps, s.TotalSteps, s.Tasks, s.Episodes, s.Infra, s.SolveRate(), s.Solved, s.Effective, s.Groups)
-	fmt.Fprintf(out, "  learner: %d update(s), %d step(s) without signal, last loss %s, learner step %d, policy v%d\n",
-		s.Updates, s.NoSignal, loss, s.LearnerStep, s.PolicyVersion)
-	fmt.Fprintf(out, "  seconds: synth %.1f, frontier batches %.1f, rollouts %.1f, outcomes %.1f, learning %.1f, sampler swaps %.1f\n",
-		run.GetMetrics()["seconds_synth"], s.SecondsBatch, s.SecondsRollout, s.SecondsReport, s.SecondsLearn, s.SecondsSwap)
-	if st, err := trainer.DecodeSettings(run); err == nil && st.MaxStaleness > 0 {
-		m := run.GetMetrics()
-		fmt.Fprintf(out, "  asynchronous steps (max staleness %d): %d group(s) dropped as stale, the oldest trained on or dropped %d version(s) behind, %d episode(s) spanning versions\n",
-			st.MaxStaleness, int(m[trainer.MetricStaleDropped]), int(m[trainer.MetricMaxStaleness]), int(m[trainer.MetricMixedEpisodes]))
-	}
-	if hasSteps(run) {
-		fmt.Fprintln(out, "steps (the frontier's pool after each step's outcomes: too hard/frontier/too easy, retired, the frontier band by hint level; the share of policy tokens the trust region clipped or masked):")
-		if err := trainer.WriteSteps(out, run, 20); err != nil {
-			fmt.Fprintln(out, "  cannot print the steps:", err)
-		}
-	}
-	if hasHeldOut(run) {
-		fmt.Fprintln(out, "learning curve (held-out environments, never trained on):")
-		if err := trainer.WriteCurve(out, run); err != nil {
-			fmt.Fprintln(out, "  cannot print the curve:", err)
-		}
-	}
-}
-
-func hasSteps(run *messages.Run) bool {
-	for _, p := range run.GetCurve() {
-		if p.GetPhase() == trainer.PhaseStep {
-			return true
-		}
-	}
-	return false
-}
-
-func hasHeldOut(run *messages.Run) bool {
-	for _, p := range run.GetCurve() {
-		if len(p.GetHeldOut()) > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// ensureEnvironment returns the environment for source, registering it first
-// when the node does not have it yet.
-func ensureEnvironment(c *client, source string, progress io.Writer) (*messages.Environment, error) {
-	src, err := environment.ParseSource(source)
-	if err != nil {
-		return nil, err
-	}
-	envs := c.pid(environment.ActorName)
-	if res, err := c.askActor(envs, &messages.EnvGetRequest{Name: environment.DefaultName(src)}, time.Minute); err == nil {
-		return res.(*messages.EnvAddReply).Environment, nil
-	}
-	res, err := c.askWithProgress(envs, &messages.EnvAddRequest{Source: source}, 2*time.Hour, progress)
-	if err != nil {
-		return nil, err
-	}
-	return res.(*messages.EnvAddReply).Environment, nil
-}
-
-// heldOutTasks registers the held-out environments where needed and
-// returns the held-out set as their tasks.
-func heldOutTasks(c *client, progress io.Writer) ([]*messages.Task, error) {
-	envs := map[string]*messages.Environment{}
-	for _, src := range evaluate.HeldOutSources {
-		e, err := ensureEnvironment(c, src, progress)
-		if err != nil {
-			return nil, fmt.Errorf("held-out environment %s: %w", src, err)
-		}
-		envs[e.GetName()] = e
-	}
-	return evaluate.HeldOut(envs)
+	return outcome(run, active)
 }
 
 // writePlot draws a run's curve next to its record (or at path) and says
@@ -563,25 +257,4 @@ func writePlot(a *app, out io.Writer, run *messages.Run, path string) {
 		return
 	}
 	fmt.Fprintf(out, "learning curve plotted: %s\n", path)
-}
-
-// checkTraining refuses a run whose training environment or warm-start
-// environments are held out.
-func checkTraining(c *client, env *messages.Environment, s trainer.Settings) error {
-	if err := evaluate.CheckTraining(env.GetName(), env); err != nil {
-		return err
-	}
-	for _, name := range strings.Split(s.WarmStartEnvs, ",") {
-		if name = strings.TrimSpace(name); name == "" {
-			continue
-		}
-		var e *messages.Environment
-		if r, err := c.askActor(c.pid(environment.ActorName), &messages.EnvGetRequest{Name: name}, time.Minute); err == nil {
-			e = r.(*messages.EnvAddReply).GetEnvironment()
-		}
-		if err := evaluate.CheckTraining(name, e); err != nil {
-			return fmt.Errorf("--warm-start-envs: %w", err)
-		}
-	}
-	return nil
 }

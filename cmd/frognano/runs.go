@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"text/tabwriter"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -10,10 +13,11 @@ import (
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/trainer"
+	"github.com/frognano/frognano/runtime/config"
 )
 
 func runsCmd(a *app) *cobra.Command {
-	cmd := &cobra.Command{Use: "runs", Short: "Training runs recorded in the node's store"}
+	cmd := &cobra.Command{Use: "runs", Short: "Training runs the node owns: list, follow, stop, resume, show, compare, export"}
 	var plotPath, jsonPath string
 	show := &cobra.Command{
 		Use:   "show ID",
@@ -38,7 +42,7 @@ compare reads.`,
 				return err
 			}
 			fmt.Fprintf(out, "settings:\n%s\n", s.Encode())
-			printSummary(out, trainer.SummaryOf(run, s.Steps), run)
+			trainer.WriteSummary(out, trainer.SummaryOf(run, s.Steps), run)
 			writePlot(a, out, run, plotPath)
 			if jsonPath != "" {
 				b, err := protojson.MarshalOptions{Multiline: true}.Marshal(run)
@@ -85,20 +89,123 @@ pass@1, as a fraction of B's. It needs no node.
 		},
 	}
 	cmd.AddCommand(show, compare, runsExportCmd(a))
+	cmd.AddCommand(runsControlCmds(a)...)
 	return cmd
 }
 
-// getRun reads run id's record from the node (embedded or --node).
+// getRun reads run id's record from the node's HTTP API (embedded or
+// --node).
 func getRun(a *app, cmd *cobra.Command, id string) (*messages.Run, error) {
-	c, err := a.connect(cmd)
+	p, err := a.openAPI(cmd, a.embedDefaults(cmd))
 	if err != nil {
 		return nil, err
 	}
-	defer c.close()
-	runs := &trainer.Runs{Root: c.system.Root, PID: c.pid(trainer.HostName)}
-	run, err := runs.Get(cmd.Context(), id)
+	defer p.close()
+	run, _, err := p.run(cmd.Context(), id)
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", id, err)
 	}
 	return run, nil
+}
+
+// runsControlCmds are the commands that list, follow, stop and resume the
+// runs a node owns, over its HTTP API.
+func runsControlCmds(a *app) []*cobra.Command {
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "The runs the node's store records: id, status, step, whether it runs now",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := a.openAPI(cmd, a.embedDefaults(cmd))
+			if err != nil {
+				return err
+			}
+			defer p.close()
+			runs, err := p.list(cmd.Context())
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSTATUS\tSTEP\tRUNNING NOW\tSTARTED\tUPDATED\tERROR")
+			for _, r := range runs {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%s\t%s\t%s\n", r.ID, r.Status, r.Step, r.Active, r.Started.Format(time.DateTime), r.Updated.Format(time.DateTime), config.Clip(r.Error, 80))
+			}
+			return tw.Flush()
+		},
+	}
+	var follow bool
+	logs := &cobra.Command{
+		Use:   "logs ID",
+		Short: "What a run printed on its node; -f follows it until it ends",
+		Long: `logs prints what run ID has printed on the node that owns it (its log,
+kept over its resumes in DATA_DIR/runs/ID/log on the node). With -f it goes
+on printing as the run goes, until the run ends; an interrupt leaves the
+run running.
+
+  frognano --node 10.0.0.5:7070 runs logs run-20261202-060000.000 -f`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.openAPI(cmd, a.embedDefaults(cmd))
+			if err != nil {
+				return err
+			}
+			defer p.close()
+			_, err = p.follow(cmd.Context(), args[0], 0, follow, cmd.OutOrStdout())
+			return err
+		},
+	}
+	logs.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing until the run ends")
+	stop := &cobra.Command{
+		Use:   "stop ID",
+		Short: "Stop a run on its node (recorded stopped; runs resume ID continues it)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.openAPI(cmd, a.embedDefaults(cmd))
+			if err != nil {
+				return err
+			}
+			defer p.close()
+			if _, err := p.runAction(cmd.Context(), args[0], "stop"); err != nil {
+				return err
+			}
+			p.waitInactive(cmd.Context(), args[0], 10*time.Minute)
+			run, active, err := p.run(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if active {
+				return fmt.Errorf("run %s is still stopping (its step in flight ends first): frognano runs logs %s -f shows when", args[0], args[0])
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "run %s %s after step %d\n", run.GetId(), run.GetStatus(), run.GetStep())
+			return nil
+		},
+	}
+	var detach bool
+	resume := &cobra.Command{
+		Use:   "resume ID",
+		Short: "Resume a stopped, failed or interrupted run on its node, with the job it was given",
+		Long: `resume starts run ID again on the node that holds its record, with the job
+(settings, environments, evaluation) it was started with, after its last
+recorded step, and follows its log like frognano run does (--detach
+returns at once). To change its length, use frognano run --run ID --steps N.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.openAPI(cmd, a.embedDefaults(cmd))
+			if err != nil {
+				return err
+			}
+			defer p.close()
+			sub, err := p.runAction(context.WithoutCancel(cmd.Context()), args[0], "resume")
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "run %s resumed on the node\n", sub.ID)
+			if detach && p.embedded == nil {
+				return nil
+			}
+			return followRun(cmd.Context(), p, sub.ID, sub.LogOffset, cmd.OutOrStdout(), cmd.ErrOrStderr(), "")
+		},
+	}
+	resume.Flags().BoolVar(&detach, "detach", false, "with --node: return once the node has resumed it")
+	return []*cobra.Command{ls, logs, stop, resume}
 }

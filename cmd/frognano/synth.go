@@ -1,15 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/frognano/frognano/actors/gateway"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/synth"
 	"github.com/frognano/frognano/actors/synth/mutate"
@@ -182,35 +183,29 @@ func (c *client) synthesize(req *messages.SynthesizeRequest, w io.Writer) (*mess
 	bar := progressbar.NewOptions64(total, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription("starting"),
 		progressbar.OptionShowCount(), progressbar.OptionSetWidth(30), progressbar.OptionShowElapsedTimeOnFinish(),
 		progressbar.OptionSetPredictTime(true), progressbar.OptionSetVisibility(tty))
-	done := make(chan any, 1)
 	stage := ""
-	pid := c.system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
-		switch m := ctx.Message().(type) {
-		case *actor.Started:
-			ctx.Request(c.pid(synth.ActorName), req)
-		case *messages.SynthesizeProgress:
-			n := int64(m.Validated)
-			if byCandidates {
-				n = int64(m.Candidates)
-			}
-			_ = bar.Set64(n)
-			bar.Describe(fmt.Sprintf("%s: %d validated, %d candidates judged", m.Stage, m.Validated, m.Candidates))
-			if !tty && m.Stage != stage {
-				fmt.Fprintln(w, "==>", m.Stage)
-			}
-			stage = m.Stage
-		case *messages.Failure, *messages.SynthesizeResult:
-			done <- m
+	res, err := c.call(context.Background(), synth.ActorName, req, gateway.MaxTimeout, func(msg any) {
+		m, ok := msg.(*messages.SynthesizeProgress)
+		if !ok {
+			return
 		}
-	}))
-	defer c.system.Root.Stop(pid)
-	res := <-done
+		n := int64(m.Validated)
+		if byCandidates {
+			n = int64(m.Candidates)
+		}
+		_ = bar.Set64(n)
+		bar.Describe(fmt.Sprintf("%s: %d validated, %d candidates judged", m.Stage, m.Validated, m.Candidates))
+		if !tty && m.Stage != stage {
+			fmt.Fprintln(w, "==>", m.Stage)
+		}
+		stage = m.Stage
+	})
 	_ = bar.Finish()
 	if tty {
 		fmt.Fprintln(w)
 	}
-	if f, ok := res.(*messages.Failure); ok {
-		return nil, fmt.Errorf("%s", f.Message)
+	if err != nil {
+		return nil, err
 	}
 	return res.(*messages.SynthesizeResult), nil
 }

@@ -122,6 +122,7 @@ func (n *Node) serveHTTP() {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		supervise.Restarts,
 		placement.Retries,
+		KindActorsStarted,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "frognano", Name: "cluster_members", Help: "Live cluster members seen by this node."},
 			func() float64 { return float64(len(n.Members())) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "frognano", Name: "node_gpus", Help: "GPUs found on this node."},

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/prometheus/client_golang/prometheus"
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/runtime/capabilities"
@@ -38,6 +39,14 @@ func (l *nodeLoad) sample(memoryCap uint64) *messages.Load {
 	return s
 }
 
+// KindActorsStarted counts the actors of each kind started on this node
+// (remote spawns included), for /metrics: where a run's episodes ran.
+var KindActorsStarted = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Namespace: "frognano",
+	Name:      "kind_actors_started_total",
+	Help:      "Actors of each kind started on this node (by remote spawning or locally).",
+}, []string{"kind"})
+
 // counted makes props count their running actors under kind: one from
 // Started to Stopped, none while an actor restarts.
 func (l *nodeLoad) counted(kind string, props *actor.Props) *actor.Props {
@@ -46,6 +55,7 @@ func (l *nodeLoad) counted(kind string, props *actor.Props) *actor.Props {
 			switch env.Message.(type) {
 			case *actor.Started:
 				l.add(kind, 1)
+				KindActorsStarted.WithLabelValues(kind).Inc()
 			case *actor.Restarting, *actor.Stopped:
 				l.add(kind, -1)
 			}

@@ -31,9 +31,13 @@ type SandboxCreate struct {
 	Labels  map[string]string      `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// environment, when set, names a registered environment: its image, its
 	// repository directory and its test command are used.
-	Environment   string `protobuf:"bytes,4,opt,name=environment,proto3" json:"environment,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Environment string `protobuf:"bytes,4,opt,name=environment,proto3" json:"environment,omitempty"`
+	// environment_record is the environment's record as the requesting node
+	// holds it: a member whose own store lacks the environment (it was
+	// registered on another node) uses it.
+	EnvironmentRecord *Environment `protobuf:"bytes,5,opt,name=environment_record,json=environmentRecord,proto3" json:"environment_record,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *SandboxCreate) Reset() {
@@ -92,6 +96,13 @@ func (x *SandboxCreate) GetEnvironment() string {
 		return x.Environment
 	}
 	return ""
+}
+
+func (x *SandboxCreate) GetEnvironmentRecord() *Environment {
+	if x != nil {
+		return x.EnvironmentRecord
+	}
+	return nil
 }
 
 // SandboxOK acknowledges a write, a patch and other requests without a result.
@@ -2863,12 +2874,13 @@ var File_actors_proto protoreflect.FileDescriptor
 
 const file_actors_proto_rawDesc = "" +
 	"\n" +
-	"\factors.proto\x12\x14frognano.messages.v1\x1a\rrecords.proto\"\xe5\x01\n" +
+	"\factors.proto\x12\x14frognano.messages.v1\x1a\rrecords.proto\"\xb7\x02\n" +
 	"\rSandboxCreate\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\aworkdir\x18\x02 \x01(\tR\aworkdir\x12G\n" +
 	"\x06labels\x18\x03 \x03(\v2/.frognano.messages.v1.SandboxCreate.LabelsEntryR\x06labels\x12 \n" +
-	"\venvironment\x18\x04 \x01(\tR\venvironment\x1a9\n" +
+	"\venvironment\x18\x04 \x01(\tR\venvironment\x12P\n" +
+	"\x12environment_record\x18\x05 \x01(\v2!.frognano.messages.v1.EnvironmentR\x11environmentRecord\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\v\n" +
@@ -3126,34 +3138,35 @@ var file_actors_proto_goTypes = []any{
 	(*TaskGetReply)(nil),          // 47: frognano.messages.v1.TaskGetReply
 	nil,                           // 48: frognano.messages.v1.SandboxCreate.LabelsEntry
 	nil,                           // 49: frognano.messages.v1.SynthesizeProgress.RejectedEntry
-	(*TestReport)(nil),            // 50: frognano.messages.v1.TestReport
-	(*Task)(nil),                  // 51: frognano.messages.v1.Task
-	(*DifficultyFeatures)(nil),    // 52: frognano.messages.v1.DifficultyFeatures
-	(*Environment)(nil),           // 53: frognano.messages.v1.Environment
+	(*Environment)(nil),           // 50: frognano.messages.v1.Environment
+	(*TestReport)(nil),            // 51: frognano.messages.v1.TestReport
+	(*Task)(nil),                  // 52: frognano.messages.v1.Task
+	(*DifficultyFeatures)(nil),    // 53: frognano.messages.v1.DifficultyFeatures
 }
 var file_actors_proto_depIdxs = []int32{
 	48, // 0: frognano.messages.v1.SandboxCreate.labels:type_name -> frognano.messages.v1.SandboxCreate.LabelsEntry
-	50, // 1: frognano.messages.v1.SandboxTestsResult.report:type_name -> frognano.messages.v1.TestReport
-	51, // 2: frognano.messages.v1.SandboxPrepareEpisode.task:type_name -> frognano.messages.v1.Task
-	50, // 3: frognano.messages.v1.SandboxGraded.report:type_name -> frognano.messages.v1.TestReport
-	52, // 4: frognano.messages.v1.SynthesizeRequest.target:type_name -> frognano.messages.v1.DifficultyFeatures
-	49, // 5: frognano.messages.v1.SynthesizeProgress.rejected:type_name -> frognano.messages.v1.SynthesizeProgress.RejectedEntry
-	20, // 6: frognano.messages.v1.SynthesizeResult.progress:type_name -> frognano.messages.v1.SynthesizeProgress
-	51, // 7: frognano.messages.v1.TaskBatch.tasks:type_name -> frognano.messages.v1.Task
-	24, // 8: frognano.messages.v1.OutcomesReport.outcomes:type_name -> frognano.messages.v1.EpisodeOutcome
-	28, // 9: frognano.messages.v1.GenerateRequest.stop_seqs:type_name -> frognano.messages.v1.TokenSequence
-	51, // 10: frognano.messages.v1.RolloutRequest.task:type_name -> frognano.messages.v1.Task
-	53, // 11: frognano.messages.v1.EnvAddReply.environment:type_name -> frognano.messages.v1.Environment
-	53, // 12: frognano.messages.v1.EnvList.environments:type_name -> frognano.messages.v1.Environment
-	42, // 13: frognano.messages.v1.CoverageMap.files:type_name -> frognano.messages.v1.FileCoverage
-	43, // 14: frognano.messages.v1.FileCoverage.lines:type_name -> frognano.messages.v1.LineCoverage
-	51, // 15: frognano.messages.v1.TaskList.tasks:type_name -> frognano.messages.v1.Task
-	51, // 16: frognano.messages.v1.TaskGetReply.task:type_name -> frognano.messages.v1.Task
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	50, // 1: frognano.messages.v1.SandboxCreate.environment_record:type_name -> frognano.messages.v1.Environment
+	51, // 2: frognano.messages.v1.SandboxTestsResult.report:type_name -> frognano.messages.v1.TestReport
+	52, // 3: frognano.messages.v1.SandboxPrepareEpisode.task:type_name -> frognano.messages.v1.Task
+	51, // 4: frognano.messages.v1.SandboxGraded.report:type_name -> frognano.messages.v1.TestReport
+	53, // 5: frognano.messages.v1.SynthesizeRequest.target:type_name -> frognano.messages.v1.DifficultyFeatures
+	49, // 6: frognano.messages.v1.SynthesizeProgress.rejected:type_name -> frognano.messages.v1.SynthesizeProgress.RejectedEntry
+	20, // 7: frognano.messages.v1.SynthesizeResult.progress:type_name -> frognano.messages.v1.SynthesizeProgress
+	52, // 8: frognano.messages.v1.TaskBatch.tasks:type_name -> frognano.messages.v1.Task
+	24, // 9: frognano.messages.v1.OutcomesReport.outcomes:type_name -> frognano.messages.v1.EpisodeOutcome
+	28, // 10: frognano.messages.v1.GenerateRequest.stop_seqs:type_name -> frognano.messages.v1.TokenSequence
+	52, // 11: frognano.messages.v1.RolloutRequest.task:type_name -> frognano.messages.v1.Task
+	50, // 12: frognano.messages.v1.EnvAddReply.environment:type_name -> frognano.messages.v1.Environment
+	50, // 13: frognano.messages.v1.EnvList.environments:type_name -> frognano.messages.v1.Environment
+	42, // 14: frognano.messages.v1.CoverageMap.files:type_name -> frognano.messages.v1.FileCoverage
+	43, // 15: frognano.messages.v1.FileCoverage.lines:type_name -> frognano.messages.v1.LineCoverage
+	52, // 16: frognano.messages.v1.TaskList.tasks:type_name -> frognano.messages.v1.Task
+	52, // 17: frognano.messages.v1.TaskGetReply.task:type_name -> frognano.messages.v1.Task
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_actors_proto_init() }

@@ -1160,7 +1160,12 @@ type Run struct {
 	Metrics         map[string]float64     `protobuf:"bytes,7,rep,name=metrics,proto3" json:"metrics,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
 	// curve is the run's learning curve: a point after every step, with the
 	// held-out scores at evaluation points.
-	Curve         []*RunPoint `protobuf:"bytes,8,rep,name=curve,proto3" json:"curve,omitempty"`
+	Curve []*RunPoint `protobuf:"bytes,8,rep,name=curve,proto3" json:"curve,omitempty"`
+	// error says why a run failed (status "failed"), or why it stopped.
+	Error string `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	// job_json is the job the node's run service was given (JSON of
+	// trainer.Job): what a node that restarts resumes the run with.
+	JobJson       string `protobuf:"bytes,10,opt,name=job_json,json=jobJson,proto3" json:"job_json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1249,6 +1254,20 @@ func (x *Run) GetCurve() []*RunPoint {
 		return x.Curve
 	}
 	return nil
+}
+
+func (x *Run) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Run) GetJobJson() string {
+	if x != nil {
+		return x.JobJson
+	}
+	return ""
 }
 
 // RunPoint is a training run's state at one point: what its learning curve
@@ -2057,7 +2076,7 @@ const file_records_proto_rawDesc = "" +
 	"\x12generation_seconds\x18\f \x01(\x01R\x11generationSeconds\x12'\n" +
 	"\x0fsandbox_seconds\x18\r \x01(\x01R\x0esandboxSeconds\x12\x15\n" +
 	"\x06run_id\x18\x0e \x01(\tR\x05runId\x12*\n" +
-	"\x11created_unix_nano\x18\x0f \x01(\x03R\x0fcreatedUnixNano\"\xee\x02\n" +
+	"\x11created_unix_nano\x18\x0f \x01(\x03R\x0fcreatedUnixNano\"\x9f\x03\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vconfig_yaml\x18\x02 \x01(\tR\n" +
@@ -2067,7 +2086,10 @@ const file_records_proto_rawDesc = "" +
 	"\x11started_unix_nano\x18\x05 \x01(\x03R\x0fstartedUnixNano\x12*\n" +
 	"\x11updated_unix_nano\x18\x06 \x01(\x03R\x0fupdatedUnixNano\x12@\n" +
 	"\ametrics\x18\a \x03(\v2&.frognano.messages.v1.Run.MetricsEntryR\ametrics\x124\n" +
-	"\x05curve\x18\b \x03(\v2\x1e.frognano.messages.v1.RunPointR\x05curve\x1a:\n" +
+	"\x05curve\x18\b \x03(\v2\x1e.frognano.messages.v1.RunPointR\x05curve\x12\x14\n" +
+	"\x05error\x18\t \x01(\tR\x05error\x12\x19\n" +
+	"\bjob_json\x18\n" +
+	" \x01(\tR\ajobJson\x1a:\n" +
 	"\fMetricsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xf5\x04\n" +

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -72,9 +73,17 @@ func (d *daemon) Log() string {
 
 func startDaemon(t *testing.T, dataDir string, args ...string) *daemon {
 	t.Helper()
-	d := &daemon{http: freeAddr(t), remote: freeAddr(t), exited: make(chan struct{})}
+	return launchDaemon(t, nil, freeAddr(t), freeAddr(t), dataDir, args...)
+}
+
+// launchDaemon starts frognano-node on the given addresses, its command
+// line after prefix (ip netns exec NS: a network namespace of its own).
+func launchDaemon(t *testing.T, prefix []string, httpAddr, remoteAddr, dataDir string, args ...string) *daemon {
+	t.Helper()
+	d := &daemon{http: httpAddr, remote: remoteAddr, exited: make(chan struct{})}
 	all := append([]string{"--data-dir", dataDir, "--http-addr", d.http, "--remote-addr", d.remote}, args...)
-	d.cmd = exec.Command(filepath.Join(binDir, "frognano-node"), all...)
+	argv := append(append(slices.Clone(prefix), filepath.Join(binDir, "frognano-node")), all...)
+	d.cmd = exec.Command(argv[0], argv[1:]...)
 	d.cmd.Env = append(os.Environ(), "FROGNANO_CLUSTER_HEARTBEAT=200ms", "FROGNANO_CLUSTER_FAILURE_TIMEOUT=2s")
 	pr, pw := io.Pipe()
 	d.cmd.Stdout, d.cmd.Stderr = pw, pw
@@ -155,9 +164,16 @@ func (d *daemon) waitLog(t *testing.T, substr string, timeout time.Duration) {
 // cli runs the frognano CLI and returns its combined output and exit code.
 func cli(t *testing.T, args ...string) (string, int) {
 	t.Helper()
+	return cliIn(t, nil, args...)
+}
+
+// cliIn is cli with the command line after prefix (ip netns exec NS).
+func cliIn(t *testing.T, prefix []string, args ...string) (string, int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "frognano"), args...)
+	argv := append(append(slices.Clone(prefix), filepath.Join(binDir, "frognano")), args...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	out, err := cmd.CombinedOutput()
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
