@@ -19,12 +19,12 @@ import (
 )
 
 // HostName is the well-known name of a node's learner host: the named actor
-// the loop asks for a run's Learner (learner.ActorName) and for run records.
-const HostName = learner.ActorName
+// the loop asks for a run's Learner (its child). Run records are the run
+// service's (service.go), written to the node's store.
+const HostName = "learner-host"
 
 // HostConfig is what a learner host needs from its node.
 type HostConfig struct {
-	Runs        persistence.RunStore
 	Checkpoints persistence.CheckpointStore
 	// LoadModel loads the model a run trains, by model store name or path
 	// ("" is the store's default), on the backend the Learner should use.
@@ -36,8 +36,8 @@ type HostConfig struct {
 }
 
 // HostProps builds a learner host. It answers LearnerOpen with
-// LearnerOpened once the run's Learner has opened (a Failure when it cannot),
-// RunPutRequest and RunGetRequest with RunReply. The Learner is a child
+// LearnerOpened once the run's Learner has opened (a Failure when it
+// cannot). The Learner is a child
 // actor (actors/learner): a crash restarts it from its newest checkpoint.
 // A host keeps one Learner open; opening another run stops the open one
 // first, and a stopping Learner writes its final checkpoint.
@@ -67,29 +67,7 @@ func failure(code string, err error) *messages.Failure {
 }
 
 func (h *host) Receive(ctx actor.Context) {
-	bg := context.Background()
 	switch m := ctx.Message().(type) {
-	case *messages.RunPutRequest:
-		if err := h.cfg.Runs.Put(bg, m.GetRun()); err != nil {
-			code := "error"
-			if errors.Is(err, persistence.ErrInvalid) {
-				code = "bad_request"
-			}
-			ctx.Respond(failure(code, err))
-			return
-		}
-		ctx.Respond(&messages.RunReply{Run: m.GetRun()})
-	case *messages.RunGetRequest:
-		r, err := h.cfg.Runs.Get(bg, m.GetId())
-		if err != nil {
-			code := "error"
-			if errors.Is(err, persistence.ErrNotFound) {
-				code = "not_found"
-			}
-			ctx.Respond(failure(code, err))
-			return
-		}
-		ctx.Respond(&messages.RunReply{Run: r})
 	case *messages.LearnerOpen:
 		h.openRun(ctx, m)
 	case *openFailed:

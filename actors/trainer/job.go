@@ -160,7 +160,7 @@ func (d *Deps) pid(name string) *actor.PID { return actor.NewPID(d.Node.Address(
 
 func (d *Deps) root() *actor.RootContext { return d.Node.System().Root }
 
-func (d *Deps) runs() *Runs { return &Runs{Root: d.root(), PID: d.pid(HostName)} }
+func (d *Deps) runs() *Runs { return &Runs{Store: d.Node.DB().Runs()} }
 
 // ask sends req to pid and waits for the reply, a Failure as an error.
 func (d *Deps) ask(pid *actor.PID, req any, timeout time.Duration) (any, error) {
@@ -435,7 +435,7 @@ func TrainOnNode(ctx context.Context, d *Deps, run *messages.Run, s Settings, pa
 	cw := &rollout.ClusterWorkers{Root: root, Manager: n.Manager(), Members: n.Members}
 	sbs := &rollout.Workers{Root: root, Spawn: cw.Spawn, Environments: n.DB().Environments(), Runtime: d.Runtime, Logger: log}
 	defer sbs.Close()
-	t, err := New(Config{Root: root, Node: n.Address(), Sandboxes: sbs, Tokenizer: tok,
+	t, err := New(Config{Root: root, Node: n.Address(), Sandboxes: sbs, Tokenizer: tok, Runs: n.DB().Runs(),
 		Policy: d.Policy, Parallel: parallel, Progress: out, Logger: log, HeldOut: heldOut, Stored: stored})
 	if err != nil {
 		return fail(err)

@@ -27,7 +27,7 @@ func serviceNode(t *testing.T) (*node.Node, string) {
 	cfg.Log.Level = "warn"
 	svc := NewService(Deps{DataDir: cfg.Node.DataDir}, false)
 	host := node.NamedActor{Name: HostName, Props: func(n *node.Node) *actor.Props {
-		return HostProps(HostConfig{Runs: n.DB().Runs(), Checkpoints: n.DB().Checkpoints()})
+		return HostProps(HostConfig{Checkpoints: n.DB().Checkpoints()})
 	}}
 	n, err := node.Start(context.Background(), cfg, node.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Actors: []node.NamedActor{host, svc.Actor()}, Handlers: svc.Handlers()})

@@ -54,6 +54,7 @@ import (
 	"github.com/frognano/frognano/actors/sampler"
 	"github.com/frognano/frognano/kernels/sample"
 	"github.com/frognano/frognano/kernels/tokenizer"
+	"github.com/frognano/frognano/persistence"
 )
 
 // Settings are a run's choices, kept in its record (Run.ConfigYaml, as
@@ -232,6 +233,9 @@ type Config struct {
 	// Progress receives a line per phase of every step.
 	Progress io.Writer
 	Logger   *slog.Logger
+	// Runs is the node's store of run records, where the run's record is
+	// written after every step.
+	Runs persistence.RunStore
 	// Stored, when set, is called with the run after each write of its
 	// record (Runs.Stored).
 	Stored func(*messages.Run)
@@ -258,7 +262,7 @@ type Trainer struct {
 
 // New returns a Trainer for the node at cfg.Node.
 func New(cfg Config) (*Trainer, error) {
-	if cfg.Root == nil || cfg.Node == "" || cfg.Sandboxes == nil || cfg.Tokenizer == nil {
+	if cfg.Root == nil || cfg.Node == "" || cfg.Sandboxes == nil || cfg.Tokenizer == nil || cfg.Runs == nil {
 		return nil, errors.New("trainer: a Trainer needs an actor root, a node address, Sandboxes and a Tokenizer")
 	}
 	if cfg.Parallel <= 0 {
@@ -275,7 +279,7 @@ func New(cfg Config) (*Trainer, error) {
 		frontier: actor.NewPID(cfg.Node, frontier.ActorName),
 		sampler:  actor.NewPID(cfg.Node, sampler.ActorName),
 		store:    &rollout.ActorStore{Root: cfg.Root, PID: actor.NewPID(cfg.Node, rollout.ActorName), Timeout: 5 * time.Minute},
-		runs:     &Runs{Root: cfg.Root, PID: actor.NewPID(cfg.Node, HostName), Stored: cfg.Stored},
+		runs:     &Runs{Store: cfg.Runs, Stored: cfg.Stored},
 	}
 	policy := cfg.Policy
 	if policy == nil {

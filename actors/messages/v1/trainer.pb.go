@@ -25,7 +25,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// LearnerOpen asks a node's learner host (actor "learner") for the Learner
+// LearnerOpen asks a node's learner host (actor "learner-host") for the Learner
 // of run_id, opening it when it is not open: from the run's newest full
 // checkpoint when there is one, else from the model's weights. A host keeps
 // one Learner: opening another run stops the open one first (which writes
@@ -185,147 +185,11 @@ func (x *LearnerOpened) GetStatus() *LearnerStatus {
 	return nil
 }
 
-// RunPutRequest stores a run record (replacing the one with its id);
-// answered with RunReply.
-type RunPutRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Run           *Run                   `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *RunPutRequest) Reset() {
-	*x = RunPutRequest{}
-	mi := &file_trainer_proto_msgTypes[2]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RunPutRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RunPutRequest) ProtoMessage() {}
-
-func (x *RunPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trainer_proto_msgTypes[2]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use RunPutRequest.ProtoReflect.Descriptor instead.
-func (*RunPutRequest) Descriptor() ([]byte, []int) {
-	return file_trainer_proto_rawDescGZIP(), []int{2}
-}
-
-func (x *RunPutRequest) GetRun() *Run {
-	if x != nil {
-		return x.Run
-	}
-	return nil
-}
-
-// RunGetRequest reads a run record; answered with RunReply, or a Failure
-// with code "not_found".
-type RunGetRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *RunGetRequest) Reset() {
-	*x = RunGetRequest{}
-	mi := &file_trainer_proto_msgTypes[3]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RunGetRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RunGetRequest) ProtoMessage() {}
-
-func (x *RunGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_trainer_proto_msgTypes[3]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use RunGetRequest.ProtoReflect.Descriptor instead.
-func (*RunGetRequest) Descriptor() ([]byte, []int) {
-	return file_trainer_proto_rawDescGZIP(), []int{3}
-}
-
-func (x *RunGetRequest) GetId() string {
-	if x != nil {
-		return x.Id
-	}
-	return ""
-}
-
-type RunReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Run           *Run                   `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *RunReply) Reset() {
-	*x = RunReply{}
-	mi := &file_trainer_proto_msgTypes[4]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RunReply) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RunReply) ProtoMessage() {}
-
-func (x *RunReply) ProtoReflect() protoreflect.Message {
-	mi := &file_trainer_proto_msgTypes[4]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use RunReply.ProtoReflect.Descriptor instead.
-func (*RunReply) Descriptor() ([]byte, []int) {
-	return file_trainer_proto_rawDescGZIP(), []int{4}
-}
-
-func (x *RunReply) GetRun() *Run {
-	if x != nil {
-		return x.Run
-	}
-	return nil
-}
-
 var File_trainer_proto protoreflect.FileDescriptor
 
 const file_trainer_proto_rawDesc = "" +
 	"\n" +
-	"\rtrainer.proto\x12\x14frognano.messages.v1\x1a\rrecords.proto\x1a\rlearner.proto\"\xda\x01\n" +
+	"\rtrainer.proto\x12\x14frognano.messages.v1\x1a\rlearner.proto\"\xda\x01\n" +
 	"\vLearnerOpen\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x0e\n" +
@@ -337,13 +201,7 @@ const file_trainer_proto_rawDesc = "" +
 	"\rLearnerOpened\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12;\n" +
-	"\x06status\x18\x03 \x01(\v2#.frognano.messages.v1.LearnerStatusR\x06status\"<\n" +
-	"\rRunPutRequest\x12+\n" +
-	"\x03run\x18\x01 \x01(\v2\x19.frognano.messages.v1.RunR\x03run\"\x1f\n" +
-	"\rRunGetRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"7\n" +
-	"\bRunReply\x12+\n" +
-	"\x03run\x18\x01 \x01(\v2\x19.frognano.messages.v1.RunR\x03runB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
+	"\x06status\x18\x03 \x01(\v2#.frognano.messages.v1.LearnerStatusR\x06statusB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
 
 var (
 	file_trainer_proto_rawDescOnce sync.Once
@@ -357,25 +215,19 @@ func file_trainer_proto_rawDescGZIP() []byte {
 	return file_trainer_proto_rawDescData
 }
 
-var file_trainer_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_trainer_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_trainer_proto_goTypes = []any{
 	(*LearnerOpen)(nil),   // 0: frognano.messages.v1.LearnerOpen
 	(*LearnerOpened)(nil), // 1: frognano.messages.v1.LearnerOpened
-	(*RunPutRequest)(nil), // 2: frognano.messages.v1.RunPutRequest
-	(*RunGetRequest)(nil), // 3: frognano.messages.v1.RunGetRequest
-	(*RunReply)(nil),      // 4: frognano.messages.v1.RunReply
-	(*LearnerStatus)(nil), // 5: frognano.messages.v1.LearnerStatus
-	(*Run)(nil),           // 6: frognano.messages.v1.Run
+	(*LearnerStatus)(nil), // 2: frognano.messages.v1.LearnerStatus
 }
 var file_trainer_proto_depIdxs = []int32{
-	5, // 0: frognano.messages.v1.LearnerOpened.status:type_name -> frognano.messages.v1.LearnerStatus
-	6, // 1: frognano.messages.v1.RunPutRequest.run:type_name -> frognano.messages.v1.Run
-	6, // 2: frognano.messages.v1.RunReply.run:type_name -> frognano.messages.v1.Run
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	2, // 0: frognano.messages.v1.LearnerOpened.status:type_name -> frognano.messages.v1.LearnerStatus
+	1, // [1:1] is the sub-list for method output_type
+	1, // [1:1] is the sub-list for method input_type
+	1, // [1:1] is the sub-list for extension type_name
+	1, // [1:1] is the sub-list for extension extendee
+	0, // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_trainer_proto_init() }
@@ -383,7 +235,6 @@ func file_trainer_proto_init() {
 	if File_trainer_proto != nil {
 		return
 	}
-	file_records_proto_init()
 	file_learner_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -391,7 +242,7 @@ func file_trainer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trainer_proto_rawDesc), len(file_trainer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   2,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

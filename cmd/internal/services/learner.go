@@ -43,7 +43,7 @@ func learnerHost(log *slog.Logger) node.NamedActor {
 				return model.Load(path, model.Options{Backend: learner.SelectBackend(n.Info().GetCapabilities(), log)})
 			}
 			sup := supervise.Policy{MaxRestarts: 10, Window: time.Minute, BackoffMin: 100 * time.Millisecond, BackoffMax: 10 * time.Second, Logger: log}
-			return trainer.HostProps(trainer.HostConfig{Runs: db.Runs(), Checkpoints: db.Checkpoints(), LoadModel: load,
+			return trainer.HostProps(trainer.HostConfig{Checkpoints: db.Checkpoints(), LoadModel: load,
 				Supervisor: sup.Strategy(), Logger: log})
 		},
 	}
