@@ -7,6 +7,7 @@ import (
 	"time"
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/kernels/tokenizer"
 )
 
@@ -67,13 +68,13 @@ func (e *episode) agent() error {
 			return e.end(end, detail)
 		}
 		if strings.TrimSpace(t.text) == "" {
-			if t.finish == FinishContext {
+			if t.finish == policy.FinishContext {
 				return e.end(EndContextFull, "the context filled up before the model wrote anything")
 			}
 			return e.end(EndNoOutput, fmt.Sprintf("turn %d: the model emitted %d tokens and no text", n+1, len(t.ids)))
 		}
 		assistant := e.res.Turns[len(e.res.Turns)-1]
-		if t.finish == FinishContext {
+		if t.finish == policy.FinishContext {
 			return e.end(EndContextFull, "the context filled up during a turn")
 		}
 
@@ -86,7 +87,7 @@ func (e *episode) agent() error {
 		switch {
 		case perr != nil:
 			msg := "Error: " + perr.Error()
-			if t.finish == FinishLength && errors.Is(perr, ErrUnclosedTag) {
+			if t.finish == policy.FinishLength && errors.Is(perr, policy.ErrUnclosedTag) {
 				msg += fmt.Sprintf(" (the turn reached its limit of %d tokens before the tool call was closed; write shorter calls)", e.lim.MaxTurnTokens)
 			}
 			msg += ". No tool was run."
@@ -94,7 +95,7 @@ func (e *episode) agent() error {
 			tools = append(tools, &messages.Turn{Role: messages.Role_ROLE_TOOL, Content: msg})
 		case len(calls) == 0:
 			msg := noCallReminder
-			if t.finish == FinishLength {
+			if t.finish == policy.FinishLength {
 				msg = fmt.Sprintf("Your turn reached its limit of %d tokens. ", e.lim.MaxTurnTokens) + msg
 			}
 			// A plain user turn, not a tool response: nothing was called.

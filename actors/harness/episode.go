@@ -9,6 +9,7 @@ import (
 	"time"
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/kernels/sample"
 	"github.com/frognano/frognano/kernels/tokenizer"
 )
@@ -114,7 +115,7 @@ type Workspace interface {
 // Run is independent, and the Policy batches concurrent turns (a Sampler
 // Engine does).
 type Runner struct {
-	Policy    Policy
+	Policy    policy.Policy
 	Tokenizer *tokenizer.Tokenizer
 	Limits    Limits
 	Tools     Options       // limits of one tool call; OutputLimit defaults to 8 KiB here
@@ -393,7 +394,7 @@ func (e *episode) encodeWith(template string, contents ...string) []int32 {
 type turn struct {
 	ids    []int32 // sampled, the stop id included when there was one
 	text   string  // decoded, without the stop id
-	finish FinishReason
+	finish policy.FinishReason
 	closed bool // ended on <|im_end|>
 }
 
@@ -404,7 +405,7 @@ func (e *episode) generate() (*turn, Ending, string, error) {
 	if room <= 0 {
 		return nil, EndContextFull, fmt.Sprintf("the conversation holds %d tokens, the limit is %d", len(e.res.TokenIDs), e.lim.MaxContext), nil
 	}
-	req := GenerateRequest{
+	req := policy.GenerateRequest{
 		PromptIDs:        append([]int32(nil), e.res.TokenIDs...),
 		MaxTokens:        min(e.lim.MaxTurnTokens, room),
 		Sampling:         e.r.Sampling,
@@ -444,11 +445,11 @@ func (e *episode) generate() (*turn, Ending, string, error) {
 	e.res.GeneratedTokens += len(out.TokenIDs)
 	t := &turn{ids: out.TokenIDs, finish: out.Finish}
 	body := out.TokenIDs
-	if n := len(body); n > 0 && out.Finish == FinishStop {
+	if n := len(body); n > 0 && out.Finish == policy.FinishStop {
 		t.closed = body[n-1] == e.imEnd
 		body = body[:n-1]
 	}
-	if out.Finish == FinishStopSeq && !EndsWithStopSeq(out.TokenIDs, req.StopSeqs) {
+	if out.Finish == policy.FinishStopSeq && !policy.EndsWithStopSeq(out.TokenIDs, req.StopSeqs) {
 		return nil, EndPolicyError, fmt.Sprintf("the policy finished on a stop sequence its %d tokens do not end with", len(out.TokenIDs)), nil
 	}
 	text, err := e.tok.Decode(body)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/kernels/gguf"
 	"github.com/frognano/frognano/kernels/tokenizer"
 )
@@ -612,7 +613,7 @@ type movingPolicy struct {
 	asked []int64
 }
 
-func (p *movingPolicy) Generate(ctx context.Context, req GenerateRequest) (GenerateResult, error) {
+func (p *movingPolicy) Generate(ctx context.Context, req policy.GenerateRequest) (policy.GenerateResult, error) {
 	p.asked = append(p.asked, req.MinPolicyVersion)
 	out, err := p.ScriptedPolicy.Generate(ctx, req)
 	out.PolicyVersion = p.first + int64(len(p.asked)-1)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/policy"
 )
 
 func TestParseToolCalls(t *testing.T) {
@@ -34,13 +35,13 @@ func TestParseToolCalls(t *testing.T) {
 		{"no arguments", "<tool_call>\n{\"name\": \"Submit\"}\n</tool_call>", []string{`Submit {}`}, nil},
 		{"braces and tags in strings", call("Write", `{"path": "x", "content": "}{ \"</tool_call>\" {"}`),
 			[]string{`Write {"path": "x", "content": "}{ \"</tool_call>\" {"}`}, nil},
-		{"unclosed tag", "<tool_call>\n{\"name\": \"Submit\", \"arguments\": {}}\n", nil, ErrUnclosedTag},
-		{"truncated json", "<tool_call>\n{\"name\": \"Read\", \"arguments\": {\"pa", nil, ErrUnclosedTag},
-		{"malformed json", "<tool_call>\n{\"name\": Read}\n</tool_call>", nil, ErrMalformedCall},
-		{"text inside tag", "<tool_call>\n{\"name\": \"Submit\"} oops\n</tool_call>", nil, ErrMalformedCall},
-		{"extra top-level key", "<tool_call>\n{\"name\": \"Submit\", \"id\": 1}\n</tool_call>", nil, ErrMalformedCall},
-		{"no name", "<tool_call>\n{\"arguments\": {}}\n</tool_call>", nil, ErrMalformedCall},
-		{"arguments not object", call("Read", `["a"]`), nil, ErrMalformedCall},
+		{"unclosed tag", "<tool_call>\n{\"name\": \"Submit\", \"arguments\": {}}\n", nil, policy.ErrUnclosedTag},
+		{"truncated json", "<tool_call>\n{\"name\": \"Read\", \"arguments\": {\"pa", nil, policy.ErrUnclosedTag},
+		{"malformed json", "<tool_call>\n{\"name\": Read}\n</tool_call>", nil, policy.ErrMalformedCall},
+		{"text inside tag", "<tool_call>\n{\"name\": \"Submit\"} oops\n</tool_call>", nil, policy.ErrMalformedCall},
+		{"extra top-level key", "<tool_call>\n{\"name\": \"Submit\", \"id\": 1}\n</tool_call>", nil, policy.ErrMalformedCall},
+		{"no name", "<tool_call>\n{\"arguments\": {}}\n</tool_call>", nil, policy.ErrMalformedCall},
+		{"arguments not object", call("Read", `["a"]`), nil, policy.ErrMalformedCall},
 		{"unknown tool", call("rm", `{}`), nil, ErrUnknownTool},
 		{"missing argument", call("Edit", `{"path": "a", "old_string": "x"}`), nil, ErrMissingArgument},
 		{"extra argument", call("Glob", `{"pattern": "*", "dir": "."}`), nil, ErrUnexpectedArgument},
@@ -54,7 +55,7 @@ func TestParseToolCalls(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			calls, err := ParseToolCalls(c.text)
 			if c.isErr != nil {
-				var ce *CallError
+				var ce *policy.CallError
 				if !errors.Is(err, c.isErr) || !errors.As(err, &ce) || calls != nil {
 					t.Fatalf("got %v, %v; want %v", calls, err, c.isErr)
 				}
@@ -199,7 +200,7 @@ func TestRun(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			sb := &memSandbox{files: map[string]string{"a.txt": "one\ntwo\nthree\n", "sub/b.txt": "b", "empty": "", "ro/f": "a"}}
-			res, err := Run(context.Background(), sb, ToolCall{Name: c.tool, Arguments: json.RawMessage(c.args)}, Options{OutputLimit: 200})
+			res, err := Run(context.Background(), sb, policy.ToolCall{Name: c.tool, Arguments: json.RawMessage(c.args)}, Options{OutputLimit: 200})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -230,7 +231,7 @@ func TestRunBashLimits(t *testing.T) {
 		args string
 		want time.Duration
 	}{{`{"command": "echo x"}`, 7 * time.Second}, {`{"command": "echo x", "timeout": 5}`, 5 * time.Second}, {`{"command": "echo x", "timeout": 999}`, 20 * time.Second}} {
-		if _, err := Run(context.Background(), sb, ToolCall{Name: "Bash", Arguments: json.RawMessage(c.args)}, opts); err != nil {
+		if _, err := Run(context.Background(), sb, policy.ToolCall{Name: "Bash", Arguments: json.RawMessage(c.args)}, opts); err != nil {
 			t.Fatal(err)
 		}
 		if sb.last.timeout != c.want || sb.last.limit != 1000 || fmt.Sprint(sb.last.argv) != "[/bin/sh -c echo x]" {
@@ -245,7 +246,7 @@ func TestRunBrokenSandbox(t *testing.T) {
 		{"Edit", `{"path": "a", "old_string": "x", "new_string": "y"}`},
 		{"Glob", `{"pattern": "*"}`}, {"Bash", `{"command": "echo"}`},
 	} {
-		_, err := Run(context.Background(), &memSandbox{broken: true}, ToolCall{Name: c.tool, Arguments: json.RawMessage(c.args)}, Options{})
+		_, err := Run(context.Background(), &memSandbox{broken: true}, policy.ToolCall{Name: c.tool, Arguments: json.RawMessage(c.args)}, Options{})
 		if !errors.Is(err, errBroken) {
 			t.Errorf("%s: got %v, want the sandbox's error", c.tool, err)
 		}

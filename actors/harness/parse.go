@@ -10,32 +10,19 @@
 package harness
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/frognano/frognano/actors/policy"
 )
 
-const (
-	openTag  = "<tool_call>"
-	closeTag = "</tool_call>"
-)
-
-// ToolCall is one call the model made. Its fields match
-// tokenizer.ToolCall, so the loop can convert it to put it back into the
-// history.
-type ToolCall struct {
-	Name      string
-	Arguments json.RawMessage
-}
-
-// Kinds of malformed tool calls, for errors.Is. Each is the model's
-// mistake, shown to it as an observation, never a reason to stop.
+// Kinds of tool calls that do not fit FrogNano's tools, for errors.Is,
+// beside policy.ErrUnclosedTag and policy.ErrMalformedCall. Each is the
+// model's mistake, shown to it as an observation, never a reason to stop.
 var (
-	ErrUnclosedTag        = errors.New("unclosed <tool_call> tag")
-	ErrMalformedCall      = errors.New("malformed tool call")
 	ErrUnknownTool        = errors.New("unknown tool")
 	ErrMissingArgument    = errors.New("missing argument")
 	ErrUnexpectedArgument = errors.New("unexpected argument")
@@ -43,40 +30,17 @@ var (
 	ErrArgumentRange      = errors.New("argument out of range")
 )
 
-// CallError is a tool call that could not be parsed or does not fit its
-// tool's schema.
-type CallError struct {
-	Index  int    // which <tool_call> block, from 0
-	Tool   string // empty when the name could not be read
-	Err    error  // one of the Err* kinds above
-	Detail string
-}
-
-func (e *CallError) Error() string {
-	s := fmt.Sprintf("tool call %d", e.Index)
-	if e.Tool != "" {
-		s += fmt.Sprintf(" (%s)", e.Tool)
-	}
-	s += ": " + e.Err.Error()
-	if e.Detail != "" {
-		s += ": " + e.Detail
-	}
-	return s
-}
-
-func (e *CallError) Unwrap() error { return e.Err }
-
 // ParseToolCalls extracts the <tool_call> blocks from an assistant turn and
 // checks each against FrogNano's tools. Text outside the blocks is the
 // model's own and ignored. On any error no calls are returned: the turn is
-// rejected as a whole, and the error (a *CallError) becomes the
+// rejected as a whole, and the error (a *policy.CallError) becomes the
 // observation.
-func ParseToolCalls(text string) ([]ToolCall, error) {
-	blocks, _, err := ParseToolCallBlocks(text)
+func ParseToolCalls(text string) ([]policy.ToolCall, error) {
+	blocks, _, err := policy.ParseToolCallBlocks(text)
 	if err != nil {
 		return nil, err
 	}
-	var calls []ToolCall
+	var calls []policy.ToolCall
 	for i, b := range blocks {
 		if err := validate(b.Call); err != nil {
 			err.Index, err.Tool = i, b.Call.Name
@@ -87,100 +51,26 @@ func ParseToolCalls(text string) ([]ToolCall, error) {
 	return calls, nil
 }
 
-// ToolCallBlock is one <tool_call> block of an assistant turn: the call,
-// and the text between the previous block (or the turn's start) and it.
-type ToolCallBlock struct {
-	Call   ToolCall
-	Before string
-}
-
-// ParseToolCallBlocks reads the <tool_call> blocks of an assistant turn in
-// the format alone, for any tools: each block holds one JSON object with a
-// "name" and optional "arguments" (missing or null arguments read as {}).
-// It returns the blocks and the text after the last one. The JSON is read
-// by a decoder rather than cut at the closing tag, so a string argument may
-// itself contain "</tool_call>". The error, if any, is a *CallError.
-// ParseToolCalls adds the check against FrogNano's tools; the OpenAI
-// endpoint (actors/sampler/openai) uses this for its clients' tools.
-func ParseToolCallBlocks(text string) (blocks []ToolCallBlock, after string, err error) {
-	for i := 0; ; i++ {
-		start := strings.Index(text, openTag)
-		if start < 0 {
-			return blocks, text, nil
-		}
-		before := text[:start]
-		text = text[start+len(openTag):]
-		call, n, cerr := parseBlock(text)
-		if cerr != nil {
-			cerr.Index = i
-			return nil, "", cerr
-		}
-		blocks = append(blocks, ToolCallBlock{Call: call, Before: before})
-		text = text[n:]
-	}
-}
-
-// parseBlock reads one call from just after an opening tag and returns the
-// number of bytes consumed, through the closing tag.
-func parseBlock(text string) (ToolCall, int, *CallError) {
-	dec := json.NewDecoder(strings.NewReader(text))
-	dec.UseNumber()
-	var raw json.RawMessage
-	if err := dec.Decode(&raw); err != nil {
-		if !strings.Contains(text, closeTag) {
-			return ToolCall{}, 0, &CallError{Err: ErrUnclosedTag}
-		}
-		return ToolCall{}, 0, &CallError{Err: ErrMalformedCall, Detail: err.Error()}
-	}
-	end := int(dec.InputOffset())
-	rest := strings.TrimLeft(text[end:], " \t\r\n")
-	if !strings.HasPrefix(rest, closeTag) {
-		if !strings.Contains(rest, closeTag) {
-			return ToolCall{}, 0, &CallError{Err: ErrUnclosedTag}
-		}
-		return ToolCall{}, 0, &CallError{Err: ErrMalformedCall, Detail: "text after the JSON object inside <tool_call>"}
-	}
-	consumed := len(text) - len(rest) + len(closeTag)
-
-	var body struct {
-		Name      *string         `json:"name"`
-		Arguments json.RawMessage `json:"arguments"`
-	}
-	d := json.NewDecoder(bytes.NewReader(raw))
-	d.DisallowUnknownFields()
-	if err := d.Decode(&body); err != nil {
-		return ToolCall{}, 0, &CallError{Err: ErrMalformedCall, Detail: err.Error()}
-	}
-	if body.Name == nil || *body.Name == "" {
-		return ToolCall{}, 0, &CallError{Err: ErrMalformedCall, Detail: `no "name"`}
-	}
-	call := ToolCall{Name: *body.Name, Arguments: body.Arguments}
-	if len(call.Arguments) == 0 || string(call.Arguments) == "null" {
-		call.Arguments = json.RawMessage("{}")
-	}
-	return call, consumed, nil
-}
-
 // validate checks a call's arguments against its tool's parameters.
-func validate(call ToolCall) *CallError {
+func validate(call policy.ToolCall) *policy.CallError {
 	tool, ok := lookupTool(call.Name)
 	if !ok {
-		return &CallError{Err: ErrUnknownTool, Detail: fmt.Sprintf("%q; tools are %s", call.Name, strings.Join(toolNames(), ", "))}
+		return &policy.CallError{Err: ErrUnknownTool, Detail: fmt.Sprintf("%q; tools are %s", call.Name, strings.Join(toolNames(), ", "))}
 	}
 	var args map[string]json.RawMessage
 	if err := json.Unmarshal(call.Arguments, &args); err != nil || args == nil {
-		return &CallError{Err: ErrMalformedCall, Detail: `"arguments" must be a JSON object`}
+		return &policy.CallError{Err: policy.ErrMalformedCall, Detail: `"arguments" must be a JSON object`}
 	}
 	for name := range args {
 		if _, ok := tool.param(name); !ok {
-			return &CallError{Err: ErrUnexpectedArgument, Detail: name}
+			return &policy.CallError{Err: ErrUnexpectedArgument, Detail: name}
 		}
 	}
 	for _, p := range tool.Params {
 		v, ok := args[p.Name]
 		if !ok || string(v) == "null" {
 			if p.Required {
-				return &CallError{Err: ErrMissingArgument, Detail: p.Name}
+				return &policy.CallError{Err: ErrMissingArgument, Detail: p.Name}
 			}
 			continue
 		}
@@ -188,15 +78,15 @@ func validate(call ToolCall) *CallError {
 		case TypeString:
 			var s string
 			if json.Unmarshal(v, &s) != nil {
-				return &CallError{Err: ErrArgumentType, Detail: p.Name + " must be a string"}
+				return &policy.CallError{Err: ErrArgumentType, Detail: p.Name + " must be a string"}
 			}
 		case TypeInteger:
 			n, err := strconv.ParseInt(string(v), 10, 64)
 			if err != nil {
-				return &CallError{Err: ErrArgumentType, Detail: p.Name + " must be an integer"}
+				return &policy.CallError{Err: ErrArgumentType, Detail: p.Name + " must be an integer"}
 			}
 			if n < p.Min {
-				return &CallError{Err: ErrArgumentRange, Detail: fmt.Sprintf("%s must be at least %d", p.Name, p.Min)}
+				return &policy.CallError{Err: ErrArgumentRange, Detail: fmt.Sprintf("%s must be at least %d", p.Name, p.Min)}
 			}
 		}
 	}

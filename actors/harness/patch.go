@@ -13,6 +13,7 @@ import (
 	"time"
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/kernels/tokenizer"
 )
 
@@ -439,7 +440,7 @@ func (e *episode) patch() error {
 		return e.end(end, detail)
 	}
 	if strings.TrimSpace(t.text) == "" {
-		if t.finish == FinishContext {
+		if t.finish == policy.FinishContext {
 			return e.end(EndContextFull, "the context filled up before the model wrote anything")
 		}
 		return e.end(EndNoOutput, fmt.Sprintf("the model emitted %d tokens and no text", len(t.ids)))
@@ -458,7 +459,7 @@ func (e *episode) patch() error {
 	}
 	if len(edits) == 0 {
 		detail := "the answer has no " + searchMark + " block"
-		if t.finish != FinishStop {
+		if t.finish != policy.FinishStop {
 			detail += fmt.Sprintf(" (it was cut at %d tokens)", len(t.ids))
 		}
 		return e.end(EndNoEdits, detail)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/kernels/tokenizer"
 )
 
@@ -42,52 +43,52 @@ type ScriptedPolicy struct {
 	Err error
 }
 
-var _ Policy = (*ScriptedPolicy)(nil)
+var _ policy.Policy = (*ScriptedPolicy)(nil)
 
 // Generate plays the next turn of the script.
-func (p *ScriptedPolicy) Generate(ctx context.Context, req GenerateRequest) (GenerateResult, error) {
+func (p *ScriptedPolicy) Generate(ctx context.Context, req policy.GenerateRequest) (policy.GenerateResult, error) {
 	if p.Delay > 0 {
 		t := time.NewTimer(p.Delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return GenerateResult{}, ctx.Err()
+			return policy.GenerateResult{}, ctx.Err()
 		case <-t.C:
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return GenerateResult{}, err
+		return policy.GenerateResult{}, err
 	}
 	if p.Err != nil {
-		return GenerateResult{}, p.Err
+		return policy.GenerateResult{}, p.Err
 	}
 	if req.MaxTokens <= 0 {
-		return GenerateResult{}, fmt.Errorf("scripted policy: MaxTokens %d", req.MaxTokens)
+		return policy.GenerateResult{}, fmt.Errorf("scripted policy: MaxTokens %d", req.MaxTokens)
 	}
 	prompt, err := p.Tokenizer.Decode(req.PromptIDs)
 	if err != nil {
-		return GenerateResult{}, err
+		return policy.GenerateResult{}, err
 	}
 	n := strings.Count(prompt, "<|im_start|>assistant") - 1
 	var ids []int32
 	if n >= 0 && n < len(p.Turns) {
 		ids = p.Tokenizer.EncodeOrdinary(p.Turns[n])
 	}
-	finish := FinishStop
+	finish := policy.FinishStop
 	if p.NoStop && len(ids) > 0 {
-		finish = FinishLength
+		finish = policy.FinishLength
 	} else if len(req.Stop) > 0 {
 		ids = append(ids, req.Stop[0])
 	}
 	// A stop sequence ends the turn where the policy's would end (the
 	// demonstration's answer stops where a sampled one is cut).
-	if end := StopSeqEnd(ids, req.StopSeqs); end > 0 && end <= req.MaxTokens {
-		ids, finish = ids[:end], FinishStopSeq
+	if end := policy.StopSeqEnd(ids, req.StopSeqs); end > 0 && end <= req.MaxTokens {
+		ids, finish = ids[:end], policy.FinishStopSeq
 	}
 	if len(ids) > req.MaxTokens {
-		ids, finish = ids[:req.MaxTokens], FinishLength
+		ids, finish = ids[:req.MaxTokens], policy.FinishLength
 	}
-	return GenerateResult{TokenIDs: ids, LogProbs: make([]float32, len(ids)), Finish: finish, PolicyVersion: p.Version}, nil
+	return policy.GenerateResult{TokenIDs: ids, LogProbs: make([]float32, len(ids)), Finish: finish, PolicyVersion: p.Version}, nil
 }
 
 // Hunk is one hunk of a unified diff as text before and after.

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/frognano/frognano/actors/policy"
 )
 
 // Sandbox is what the tools need from a sandbox; its methods mirror
@@ -194,7 +196,7 @@ const defaultReadLines = 2000
 // Run executes a call that ParseToolCalls accepted. A failing tool is an
 // observation, not an error; Run returns an error only when the sandbox is
 // broken (or ctx ended), which ends the episode.
-func Run(ctx context.Context, sb Sandbox, call ToolCall, opts Options) (Result, error) {
+func Run(ctx context.Context, sb Sandbox, call policy.ToolCall, opts Options) (Result, error) {
 	opts = opts.withDefaults()
 	obs, err := run(ctx, sb, call, opts)
 	if errors.Is(err, ErrToolFailed) {
@@ -206,7 +208,7 @@ func Run(ctx context.Context, sb Sandbox, call ToolCall, opts Options) (Result, 
 	return Result{Observation: truncate(obs, opts.OutputLimit), Submitted: call.Name == "Submit"}, nil
 }
 
-func run(ctx context.Context, sb Sandbox, call ToolCall, opts Options) (string, error) {
+func run(ctx context.Context, sb Sandbox, call policy.ToolCall, opts Options) (string, error) {
 	if cerr := validate(call); cerr != nil {
 		cerr.Tool = call.Name
 		return "", fmt.Errorf("%w: %w", ErrToolFailed, cerr)

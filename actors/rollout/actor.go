@@ -12,6 +12,7 @@ import (
 
 	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/kernels/sample"
 	"github.com/frognano/frognano/kernels/tokenizer"
 	"github.com/frognano/frognano/persistence"
@@ -30,7 +31,7 @@ type ActorConfig struct {
 	// Policy returns the policy and its tokenizer (loading a model may
 	// take a while: it is called off the actor's goroutine, once it
 	// succeeds).
-	Policy func(ctx context.Context) (harness.Policy, *tokenizer.Tokenizer, error)
+	Policy func(ctx context.Context) (policy.Policy, *tokenizer.Tokenizer, error)
 	// Sandboxes are the episodes' sandboxes for the actor's own Runner:
 	// Workers (a SandboxWorker actor per episode, on the cluster's
 	// containerd members) on a node.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/frognano/frognano/actors/harness"
+	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/actors/sampler"
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/kernels/model"
@@ -41,7 +42,7 @@ func BenchmarkEpisodes(b *testing.B) {
 	for _, c := range []struct {
 		name   string
 		mode   harness.Mode
-		policy harness.Policy
+		policy policy.Policy
 		lim    harness.Limits
 	}{
 		{"scripted/agent", harness.ModeAgent, nil, harness.Limits{}},

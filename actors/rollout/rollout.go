@@ -25,6 +25,7 @@ import (
 
 	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/kernels/sample"
 	"github.com/frognano/frognano/kernels/tokenizer"
 	"github.com/frognano/frognano/persistence"
@@ -32,7 +33,7 @@ import (
 
 // Config is what a Runner needs.
 type Config struct {
-	Policy    harness.Policy
+	Policy    policy.Policy
 	Tokenizer *tokenizer.Tokenizer
 	Sandboxes Sandboxes
 	// Trajectories receives every episode; nil keeps them in the results

@@ -13,6 +13,7 @@ import (
 
 	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/kernels/tokenizer"
 	"github.com/frognano/frognano/persistence"
 )
@@ -292,10 +293,10 @@ func TestActor(t *testing.T) {
 	}
 	store := badgerStore(t)
 	system := actor.NewActorSystem()
-	policy := func(context.Context) (harness.Policy, *tokenizer.Tokenizer, error) {
+	scripted := func(context.Context) (policy.Policy, *tokenizer.Tokenizer, error) {
 		return &harness.ScriptedPolicy{Tokenizer: smolTokenizer(t), Turns: script, Version: 3}, smolTokenizer(t), nil
 	}
-	pid := system.Root.Spawn(Props(ActorConfig{Policy: policy, Sandboxes: workers(t), Trajectories: store, Logger: quiet()}))
+	pid := system.Root.Spawn(Props(ActorConfig{Policy: scripted, Sandboxes: workers(t), Trajectories: store, Logger: quiet()}))
 	defer system.Root.Stop(pid)
 	ask := func(msg any) any {
 		res, err := system.Root.RequestFuture(pid, msg, 5*time.Minute).Result()
@@ -338,7 +339,7 @@ func TestActor(t *testing.T) {
 	}
 	// A policy that cannot be loaded fails the request with its reason.
 	broken := system.Root.Spawn(Props(ActorConfig{Sandboxes: workers(t), Trajectories: store,
-		Policy: func(context.Context) (harness.Policy, *tokenizer.Tokenizer, error) {
+		Policy: func(context.Context) (policy.Policy, *tokenizer.Tokenizer, error) {
 			return nil, nil, errors.New("no model smollm2-135m in the store")
 		}}))
 	defer system.Root.Stop(broken)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/actors/sandboxworker"
 )
@@ -44,7 +45,7 @@ func TestToolsThroughSandboxWorker(t *testing.T) {
 	run := func(name string, args any) harness.Result {
 		t.Helper()
 		raw, _ := json.Marshal(args)
-		res, err := harness.Run(ctx, ws, harness.ToolCall{Name: name, Arguments: raw}, harness.Options{})
+		res, err := harness.Run(ctx, ws, policy.ToolCall{Name: name, Arguments: raw}, harness.Options{})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -85,7 +86,7 @@ func TestToolsThroughSandboxWorker(t *testing.T) {
 	raw, _ := json.Marshal(map[string]string{"path": hunks[0].Path})
 	short, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	if _, err := harness.Run(short, ws, harness.ToolCall{Name: "Read", Arguments: raw}, harness.Options{}); err == nil {
+	if _, err := harness.Run(short, ws, policy.ToolCall{Name: "Read", Arguments: raw}, harness.Options{}); err == nil {
 		t.Fatal("a tool ran in a destroyed worker")
 	}
 }

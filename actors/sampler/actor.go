@@ -10,8 +10,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/kernels/sample"
 	"github.com/frognano/frognano/runtime/failpoint"
 )
@@ -110,7 +110,7 @@ func (a *samplerActor) generate(ctx actor.Context, m *messages.GenerateRequest) 
 		var reply any
 		e, err := a.cfg.Engine(gctx)
 		if err == nil {
-			var res harness.GenerateResult
+			var res policy.GenerateResult
 			if res, err = e.Generate(gctx, req); err == nil {
 				reply = ResultToProto(res)
 			}
@@ -182,12 +182,12 @@ func (e *Engine) Status() *messages.SamplerStatus {
 }
 
 // RequestFromProto reads a GenerateRequest message.
-func RequestFromProto(m *messages.GenerateRequest) harness.GenerateRequest {
+func RequestFromProto(m *messages.GenerateRequest) policy.GenerateRequest {
 	var seqs [][]int32
 	for _, s := range m.GetStopSeqs() {
 		seqs = append(seqs, s.GetIds())
 	}
-	return harness.GenerateRequest{
+	return policy.GenerateRequest{
 		PromptIDs: m.PromptIds, MaxTokens: int(m.MaxTokens),
 		Sampling: sample.Params{Temperature: m.Temperature, TopP: m.TopP, TopK: int(m.TopK)},
 		Seed:     m.Seed, Stop: m.StopIds, StopSeqs: seqs, MinPolicyVersion: m.MinPolicyVersion,
@@ -195,7 +195,7 @@ func RequestFromProto(m *messages.GenerateRequest) harness.GenerateRequest {
 }
 
 // RequestToProto writes a GenerateRequest message.
-func RequestToProto(r harness.GenerateRequest) *messages.GenerateRequest {
+func RequestToProto(r policy.GenerateRequest) *messages.GenerateRequest {
 	var seqs []*messages.TokenSequence
 	for _, s := range r.StopSeqs {
 		seqs = append(seqs, &messages.TokenSequence{Ids: s})
@@ -208,16 +208,16 @@ func RequestToProto(r harness.GenerateRequest) *messages.GenerateRequest {
 }
 
 // ResultToProto writes a GenerateResponse message.
-func ResultToProto(r harness.GenerateResult) *messages.GenerateResponse {
+func ResultToProto(r policy.GenerateResult) *messages.GenerateResponse {
 	return &messages.GenerateResponse{TokenIds: r.TokenIDs, Logprobs: r.LogProbs, FinishReason: string(r.Finish), PolicyVersion: r.PolicyVersion}
 }
 
 // ResultFromProto reads a GenerateResponse message.
-func ResultFromProto(m *messages.GenerateResponse) harness.GenerateResult {
-	return harness.GenerateResult{TokenIDs: m.TokenIds, LogProbs: m.Logprobs, Finish: harness.FinishReason(m.FinishReason), PolicyVersion: m.PolicyVersion}
+func ResultFromProto(m *messages.GenerateResponse) policy.GenerateResult {
+	return policy.GenerateResult{TokenIDs: m.TokenIds, LogProbs: m.Logprobs, Finish: policy.FinishReason(m.FinishReason), PolicyVersion: m.PolicyVersion}
 }
 
-// Client is a harness.Policy that asks a Sampler actor, on this node or
+// Client is a policy.Policy that asks a Sampler actor, on this node or
 // another, so that a Rollout anywhere in the cluster can use it.
 type Client struct {
 	Root *actor.RootContext
@@ -227,12 +227,12 @@ type Client struct {
 	Timeout time.Duration
 }
 
-var _ harness.Policy = (*Client)(nil)
+var _ policy.Policy = (*Client)(nil)
 
 // Generate asks the Sampler and waits for its answer. When ctx ends first
 // it sends GenerateCancel, so the Sampler stops generating for nobody.
 // Failures the Sampler reports as bad requests wrap ErrBadRequest.
-func (c *Client) Generate(ctx context.Context, req harness.GenerateRequest) (harness.GenerateResult, error) {
+func (c *Client) Generate(ctx context.Context, req policy.GenerateRequest) (policy.GenerateResult, error) {
 	timeout := c.Timeout
 	if timeout <= 0 {
 		timeout = 30 * time.Minute
@@ -240,7 +240,7 @@ func (c *Client) Generate(ctx context.Context, req harness.GenerateRequest) (har
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
 		if timeout <= 0 {
-			return harness.GenerateResult{}, context.DeadlineExceeded
+			return policy.GenerateResult{}, context.DeadlineExceeded
 		}
 	}
 	f := c.Root.RequestFuture(c.PID, RequestToProto(req), timeout)
@@ -257,9 +257,9 @@ func (c *Client) Generate(ctx context.Context, req harness.GenerateRequest) (har
 	case a := <-done:
 		if a.err != nil {
 			if errors.Is(a.err, actor.ErrTimeout) && ctx.Err() != nil {
-				return harness.GenerateResult{}, ctx.Err()
+				return policy.GenerateResult{}, ctx.Err()
 			}
-			return harness.GenerateResult{}, fmt.Errorf("sampler %s: %w", c.PID, a.err)
+			return policy.GenerateResult{}, fmt.Errorf("sampler %s: %w", c.PID, a.err)
 		}
 		switch m := a.res.(type) {
 		case *messages.GenerateResponse:
@@ -272,13 +272,13 @@ func (c *Client) Generate(ctx context.Context, req harness.GenerateRequest) (har
 			case "closed":
 				err = fmt.Errorf("%w: %s", ErrClosed, m.Message)
 			}
-			return harness.GenerateResult{}, fmt.Errorf("sampler %s: %w", c.PID, err)
+			return policy.GenerateResult{}, fmt.Errorf("sampler %s: %w", c.PID, err)
 		default:
-			return harness.GenerateResult{}, fmt.Errorf("sampler %s answered %T", c.PID, a.res)
+			return policy.GenerateResult{}, fmt.Errorf("sampler %s answered %T", c.PID, a.res)
 		}
 	case <-ctx.Done():
 		p := f.PID()
 		c.Root.Send(c.PID, &messages.GenerateCancel{RequestAddress: p.Address, RequestId: p.Id})
-		return harness.GenerateResult{}, ctx.Err()
+		return policy.GenerateResult{}, ctx.Err()
 	}
 }

@@ -9,8 +9,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/kernels/sample"
 )
 
@@ -30,18 +30,18 @@ func TestActor(t *testing.T) {
 	c := &Client{Root: system.Root, PID: pid}
 	ctx := context.Background()
 
-	reqs := make([]harness.GenerateRequest, 4)
+	reqs := make([]policy.GenerateRequest, 4)
 	for i := range reqs {
-		reqs[i] = harness.GenerateRequest{PromptIDs: chatPrompt(t, m, questions[i]), MaxTokens: 12, Sampling: sample.Params{Temperature: 0.9, TopK: 50}, Seed: uint64(i), Stop: []int32{imEnd(t, m)}}
+		reqs[i] = policy.GenerateRequest{PromptIDs: chatPrompt(t, m, questions[i]), MaxTokens: 12, Sampling: sample.Params{Temperature: 0.9, TopK: 50}, Seed: uint64(i), Stop: []int32{imEnd(t, m)}}
 	}
-	want := make([]harness.GenerateResult, len(reqs))
+	want := make([]policy.GenerateResult, len(reqs))
 	for i, r := range reqs {
 		if want[i], err = e.Generate(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}
 	steps := e.Stats().Steps
-	got := make([]harness.GenerateResult, len(reqs))
+	got := make([]policy.GenerateResult, len(reqs))
 	errs := make(chan error, len(reqs))
 	for i, r := range reqs {
 		go func() {
@@ -69,14 +69,14 @@ func TestActor(t *testing.T) {
 		t.Fatalf("%d steps for %d tokens: the actor's requests were not batched", batched, alone)
 	}
 
-	if _, err := c.Generate(ctx, harness.GenerateRequest{PromptIDs: []int32{-1}}); !errors.Is(err, ErrBadRequest) {
+	if _, err := c.Generate(ctx, policy.GenerateRequest{PromptIDs: []int32{-1}}); !errors.Is(err, ErrBadRequest) {
 		t.Fatalf("bad request through the actor: %v", err)
 	}
 
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.Generate(cctx, harness.GenerateRequest{PromptIDs: reqs[0].PromptIDs, MaxTokens: 4000})
+		_, err := c.Generate(cctx, policy.GenerateRequest{PromptIDs: reqs[0].PromptIDs, MaxTokens: 4000})
 		done <- err
 	}()
 	for e.Stats().Running == 0 {

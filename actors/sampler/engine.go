@@ -2,7 +2,7 @@
 // Engine (plain Go) owns a model and a scheduler goroutine that batches the
 // generation requests of many concurrent episodes (continuous batching);
 // the Sampler actor wraps an Engine for other actors and nodes, and Client
-// reaches one by PID. Engine and Client implement harness.Policy.
+// reaches one by PID. Engine and Client implement policy.Policy.
 //
 // # Continuous batching
 //
@@ -73,7 +73,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/frognano/frognano/actors/harness"
+	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/kernels/model"
 	"github.com/frognano/frognano/kernels/sample"
 	"github.com/frognano/frognano/persistence"
@@ -229,7 +229,7 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-var _ harness.Policy = (*Engine)(nil)
+var _ policy.Policy = (*Engine)(nil)
 
 // Model is the engine's model (its tokenizer and configuration; the
 // weights may be swapped at any time between steps).
@@ -274,20 +274,20 @@ func (e *Engine) Close() error {
 	return nil
 }
 
-// Generate runs one request to its end (harness.Policy). When ctx ends
+// Generate runs one request to its end (policy.Policy). When ctx ends
 // first it returns ctx's error and the sequence leaves the batch at the
 // next step.
-func (e *Engine) Generate(ctx context.Context, req harness.GenerateRequest) (harness.GenerateResult, error) {
+func (e *Engine) Generate(ctx context.Context, req policy.GenerateRequest) (policy.GenerateResult, error) {
 	s, err := e.Start(ctx, req)
 	if err != nil {
-		return harness.GenerateResult{}, err
+		return policy.GenerateResult{}, err
 	}
 	select {
 	case <-s.seq.done:
 		return s.Result()
 	case <-ctx.Done():
 		e.poke()
-		return harness.GenerateResult{}, ctx.Err()
+		return policy.GenerateResult{}, ctx.Err()
 	}
 }
 
@@ -302,7 +302,7 @@ type Stream struct {
 
 // Start queues a request and returns at once. The generation runs until
 // it finishes or ctx ends.
-func (e *Engine) Start(ctx context.Context, req harness.GenerateRequest) (*Stream, error) {
+func (e *Engine) Start(ctx context.Context, req policy.GenerateRequest) (*Stream, error) {
 	if err := e.check(req); err != nil {
 		return nil, err
 	}
@@ -330,7 +330,7 @@ func (e *Engine) Start(ctx context.Context, req harness.GenerateRequest) (*Strea
 }
 
 // check refuses what would fail later, inside a shared batch.
-func (e *Engine) check(req harness.GenerateRequest) error {
+func (e *Engine) check(req policy.GenerateRequest) error {
 	p := req.Sampling
 	switch {
 	case len(req.PromptIDs) == 0:
@@ -397,20 +397,20 @@ func (s *Stream) Next() ([]int32, []float32, error) {
 }
 
 // Result waits for the generation to end and returns it.
-func (s *Stream) Result() (harness.GenerateResult, error) {
+func (s *Stream) Result() (policy.GenerateResult, error) {
 	q := s.seq
 	select {
 	case <-q.done:
 	case <-q.ctx.Done():
 		s.e.poke()
-		return harness.GenerateResult{}, q.ctx.Err()
+		return policy.GenerateResult{}, q.ctx.Err()
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.err != nil {
-		return harness.GenerateResult{}, q.err
+		return policy.GenerateResult{}, q.err
 	}
-	return harness.GenerateResult{
+	return policy.GenerateResult{
 		TokenIDs: slices.Clone(q.ids), LogProbs: slices.Clone(q.lps),
 		Finish: q.finish, PolicyVersion: q.version,
 	}, nil
@@ -429,7 +429,7 @@ func (s *Stream) PromptTokens() int { return len(s.seq.req.PromptIDs) }
 
 // sequence is one request in the engine.
 type sequence struct {
-	req harness.GenerateRequest
+	req policy.GenerateRequest
 	ctx context.Context
 	sm  *sample.Sampler
 
@@ -444,13 +444,13 @@ type sequence struct {
 	one       [1]int32
 	version   int64
 	ended     bool
-	endReason harness.FinishReason
+	endReason policy.FinishReason
 	endErr    error
 
 	mu       sync.Mutex
 	ids      []int32
 	lps      []float32
-	finish   harness.FinishReason
+	finish   policy.FinishReason
 	err      error
 	finished bool
 	done     chan struct{}
@@ -475,7 +475,7 @@ func (s *sequence) emit(tok int32, lp float32) {
 // once the scheduler publishes it, after updating the counters. The cache
 // of a sequence that finished or was cancelled is kept for reuse; after a
 // failed forward pass or on shutdown it is dropped.
-func (e *Engine) end(s *sequence, reason harness.FinishReason, err error) {
+func (e *Engine) end(s *sequence, reason policy.FinishReason, err error) {
 	s.endReason, s.endErr, s.ended = reason, err, true
 	if s.cache != nil && (err == nil || errors.Is(err, s.ctx.Err())) {
 		e.keep(s)
@@ -760,22 +760,22 @@ func (e *Engine) step() {
 }
 
 // finished says whether s ends after sampling tok.
-func (e *Engine) finished(s *sequence, tok int32) (harness.FinishReason, bool) {
+func (e *Engine) finished(s *sequence, tok int32) (policy.FinishReason, bool) {
 	if slices.Contains(s.req.Stop, tok) {
-		return harness.FinishStop, true
+		return policy.FinishStop, true
 	}
 	s.mu.Lock()
 	n := len(s.ids)
-	seq := len(s.req.StopSeqs) > 0 && harness.EndsWithStopSeq(s.ids, s.req.StopSeqs)
+	seq := len(s.req.StopSeqs) > 0 && policy.EndsWithStopSeq(s.ids, s.req.StopSeqs)
 	s.mu.Unlock()
 	if seq {
-		return harness.FinishStopSeq, true
+		return policy.FinishStopSeq, true
 	}
 	if s.req.MaxTokens > 0 && n >= s.req.MaxTokens {
-		return harness.FinishLength, true
+		return policy.FinishLength, true
 	}
 	if s.cache.Len() >= s.limit {
-		return harness.FinishContext, true
+		return policy.FinishContext, true
 	}
 	return "", false
 }

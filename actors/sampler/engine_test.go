@@ -12,8 +12,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/kernels/model"
 	"github.com/frognano/frognano/kernels/sample"
 	"github.com/frognano/frognano/kernels/tokenizer"
@@ -118,11 +118,11 @@ func TestBatchEqualsAlone(t *testing.T) {
 		p    sample.Params
 	}{{"greedy", sample.Params{}}, {"seeded", sample.Params{Temperature: 0.8, TopP: 0.95}}} {
 		t.Run(mode.name, func(t *testing.T) {
-			reqs := make([]harness.GenerateRequest, len(questions))
+			reqs := make([]policy.GenerateRequest, len(questions))
 			for i, q := range questions {
-				reqs[i] = harness.GenerateRequest{PromptIDs: chatPrompt(t, m, q), MaxTokens: 24, Sampling: mode.p, Seed: uint64(100 + i), Stop: []int32{stop}}
+				reqs[i] = policy.GenerateRequest{PromptIDs: chatPrompt(t, m, q), MaxTokens: 24, Sampling: mode.p, Seed: uint64(100 + i), Stop: []int32{stop}}
 			}
-			alone := make([]harness.GenerateResult, len(reqs))
+			alone := make([]policy.GenerateResult, len(reqs))
 			for i, r := range reqs {
 				res, err := e.Generate(context.Background(), r)
 				if err != nil {
@@ -146,7 +146,7 @@ func TestBatchEqualsAlone(t *testing.T) {
 					t.Fatalf("request %d: engine %v, model.Generate %v (%s)", i, got, want, reason)
 				}
 			}
-			batched := make([]harness.GenerateResult, len(reqs))
+			batched := make([]policy.GenerateResult, len(reqs))
 			errs := make([]error, len(reqs))
 			var wg sync.WaitGroup
 			for i, r := range reqs {
@@ -181,13 +181,13 @@ func TestLogProbs(t *testing.T) {
 	e := newEngine(t, Config{})
 	for _, temp := range []float32{0, 0.7} {
 		prompt := chatPrompt(t, m, questions[1])
-		res, err := e.Generate(context.Background(), harness.GenerateRequest{
+		res, err := e.Generate(context.Background(), policy.GenerateRequest{
 			PromptIDs: prompt, MaxTokens: 12, Sampling: sample.Params{Temperature: temp, TopK: 40}, Seed: 7,
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(res.TokenIDs) != 12 || len(res.LogProbs) != 12 || res.Finish != harness.FinishLength {
+		if len(res.TokenIDs) != 12 || len(res.LogProbs) != 12 || res.Finish != policy.FinishLength {
 			t.Fatalf("T=%v: %d tokens, %d log-probs, %s", temp, len(res.TokenIDs), len(res.LogProbs), res.Finish)
 		}
 		seq := append(slices.Clone(prompt), res.TokenIDs...)
@@ -233,64 +233,64 @@ func TestLimits(t *testing.T) {
 	e := newEngine(t, Config{ContextLength: len(prompt) + 5})
 	ctx := context.Background()
 
-	ref, err := e.Generate(ctx, harness.GenerateRequest{PromptIDs: prompt, MaxTokens: 4})
+	ref, err := e.Generate(ctx, policy.GenerateRequest{PromptIDs: prompt, MaxTokens: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ref.TokenIDs) != 4 || ref.Finish != harness.FinishLength {
+	if len(ref.TokenIDs) != 4 || ref.Finish != policy.FinishLength {
 		t.Fatalf("max tokens 4: %v %s", ref.TokenIDs, ref.Finish)
 	}
 	// Stopping on the third greedy token: it is the last one returned.
 	stopAt := ref.TokenIDs[2]
 	k := slices.Index(ref.TokenIDs, stopAt)
-	res, err := e.Generate(ctx, harness.GenerateRequest{PromptIDs: prompt, MaxTokens: 4, Stop: []int32{stopAt}})
+	res, err := e.Generate(ctx, policy.GenerateRequest{PromptIDs: prompt, MaxTokens: 4, Stop: []int32{stopAt}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Finish != harness.FinishStop || !slices.Equal(res.TokenIDs, ref.TokenIDs[:k+1]) {
+	if res.Finish != policy.FinishStop || !slices.Equal(res.TokenIDs, ref.TokenIDs[:k+1]) {
 		t.Fatalf("stop on %d: %v %s, want %v", stopAt, res.TokenIDs, res.Finish, ref.TokenIDs[:k+1])
 	}
 	// A stop sequence of the second and third greedy tokens ends the
 	// turn after them (they stay in it); one that never occurs does not.
 	seq := ref.TokenIDs[1:3]
-	res, err = e.Generate(ctx, harness.GenerateRequest{PromptIDs: prompt, MaxTokens: 4, StopSeqs: [][]int32{{ref.TokenIDs[3], 1 << 10}, seq}})
+	res, err = e.Generate(ctx, policy.GenerateRequest{PromptIDs: prompt, MaxTokens: 4, StopSeqs: [][]int32{{ref.TokenIDs[3], 1 << 10}, seq}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if end := harness.StopSeqEnd(ref.TokenIDs, [][]int32{seq}); res.Finish != harness.FinishStopSeq || end > 3 || !slices.Equal(res.TokenIDs, ref.TokenIDs[:end]) {
+	if end := policy.StopSeqEnd(ref.TokenIDs, [][]int32{seq}); res.Finish != policy.FinishStopSeq || end > 3 || !slices.Equal(res.TokenIDs, ref.TokenIDs[:end]) {
 		t.Fatalf("stop sequence %v: %v %s, want %v", seq, res.TokenIDs, res.Finish, ref.TokenIDs[:3])
 	}
 	// No MaxTokens: the context (prompt + 5 positions) ends it after 6
 	// tokens, the last one sampled but not cached.
-	res, err = e.Generate(ctx, harness.GenerateRequest{PromptIDs: prompt})
+	res, err = e.Generate(ctx, policy.GenerateRequest{PromptIDs: prompt})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Finish != harness.FinishContext || len(res.TokenIDs) != 6 || !slices.Equal(res.TokenIDs[:4], ref.TokenIDs) {
+	if res.Finish != policy.FinishContext || len(res.TokenIDs) != 6 || !slices.Equal(res.TokenIDs[:4], ref.TokenIDs) {
 		t.Fatalf("context: %v %s", res.TokenIDs, res.Finish)
 	}
 	// A MaxTokens as large as an int can hold is the context too (it once
 	// overflowed prompt + MaxTokens and crashed the engine).
-	res, err = e.Generate(ctx, harness.GenerateRequest{PromptIDs: prompt, MaxTokens: math.MaxInt})
-	if err != nil || res.Finish != harness.FinishContext || len(res.TokenIDs) != 6 {
+	res, err = e.Generate(ctx, policy.GenerateRequest{PromptIDs: prompt, MaxTokens: math.MaxInt})
+	if err != nil || res.Finish != policy.FinishContext || len(res.TokenIDs) != 6 {
 		t.Fatalf("MaxTokens MaxInt: %v %s %v", res.TokenIDs, res.Finish, err)
 	}
 
 	bad := []struct {
 		name string
-		req  harness.GenerateRequest
+		req  policy.GenerateRequest
 		want error
 	}{
-		{"empty prompt", harness.GenerateRequest{}, ErrBadRequest},
-		{"negative max tokens", harness.GenerateRequest{PromptIDs: prompt, MaxTokens: -1}, ErrBadRequest},
-		{"token outside vocabulary", harness.GenerateRequest{PromptIDs: []int32{1, 49152}}, ErrBadRequest},
-		{"negative token", harness.GenerateRequest{PromptIDs: []int32{-3}}, ErrBadRequest},
-		{"stop outside vocabulary", harness.GenerateRequest{PromptIDs: prompt, Stop: []int32{1 << 20}}, ErrBadRequest},
-		{"stop sequence outside vocabulary", harness.GenerateRequest{PromptIDs: prompt, StopSeqs: [][]int32{{1, -2}}}, ErrBadRequest},
-		{"negative temperature", harness.GenerateRequest{PromptIDs: prompt, Sampling: sample.Params{Temperature: -1}}, ErrBadRequest},
-		{"NaN temperature", harness.GenerateRequest{PromptIDs: prompt, Sampling: sample.Params{Temperature: float32(math.NaN())}}, ErrBadRequest},
-		{"top-p above 1", harness.GenerateRequest{PromptIDs: prompt, Sampling: sample.Params{Temperature: 1, TopP: 1.5}}, ErrBadRequest},
-		{"prompt fills the context", harness.GenerateRequest{PromptIDs: append(slices.Clone(prompt), prompt[:5]...)}, ErrPromptTooLong},
+		{"empty prompt", policy.GenerateRequest{}, ErrBadRequest},
+		{"negative max tokens", policy.GenerateRequest{PromptIDs: prompt, MaxTokens: -1}, ErrBadRequest},
+		{"token outside vocabulary", policy.GenerateRequest{PromptIDs: []int32{1, 49152}}, ErrBadRequest},
+		{"negative token", policy.GenerateRequest{PromptIDs: []int32{-3}}, ErrBadRequest},
+		{"stop outside vocabulary", policy.GenerateRequest{PromptIDs: prompt, Stop: []int32{1 << 20}}, ErrBadRequest},
+		{"stop sequence outside vocabulary", policy.GenerateRequest{PromptIDs: prompt, StopSeqs: [][]int32{{1, -2}}}, ErrBadRequest},
+		{"negative temperature", policy.GenerateRequest{PromptIDs: prompt, Sampling: sample.Params{Temperature: -1}}, ErrBadRequest},
+		{"NaN temperature", policy.GenerateRequest{PromptIDs: prompt, Sampling: sample.Params{Temperature: float32(math.NaN())}}, ErrBadRequest},
+		{"top-p above 1", policy.GenerateRequest{PromptIDs: prompt, Sampling: sample.Params{Temperature: 1, TopP: 1.5}}, ErrBadRequest},
+		{"prompt fills the context", policy.GenerateRequest{PromptIDs: append(slices.Clone(prompt), prompt[:5]...)}, ErrPromptTooLong},
 	}
 	for _, c := range bad {
 		if _, err := e.Generate(ctx, c.req); !errors.Is(err, c.want) {
@@ -298,7 +298,7 @@ func TestLimits(t *testing.T) {
 		}
 	}
 	// The engine still works after refusing.
-	if res, err := e.Generate(ctx, harness.GenerateRequest{PromptIDs: prompt, MaxTokens: 4}); err != nil || !slices.Equal(res.TokenIDs, ref.TokenIDs) {
+	if res, err := e.Generate(ctx, policy.GenerateRequest{PromptIDs: prompt, MaxTokens: 4}); err != nil || !slices.Equal(res.TokenIDs, ref.TokenIDs) {
 		t.Fatalf("after bad requests: %v %v", res.TokenIDs, err)
 	}
 }
@@ -309,19 +309,19 @@ func TestCancel(t *testing.T) {
 	m := smollm2(t)
 	e := newEngine(t, Config{})
 	prompt := chatPrompt(t, m, questions[2])
-	ref, err := e.Generate(context.Background(), harness.GenerateRequest{PromptIDs: prompt, MaxTokens: 16})
+	ref, err := e.Generate(context.Background(), policy.GenerateRequest{PromptIDs: prompt, MaxTokens: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	long, err := e.Start(ctx, harness.GenerateRequest{PromptIDs: chatPrompt(t, m, questions[1]), MaxTokens: 4000})
+	long, err := e.Start(ctx, policy.GenerateRequest{PromptIDs: chatPrompt(t, m, questions[1]), MaxTokens: 4000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	other := make(chan harness.GenerateResult, 1)
+	other := make(chan policy.GenerateResult, 1)
 	go func() {
-		res, err := e.Generate(context.Background(), harness.GenerateRequest{PromptIDs: prompt, MaxTokens: 16})
+		res, err := e.Generate(context.Background(), policy.GenerateRequest{PromptIDs: prompt, MaxTokens: 16})
 		if err != nil {
 			t.Error(err)
 		}
@@ -345,18 +345,18 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("neighbour of a cancelled request: %v, want %v", res.TokenIDs, ref.TokenIDs)
 	}
 	// The cancelled sequence left the batch: a fresh request runs alone.
-	if _, err := e.Generate(context.Background(), harness.GenerateRequest{PromptIDs: prompt, MaxTokens: 2}); err != nil {
+	if _, err := e.Generate(context.Background(), policy.GenerateRequest{PromptIDs: prompt, MaxTokens: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if st := e.Stats(); st.Running != 0 || st.Waiting != 0 {
 		t.Fatalf("stats: %+v", st)
 	}
 	// A context already cancelled fails at once.
-	if _, err := e.Generate(ctx, harness.GenerateRequest{PromptIDs: prompt, MaxTokens: 2}); !errors.Is(err, context.Canceled) {
+	if _, err := e.Generate(ctx, policy.GenerateRequest{PromptIDs: prompt, MaxTokens: 2}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled context: %v", err)
 	}
 	e.Close()
-	if _, err := e.Generate(context.Background(), harness.GenerateRequest{PromptIDs: prompt, MaxTokens: 2}); !errors.Is(err, ErrClosed) {
+	if _, err := e.Generate(context.Background(), policy.GenerateRequest{PromptIDs: prompt, MaxTokens: 2}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("closed engine: %v", err)
 	}
 }
@@ -420,11 +420,11 @@ func TestVersionSwap(t *testing.T) {
 	tensors = nil
 
 	e := newEngine(t, Config{Version: 1, Checkpoints: store, MaxSequences: 3})
-	req := func(i int) harness.GenerateRequest {
-		return harness.GenerateRequest{PromptIDs: chatPrompt(t, m, questions[i%len(questions)]), MaxTokens: 10, Sampling: sample.Params{Temperature: 1}, Seed: uint64(i)}
+	req := func(i int) policy.GenerateRequest {
+		return policy.GenerateRequest{PromptIDs: chatPrompt(t, m, questions[i%len(questions)]), MaxTokens: 10, Sampling: sample.Params{Temperature: 1}, Seed: uint64(i)}
 	}
 	const n = 6
-	refs := map[int64][]harness.GenerateResult{}
+	refs := map[int64][]policy.GenerateResult{}
 	for i := range n {
 		res, err := e.Generate(ctx, req(i))
 		if err != nil {
@@ -433,7 +433,7 @@ func TestVersionSwap(t *testing.T) {
 		refs[1] = append(refs[1], res)
 	}
 
-	results := make([]harness.GenerateResult, n)
+	results := make([]policy.GenerateResult, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
@@ -481,7 +481,7 @@ func TestVersionSwap(t *testing.T) {
 	if err := e.UpdateWeights(ctx, Update{RunID: "run", Step: 10, Version: 2}); !errors.Is(err, ErrStaleVersion) {
 		t.Fatalf("stale update: %v", err)
 	}
-	waiter := make(chan harness.GenerateResult, 1)
+	waiter := make(chan policy.GenerateResult, 1)
 	go func() {
 		r := req(0)
 		r.MinPolicyVersion = 3
@@ -515,9 +515,9 @@ func TestVersionSwap(t *testing.T) {
 // reports generated tokens per second for each.
 func BenchmarkContinuousBatching(b *testing.B) {
 	m := smollm2(b)
-	var reqs []harness.GenerateRequest
+	var reqs []policy.GenerateRequest
 	for i := range 16 {
-		reqs = append(reqs, harness.GenerateRequest{
+		reqs = append(reqs, policy.GenerateRequest{
 			PromptIDs: chatPrompt(b, m, fmt.Sprintf("%s (%d)", questions[i%len(questions)], i)),
 			MaxTokens: 64, Sampling: sample.Params{Temperature: 0.7}, Seed: uint64(i),
 		})

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/frognano/frognano/actors/harness"
+	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/kernels/model"
 	"github.com/frognano/frognano/kernels/sample"
 )
@@ -171,7 +171,7 @@ func TestPrefixReuse(t *testing.T) {
 			conv := &conversation{t: t, m: m, stop: stop, prompt: chatPrompt(t, m, task.String())}
 			var wantReused int64
 			for turn := range len(observations) + 1 {
-				req := harness.GenerateRequest{PromptIDs: conv.prompt, MaxTokens: 24, Sampling: mode.p, Seed: uint64(40 + turn), Stop: []int32{stop}}
+				req := policy.GenerateRequest{PromptIDs: conv.prompt, MaxTokens: 24, Sampling: mode.p, Seed: uint64(40 + turn), Stop: []int32{stop}}
 				before := reuse.Stats().ReusedTokens
 				got, err := reuse.Generate(context.Background(), req)
 				if err != nil {
@@ -229,13 +229,13 @@ func TestPrefixNotShared(t *testing.T) {
 	fresh := newEngine(t, Config{PrefixCaches: -1})
 	ctx := context.Background()
 	conv := &conversation{t: t, m: m, stop: stop, prompt: chatPrompt(t, m, questions[3])}
-	first, err := reuse.Generate(ctx, harness.GenerateRequest{PromptIDs: conv.prompt, MaxTokens: 16, Stop: []int32{stop}})
+	first, err := reuse.Generate(ctx, policy.GenerateRequest{PromptIDs: conv.prompt, MaxTokens: 16, Stop: []int32{stop}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	shared := int64(len(conv.prompt) + len(first.TokenIDs) - 1)
 	conv.extend(first.TokenIDs, "Now say it in French.")
-	req := harness.GenerateRequest{PromptIDs: conv.prompt, MaxTokens: 16, Sampling: sample.Params{Temperature: 0.8}, Seed: 3}
+	req := policy.GenerateRequest{PromptIDs: conv.prompt, MaxTokens: 16, Sampling: sample.Params{Temperature: 0.8}, Seed: 3}
 	want, err := fresh.Generate(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -309,12 +309,12 @@ func TestPrefixSwap(t *testing.T) {
 	ctx := context.Background()
 	e := newEngine(t, Config{Version: 1})
 	conv := &conversation{t: t, m: m, stop: stop, prompt: chatPrompt(t, m, questions[4])}
-	first, err := e.Generate(ctx, harness.GenerateRequest{PromptIDs: conv.prompt, MaxTokens: 16, Stop: []int32{stop}})
+	first, err := e.Generate(ctx, policy.GenerateRequest{PromptIDs: conv.prompt, MaxTokens: 16, Stop: []int32{stop}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	conv.extend(first.TokenIDs, "Answer in one word.")
-	req := harness.GenerateRequest{PromptIDs: conv.prompt, MaxTokens: 12}
+	req := policy.GenerateRequest{PromptIDs: conv.prompt, MaxTokens: 12}
 	old, err := newEngine(t, Config{PrefixCaches: -1}).Generate(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -384,7 +384,7 @@ func BenchmarkPrefixReuse(b *testing.B) {
 			for b.Loop() {
 				conv := &conversation{t: b, m: m, stop: stop, prompt: chatPrompt(b, m, taskText(iter, lines))}
 				for turn := range turns {
-					res, err := e.Generate(context.Background(), harness.GenerateRequest{
+					res, err := e.Generate(context.Background(), policy.GenerateRequest{
 						PromptIDs: conv.prompt, MaxTokens: 32, Sampling: sample.Params{Temperature: 0.7}, Seed: uint64(iter*turns + turn),
 					})
 					if err != nil {
@@ -435,11 +435,11 @@ func groupTask(t testing.TB, m *model.Model, i, n int) []int32 {
 
 // runGroup starts g requests for one prompt at once, as the episodes of a
 // GRPO group start, and returns their results.
-func runGroup(t testing.TB, e *Engine, prompt []int32, g, maxTokens int, seed uint64) []harness.GenerateResult {
+func runGroup(t testing.TB, e *Engine, prompt []int32, g, maxTokens int, seed uint64) []policy.GenerateResult {
 	t.Helper()
 	var streams []*Stream
 	for i := range g {
-		s, err := e.Start(context.Background(), harness.GenerateRequest{
+		s, err := e.Start(context.Background(), policy.GenerateRequest{
 			PromptIDs: prompt, MaxTokens: maxTokens, Sampling: sample.Params{Temperature: 1}, Seed: seed + uint64(i),
 		})
 		if err != nil {
@@ -447,7 +447,7 @@ func runGroup(t testing.TB, e *Engine, prompt []int32, g, maxTokens int, seed ui
 		}
 		streams = append(streams, s)
 	}
-	out := make([]harness.GenerateResult, g)
+	out := make([]policy.GenerateResult, g)
 	for i, s := range streams {
 		res, err := s.Result()
 		if err != nil {
@@ -495,7 +495,7 @@ func TestShareRunning(t *testing.T) {
 	}
 	var streams []*Stream
 	for _, p := range [][]int32{a, b} {
-		st, err := share.Start(context.Background(), harness.GenerateRequest{PromptIDs: p, MaxTokens: 4})
+		st, err := share.Start(context.Background(), policy.GenerateRequest{PromptIDs: p, MaxTokens: 4})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -520,11 +520,11 @@ func TestShareRunningLeadCancelled(t *testing.T) {
 	e := newEngine(t, Config{MaxStepTokens: 32}) // the lead reads its prompt in 30-odd steps
 	alone := newEngine(t, Config{ShareRunning: -1})
 	ctx, cancel := context.WithCancel(context.Background())
-	lead, err := e.Start(ctx, harness.GenerateRequest{PromptIDs: prompt, MaxTokens: 8, Seed: 1})
+	lead, err := e.Start(ctx, policy.GenerateRequest{PromptIDs: prompt, MaxTokens: 8, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := harness.GenerateRequest{PromptIDs: prompt, MaxTokens: 8, Sampling: sample.Params{Temperature: 1}, Seed: 2}
+	req := policy.GenerateRequest{PromptIDs: prompt, MaxTokens: 8, Sampling: sample.Params{Temperature: 1}, Seed: 2}
 	follower, err := e.Start(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)

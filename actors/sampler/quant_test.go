@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/kernels/model"
 	"github.com/frognano/frognano/kernels/sample"
 	"github.com/frognano/frognano/persistence"
@@ -97,12 +97,12 @@ func TestQuantizedServing(t *testing.T) {
 
 	type run struct {
 		prompt []int32
-		res    harness.GenerateResult
+		res    policy.GenerateResult
 	}
 	var runs []run
 	for i, q := range questions[:4] {
 		p := chatPrompt(t, served, q)
-		res, err := e.Generate(ctx, harness.GenerateRequest{PromptIDs: p, MaxTokens: 24, Sampling: sample.Params{Temperature: 1}, Seed: uint64(100 + i)})
+		res, err := e.Generate(ctx, policy.GenerateRequest{PromptIDs: p, MaxTokens: 24, Sampling: sample.Params{Temperature: 1}, Seed: uint64(100 + i)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +182,7 @@ func TestQuantizationFallback(t *testing.T) {
 		if e.Quantization() != model.Float32 {
 			t.Errorf("%s: serves %q", typ, e.Quantization())
 		}
-		res, err := e.Generate(context.Background(), harness.GenerateRequest{PromptIDs: chatPrompt(t, m, questions[0]), MaxTokens: 4})
+		res, err := e.Generate(context.Background(), policy.GenerateRequest{PromptIDs: chatPrompt(t, m, questions[0]), MaxTokens: 4})
 		if err != nil || len(res.TokenIDs) == 0 {
 			t.Errorf("%s: generate %v %v", typ, res, err)
 		}

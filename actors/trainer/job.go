@@ -18,8 +18,8 @@ import (
 	"github.com/frognano/frognano/actors/diag"
 	"github.com/frognano/frognano/actors/environment"
 	"github.com/frognano/frognano/actors/evaluate"
-	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/actors/rollout"
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/actors/synth"
@@ -152,7 +152,7 @@ type Deps struct {
 	// job's tensorboard is refused).
 	TensorBoard func(dir string, run *messages.Run, warn io.Writer) (func(*messages.Run), error)
 	// Policy replaces the node's Sampler (tests); nil is the Sampler.
-	Policy harness.Policy
+	Policy policy.Policy
 	Logger *slog.Logger
 }
 

@@ -50,6 +50,7 @@ import (
 	"github.com/frognano/frognano/actors/frontier"
 	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/actors/rollout"
 	"github.com/frognano/frognano/actors/sampler"
 	"github.com/frognano/frognano/kernels/sample"
@@ -223,7 +224,7 @@ type Config struct {
 	// Policy plays the episodes; nil is the node's Sampler (a
 	// sampler.Client), which is what training means. Tests substitute a
 	// policy whose rewards they control.
-	Policy harness.Policy
+	Policy policy.Policy
 	// HeldOut is the held-out set the run is evaluated on (tasks of
 	// environments it never trains on; see actors/evaluate); nil: no
 	// evaluation points.

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/cmd/internal/services"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/node"
@@ -76,9 +76,9 @@ func TestEvalSendsOPENAI_API_KEY(t *testing.T) {
 	cfg.Node.HTTPAddr, cfg.Node.RemoteAddr, cfg.Node.APIToken = "0.0.0.0:0", "127.0.0.1:0", token
 	cfg.Log.Level = "warn"
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	policy := services.NewPolicy(services.PolicyConfig{Model: gguf, ContextLength: 256, Logger: quiet})
-	defer policy.Close()
-	kinds, actors, handlers := policy.Options()
+	served := services.NewPolicy(services.PolicyConfig{Model: gguf, ContextLength: 256, Logger: quiet})
+	defer served.Close()
+	kinds, actors, handlers := served.Options()
 	n, err := node.Start(context.Background(), cfg, node.Options{Logger: quiet, Kinds: kinds, Actors: actors, Handlers: handlers})
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +87,7 @@ func TestEvalSendsOPENAI_API_KEY(t *testing.T) {
 	_, port, _ := net.SplitHostPort(n.HTTPAddr())
 	f := &evalFlags{model: "http://127.0.0.1:" + port, servedModel: gguf, tokenizer: gguf}
 
-	req := harness.GenerateRequest{PromptIDs: []int32{1, 2, 3}, MaxTokens: 2}
+	req := policy.GenerateRequest{PromptIDs: []int32{1, 2, 3}, MaxTokens: 2}
 	t.Setenv("OPENAI_API_KEY", "")
 	p, err := openPolicy(f)
 	if err != nil {

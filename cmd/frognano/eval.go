@@ -20,6 +20,7 @@ import (
 	"github.com/frognano/frognano/actors/gateway"
 	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/actors/rollout"
 	"github.com/frognano/frognano/actors/sampler"
 	"github.com/frognano/frognano/actors/sampler/openai"
@@ -133,7 +134,7 @@ func (f *evalFlags) validate() (harness.Mode, error) {
 
 // evalPolicy is the policy an evaluation runs, and what it reports.
 type evalPolicy struct {
-	harness.Policy
+	policy.Policy
 	tok     *tokenizer.Tokenizer
 	ctxLen  int
 	engine  *sampler.Engine

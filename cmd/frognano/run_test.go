@@ -22,6 +22,7 @@ import (
 	"github.com/frognano/frognano/actors/frontier"
 	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/actors/sampler"
 	"github.com/frognano/frognano/actors/trainer"
 	"github.com/frognano/frognano/cmd/internal/nodeflags"
@@ -364,11 +365,11 @@ func TestAsyncRunResumes(t *testing.T) {
 // signal whatever the 135M model writes.
 type goldOrSampler struct {
 	gold    *harness.ScriptedPolicy
-	sampler harness.Policy
+	sampler policy.Policy
 	calls   atomic.Int64
 }
 
-func (p *goldOrSampler) Generate(ctx context.Context, req harness.GenerateRequest) (harness.GenerateResult, error) {
+func (p *goldOrSampler) Generate(ctx context.Context, req policy.GenerateRequest) (policy.GenerateResult, error) {
 	if p.calls.Add(1)%2 == 1 {
 		return p.gold.Generate(ctx, req)
 	}

@@ -13,10 +13,10 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/frognano/frognano/actors/harness"
+	"github.com/frognano/frognano/actors/policy"
 )
 
-// External is a harness.Policy served by another OpenAI-compatible server,
+// External is a policy.Policy served by another OpenAI-compatible server,
 // for evaluation and synthesis with models frognano does not run itself.
 // It posts token-id prompts to BaseURL + "/v1/completions" and reads the
 // sampled ids and their log-probabilities back. What it relies on:
@@ -59,7 +59,7 @@ type External struct {
 	lenErr error
 }
 
-var _ harness.Policy = (*External)(nil)
+var _ policy.Policy = (*External)(nil)
 
 func (x *External) client() *http.Client {
 	if x.Client != nil {
@@ -130,18 +130,18 @@ func (x *External) contextLength(ctx context.Context) (int, error) {
 }
 
 // Generate asks the server for one continuation.
-func (x *External) Generate(ctx context.Context, req harness.GenerateRequest) (harness.GenerateResult, error) {
+func (x *External) Generate(ctx context.Context, req policy.GenerateRequest) (policy.GenerateResult, error) {
 	if len(req.PromptIDs) == 0 {
-		return harness.GenerateResult{}, errors.New("openai: empty prompt")
+		return policy.GenerateResult{}, errors.New("openai: empty prompt")
 	}
 	limit := req.MaxTokens
 	if limit <= 0 {
 		n, err := x.contextLength(ctx)
 		if err != nil {
-			return harness.GenerateResult{}, err
+			return policy.GenerateResult{}, err
 		}
 		if limit = n - len(req.PromptIDs); limit <= 0 {
-			return harness.GenerateResult{}, fmt.Errorf("openai: %d prompt tokens leave no room in a context of %d", len(req.PromptIDs), n)
+			return policy.GenerateResult{}, fmt.Errorf("openai: %d prompt tokens leave no room in a context of %d", len(req.PromptIDs), n)
 		}
 	}
 	temp, topP, topK := req.Sampling.Temperature, req.Sampling.TopP, req.Sampling.TopK
@@ -159,17 +159,17 @@ func (x *External) Generate(ctx context.Context, req harness.GenerateRequest) (h
 	body.Prompt, _ = json.Marshal(req.PromptIDs)
 	var resp CompletionResponse
 	if err := x.do(ctx, http.MethodPost, "/v1/completions", body, &resp); err != nil {
-		return harness.GenerateResult{}, err
+		return policy.GenerateResult{}, err
 	}
 	if len(resp.Choices) != 1 {
-		return harness.GenerateResult{}, fmt.Errorf("openai: %d choices in the answer, want 1", len(resp.Choices))
+		return policy.GenerateResult{}, fmt.Errorf("openai: %d choices in the answer, want 1", len(resp.Choices))
 	}
 	c := resp.Choices[0]
 	ids, lps, err := tokensOf(c)
 	if err != nil {
-		return harness.GenerateResult{}, err
+		return policy.GenerateResult{}, err
 	}
-	res := harness.GenerateResult{TokenIDs: ids, LogProbs: lps, PolicyVersion: x.Version}
+	res := policy.GenerateResult{TokenIDs: ids, LogProbs: lps, PolicyVersion: x.Version}
 	if c.PolicyVersion != nil {
 		res.PolicyVersion = *c.PolicyVersion
 	}
@@ -179,21 +179,21 @@ func (x *External) Generate(ctx context.Context, req harness.GenerateRequest) (h
 	}
 	switch {
 	case finish == "length" && len(ids) < limit:
-		res.Finish = harness.FinishContext
+		res.Finish = policy.FinishContext
 	case finish == "length":
-		res.Finish = harness.FinishLength
+		res.Finish = policy.FinishLength
 	case finish == "stop":
-		res.Finish = harness.FinishStop
+		res.Finish = policy.FinishStop
 		if len(ids) == 0 || !slices.Contains(req.Stop, ids[len(ids)-1]) {
 			id, ok := stopID(c.StopReason)
 			if !ok || !slices.Contains(req.Stop, id) {
-				return harness.GenerateResult{}, fmt.Errorf("openai: the server stopped (stop_reason %v) on none of the stop ids %v", c.StopReason, req.Stop)
+				return policy.GenerateResult{}, fmt.Errorf("openai: the server stopped (stop_reason %v) on none of the stop ids %v", c.StopReason, req.Stop)
 			}
 			res.TokenIDs = append(res.TokenIDs, id)
 			res.LogProbs = append(res.LogProbs, 0)
 		}
 	default:
-		return harness.GenerateResult{}, fmt.Errorf("openai: finish_reason %q", finish)
+		return policy.GenerateResult{}, fmt.Errorf("openai: finish_reason %q", finish)
 	}
 	return res, nil
 }

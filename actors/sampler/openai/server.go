@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/frognano/frognano/actors/harness"
+	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/actors/sampler"
 	"github.com/frognano/frognano/kernels/sample"
 	"github.com/frognano/frognano/kernels/tokenizer"
@@ -231,7 +231,7 @@ type output struct {
 // stop string. A final stop id's text is left out, as vLLM does. emit, when
 // set, receives text that can no longer be cut (all of it at the end) and
 // every token as it comes.
-func (s *Server) run(ctx context.Context, e *sampler.Engine, req harness.GenerateRequest, stops []string, emit func(text string, ids []int32, lps []float32) error) (output, error) {
+func (s *Server) run(ctx context.Context, e *sampler.Engine, req policy.GenerateRequest, stops []string, emit func(text string, ids []int32, lps []float32) error) (output, error) {
 	gctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	st, err := e.Start(gctx, req)
@@ -310,7 +310,7 @@ func (s *Server) run(ctx context.Context, e *sampler.Engine, req harness.Generat
 		text.WriteString(dec.Flush())
 		out.text, out.version = text.String(), res.PolicyVersion
 		switch res.Finish {
-		case harness.FinishStop:
+		case policy.FinishStop:
 			out.finish, out.stopReason = "stop", res.TokenIDs[len(res.TokenIDs)-1]
 		default:
 			out.finish = "length"
@@ -454,7 +454,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	greq := harness.GenerateRequest{PromptIDs: prompt, MaxTokens: limit, Sampling: p, Seed: seed, Stop: chatStops(tok)}
+	greq := policy.GenerateRequest{PromptIDs: prompt, MaxTokens: limit, Sampling: p, Seed: seed, Stop: chatStops(tok)}
 	if req.Stream {
 		s.chatStream(w, r, e, &req, greq, tools)
 		return
@@ -504,7 +504,7 @@ func chatLogprobs(tok *tokenizer.Tokenizer, ids []int32, lps []float32) *ChatLog
 // that can no longer be cut by a stop string. With tools offered, text from
 // a "<tool_call>" on is held back and sent as tool_calls at the end if it
 // parses (as plain content otherwise).
-func (s *Server) chatStream(w http.ResponseWriter, r *http.Request, e *sampler.Engine, req *ChatRequest, greq harness.GenerateRequest, tools bool) {
+func (s *Server) chatStream(w http.ResponseWriter, r *http.Request, e *sampler.Engine, req *ChatRequest, greq policy.GenerateRequest, tools bool) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
 		s.fail(w, &httpError{status: http.StatusInternalServerError, msg: "streaming is not supported by this connection"})
@@ -594,13 +594,13 @@ func (s *Server) chatStream(w http.ResponseWriter, r *http.Request, e *sampler.E
 }
 
 // parseToolCalls reads the <tool_call> blocks of an assistant turn in the
-// format the chat template asks for (harness.ParseToolCallBlocks: Qwen2.5's
+// format the chat template asks for (policy.ParseToolCallBlocks: Qwen2.5's
 // format, for any client's tools), each call's arguments a JSON object. It
 // returns the calls and the text before the first block; ok is false when
 // there is no block, a block is malformed, or prose stands between or after
 // the calls, and then the whole text is the answer.
 func parseToolCalls(text string) (calls []ToolCall, before string, ok bool) {
-	blocks, after, err := harness.ParseToolCallBlocks(text)
+	blocks, after, err := policy.ParseToolCallBlocks(text)
 	if err != nil || len(blocks) == 0 || strings.TrimSpace(after) != "" {
 		return nil, "", false
 	}
@@ -700,7 +700,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	if eos := tok.EOS(); !req.IgnoreEOS && eos >= 0 && !slices.Contains(stop, eos) {
 		stop = append(stop, eos)
 	}
-	out, err := s.run(r.Context(), e, harness.GenerateRequest{
+	out, err := s.run(r.Context(), e, policy.GenerateRequest{
 		PromptIDs: prompt, MaxTokens: limit, Sampling: p, Seed: seed, Stop: stop, MinPolicyVersion: req.MinPolicyVersion,
 	}, req.Stop, nil)
 	if err != nil {

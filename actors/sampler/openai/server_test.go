@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/frognano/frognano/actors/harness"
+	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/actors/sampler"
 	"github.com/frognano/frognano/kernels/model"
 	"github.com/frognano/frognano/kernels/sample"
@@ -109,14 +110,14 @@ func userPrompt(t testing.TB, e *sampler.Engine, user string) []int32 {
 func TestChat(t *testing.T) {
 	e, ts := serve(t)
 	const q = "What is the capital of France?"
-	want, err := e.Generate(context.Background(), harness.GenerateRequest{
+	want, err := e.Generate(context.Background(), policy.GenerateRequest{
 		PromptIDs: userPrompt(t, e, q), MaxTokens: 30, Sampling: sample.Params{Temperature: 0.5, TopP: 0.9}, Seed: 42, Stop: chatStops(e.Model().Tokenizer),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ids := want.TokenIDs
-	if want.Finish == harness.FinishStop {
+	if want.Finish == policy.FinishStop {
 		ids = ids[:len(ids)-1]
 	}
 	wantText, _ := e.Model().Tokenizer.Decode(ids)
@@ -136,7 +137,7 @@ func TestChat(t *testing.T) {
 	if c.Message.Role != "assistant" || c.Message.Content.text() != wantText {
 		t.Fatalf("content %q, engine %q", c.Message.Content.text(), wantText)
 	}
-	wantFinish := map[harness.FinishReason]string{harness.FinishStop: "stop", harness.FinishLength: "length"}[want.Finish]
+	wantFinish := map[policy.FinishReason]string{policy.FinishStop: "stop", policy.FinishLength: "length"}[want.Finish]
 	if *c.FinishReason != wantFinish {
 		t.Fatalf("finish %s, engine %s", *c.FinishReason, want.Finish)
 	}
@@ -452,7 +453,7 @@ func TestCompletions(t *testing.T) {
 	e, ts := serve(t)
 	prompt := userPrompt(t, e, "Name three colours.")
 	stop := chatStops(e.Model().Tokenizer)
-	want, err := e.Generate(context.Background(), harness.GenerateRequest{PromptIDs: prompt, MaxTokens: 20, Sampling: sample.Params{Temperature: 0.8, TopK: 30}, Seed: 3, Stop: stop})
+	want, err := e.Generate(context.Background(), policy.GenerateRequest{PromptIDs: prompt, MaxTokens: 20, Sampling: sample.Params{Temperature: 0.8, TopK: 30}, Seed: 3, Stop: stop})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -474,7 +475,7 @@ func TestCompletions(t *testing.T) {
 		}
 	}
 	ids := want.TokenIDs
-	if want.Finish == harness.FinishStop {
+	if want.Finish == policy.FinishStop {
 		ids = ids[:len(ids)-1]
 	}
 	text, _ := e.Model().Tokenizer.Decode(ids)
@@ -500,7 +501,7 @@ func TestExternal(t *testing.T) {
 	x := &External{BaseURL: ts.URL, Model: "smollm2-135m"}
 	stop := chatStops(e.Model().Tokenizer)
 	for i, p := range []sample.Params{{}, {Temperature: 0.9, TopP: 0.9}} {
-		req := harness.GenerateRequest{PromptIDs: userPrompt(t, e, "Say hello in French."), MaxTokens: 16, Sampling: p, Seed: uint64(i), Stop: stop}
+		req := policy.GenerateRequest{PromptIDs: userPrompt(t, e, "Say hello in French."), MaxTokens: 16, Sampling: p, Seed: uint64(i), Stop: stop}
 		want, err := e.Generate(context.Background(), req)
 		if err != nil {
 			t.Fatal(err)
@@ -514,17 +515,17 @@ func TestExternal(t *testing.T) {
 		}
 	}
 	// MaxTokens 0: the rest of the context, from /v1/models.
-	req := harness.GenerateRequest{PromptIDs: userPrompt(t, e, "What is 2+2?"), Stop: stop}
+	req := policy.GenerateRequest{PromptIDs: userPrompt(t, e, "What is 2+2?"), Stop: stop}
 	got, err := x.Generate(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Finish != harness.FinishStop || got.TokenIDs[len(got.TokenIDs)-1] != stop[0] && got.TokenIDs[len(got.TokenIDs)-1] != stop[len(stop)-1] {
+	if got.Finish != policy.FinishStop || got.TokenIDs[len(got.TokenIDs)-1] != stop[0] && got.TokenIDs[len(got.TokenIDs)-1] != stop[len(stop)-1] {
 		t.Fatalf("until stop: %+v", got)
 	}
 	// A too-long prompt is the server's 400, as an error.
 	long := slices.Repeat([]int32{100}, 2000)
-	if _, err := x.Generate(context.Background(), harness.GenerateRequest{PromptIDs: long, MaxTokens: 4}); err == nil || !strings.Contains(err.Error(), "400") {
+	if _, err := x.Generate(context.Background(), policy.GenerateRequest{PromptIDs: long, MaxTokens: 4}); err == nil || !strings.Contains(err.Error(), "400") {
 		t.Fatalf("too long: %v", err)
 	}
 }

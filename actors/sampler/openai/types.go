@@ -1,7 +1,7 @@
 // Package openai speaks the OpenAI HTTP API in both directions: Handler
 // serves a sampler.Engine as /v1/chat/completions, /v1/completions and
 // /v1/models, so standard clients can talk to the policy; External is a
-// harness.Policy backed by another OpenAI-compatible server (vLLM,
+// policy.Policy backed by another OpenAI-compatible server (vLLM,
 // llama.cpp's llama-server) through /v1/completions with token-id prompts.
 package openai
 

@@ -17,7 +17,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/frognano/frognano/actors/harness"
+	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/actors/sampler"
 	"github.com/frognano/frognano/kernels/cpu/blas"
 	"github.com/frognano/frognano/kernels/grpo"
@@ -254,7 +254,7 @@ func mismatches(ctx context.Context, m *model.Model, o Options) ([]Mismatch, err
 		}
 		type result struct {
 			prompt []int32
-			res    harness.GenerateResult
+			res    policy.GenerateResult
 			err    error
 		}
 		results := make([]result, len(prompts)*o.Samples)
@@ -262,7 +262,7 @@ func mismatches(ctx context.Context, m *model.Model, o Options) ([]Mismatch, err
 		for i := range results {
 			p := prompts[i/o.Samples]
 			wg.Go(func() {
-				res, err := e.Generate(ctx, harness.GenerateRequest{PromptIDs: p, MaxTokens: o.Tokens, Sampling: sample.Params{Temperature: 1}, Seed: o.Seed + uint64(i)})
+				res, err := e.Generate(ctx, policy.GenerateRequest{PromptIDs: p, MaxTokens: o.Tokens, Sampling: sample.Params{Temperature: 1}, Seed: o.Seed + uint64(i)})
 				results[i] = result{p, res, err}
 			})
 		}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/frognano/frognano/actors/harness"
+	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/actors/rollout"
 	"github.com/frognano/frognano/actors/sampler"
 	"github.com/frognano/frognano/kernels/modelstore"
@@ -27,7 +27,7 @@ func rolloutActor() node.NamedActor {
 		Props: func(n *node.Node) *actor.Props {
 			root := n.System().Root
 			cluster := &rollout.ClusterWorkers{Root: root, Manager: n.Manager(), Members: n.Members}
-			policy := func(context.Context) (harness.Policy, *tokenizer.Tokenizer, error) {
+			policy := func(context.Context) (policy.Policy, *tokenizer.Tokenizer, error) {
 				tok, err := defaultTokenizer()
 				if err != nil {
 					return nil, nil, err

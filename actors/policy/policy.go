@@ -1,4 +1,9 @@
-package harness
+// Package policy is what the harness asks of a policy and what a sampler
+// serves: the Policy interface, its request and result, and the
+// <tool_call> format a policy writes its calls in (toolcall.go). It
+// imports no actor, so actors/harness, actors/sampler and
+// actors/sampler/openai all build on it without importing each other.
+package policy
 
 import (
 	"context"
