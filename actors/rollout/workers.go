@@ -18,7 +18,6 @@ import (
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/actors/sandboxworker"
 	"github.com/frognano/frognano/persistence"
-	"github.com/frognano/frognano/runtime/membership"
 )
 
 // Workers makes every episode's workspace from its own SandboxWorker
@@ -96,7 +95,9 @@ func LocalWorkers(root *actor.RootContext, props *actor.Props) func(context.Cont
 type ClusterWorkers struct {
 	Root    *actor.RootContext
 	Manager *actor.PID // a node's manager (node.ManagerName)
-	Members func() []membership.Member
+	// Members lists the live members with their address, kinds and
+	// capabilities (node.Node.MemberInfos).
+	Members func() []*messages.NodeInfo
 	// Timeout bounds one spawn request (default 30s).
 	Timeout time.Duration
 
@@ -107,13 +108,13 @@ type ClusterWorkers struct {
 func (c *ClusterWorkers) candidates() []string {
 	var withContainerd, others []string
 	for _, m := range c.Members() {
-		if !slices.Contains(m.Kinds, sandboxworker.Kind) {
+		if !slices.Contains(m.GetKinds(), sandboxworker.Kind) {
 			continue
 		}
-		if info, err := m.Info(); err == nil && info.GetCapabilities().GetContainerd() {
-			withContainerd = append(withContainerd, m.Address())
+		if m.GetCapabilities().GetContainerd() {
+			withContainerd = append(withContainerd, m.GetAddress())
 		} else {
-			others = append(others, m.Address())
+			others = append(others, m.GetAddress())
 		}
 	}
 	slices.Sort(withContainerd)

@@ -121,6 +121,29 @@ func TestWorkerDiesMidEpisode(t *testing.T) {
 	})
 }
 
+// TestClusterWorkersCandidates: members offering sandbox workers with
+// containerd come first, taken in turn from one spawn to the next; those
+// that do not report containerd (or published no facts) follow; members
+// without the kind are left out.
+func TestClusterWorkersCandidates(t *testing.T) {
+	containerd := &messages.Capabilities{Containerd: true}
+	members := []*messages.NodeInfo{
+		{Address: "c:1", Kinds: []string{sandboxworker.Kind}, Capabilities: containerd},
+		{Address: "b:1", Kinds: []string{sandboxworker.Kind}},
+		{Address: "a:1", Kinds: []string{"sampler", sandboxworker.Kind}, Capabilities: containerd},
+		{Address: "d:1", Kinds: []string{"sampler"}, Capabilities: containerd},
+	}
+	c := &ClusterWorkers{Members: func() []*messages.NodeInfo { return members }}
+	for i, want := range []string{"c:1 a:1 b:1", "a:1 c:1 b:1", "c:1 a:1 b:1"} {
+		if got := strings.Join(c.candidates(), " "); got != want {
+			t.Errorf("spawn %d: candidates %s, want %s", i, got, want)
+		}
+	}
+	if got := (&ClusterWorkers{Members: func() []*messages.NodeInfo { return members[3:] }}).candidates(); len(got) != 0 {
+		t.Errorf("no member offers the kind, candidates %v", got)
+	}
+}
+
 // TestEpisodesOnAClusterMember runs a group through workers spawned by
 // kind name on a real node (its manager's SpawnRequest, as a remote node
 // would be asked), and checks that closing the episodes stops the workers
@@ -145,7 +168,7 @@ func TestEpisodesOnAClusterMember(t *testing.T) {
 	}
 	t.Cleanup(func() { n.Stop(context.Background()) })
 
-	cluster := &ClusterWorkers{Root: n.System().Root, Manager: n.Manager(), Members: n.Members}
+	cluster := &ClusterWorkers{Root: n.System().Root, Manager: n.Manager(), Members: n.MemberInfos}
 	deadline := time.Now().Add(30 * time.Second)
 	for len(cluster.candidates()) == 0 {
 		if time.Now().After(deadline) {

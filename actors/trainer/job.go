@@ -432,7 +432,7 @@ func TrainOnNode(ctx context.Context, d *Deps, run *messages.Run, s Settings, pa
 		log = slog.New(slog.DiscardHandler)
 	}
 	root, n := d.root(), d.Node
-	cw := &rollout.ClusterWorkers{Root: root, Manager: n.Manager(), Members: n.Members}
+	cw := &rollout.ClusterWorkers{Root: root, Manager: n.Manager(), Members: n.MemberInfos}
 	sbs := &rollout.Workers{Root: root, Spawn: cw.Spawn, Environments: n.DB().Environments(), Runtime: d.Runtime, Logger: log}
 	defer sbs.Close()
 	t, err := New(Config{Root: root, Node: n.Address(), Sandboxes: sbs, Tokenizer: tok, Runs: n.DB().Runs(),

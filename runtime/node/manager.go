@@ -29,16 +29,7 @@ func (m *manager) Receive(ctx actor.Context) {
 	case *messages.NodeInfoRequest:
 		ctx.Respond(m.n.Info())
 	case *messages.MembersRequest:
-		reply := &messages.MembersReply{}
-		for _, mem := range m.n.Members() {
-			info, err := mem.Info()
-			if err != nil {
-				info = &messages.NodeInfo{}
-			}
-			info.Address, info.HttpAddress, info.Kinds = mem.Address(), mem.HTTP, mem.Kinds
-			reply.Members = append(reply.Members, info)
-		}
-		ctx.Respond(reply)
+		ctx.Respond(&messages.MembersReply{Members: m.n.MemberInfos()})
 	case *messages.SpawnRequest:
 		m.spawn(ctx, req)
 	case *messages.DigestBatchRequest:

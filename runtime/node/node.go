@@ -389,6 +389,25 @@ func (n *Node) Manager() *actor.PID { return n.manager }
 // Members are the live cluster members, this node included.
 func (n *Node) Members() []membership.Member { return n.membership.Members() }
 
+// MemberInfos are Members as node facts, for actors that must not depend
+// on the membership package: each member's published NodeInfo (empty
+// when it published none or it cannot be read) with the address, HTTP
+// address and kinds of its membership record. The manager answers
+// MembersRequest with them; rollout.ClusterWorkers picks members from
+// them.
+func (n *Node) MemberInfos() []*messages.NodeInfo {
+	var out []*messages.NodeInfo
+	for _, mem := range n.Members() {
+		info, err := mem.Info()
+		if err != nil {
+			info = &messages.NodeInfo{}
+		}
+		info.Address, info.HttpAddress, info.Kinds = mem.Address(), mem.HTTP, mem.Kinds
+		out = append(out, info)
+	}
+	return out
+}
+
 // Info describes the node for other nodes and the CLI.
 func (n *Node) Info() *messages.NodeInfo {
 	n.mu.Lock()

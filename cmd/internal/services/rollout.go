@@ -26,7 +26,7 @@ func rolloutActor() node.NamedActor {
 		Name: rollout.ActorName,
 		Props: func(n *node.Node) *actor.Props {
 			root := n.System().Root
-			cluster := &rollout.ClusterWorkers{Root: root, Manager: n.Manager(), Members: n.Members}
+			cluster := &rollout.ClusterWorkers{Root: root, Manager: n.Manager(), Members: n.MemberInfos}
 			policy := func(context.Context) (policy.Policy, *tokenizer.Tokenizer, error) {
 				tok, err := defaultTokenizer()
 				if err != nil {
