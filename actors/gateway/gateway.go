@@ -81,10 +81,12 @@ func Handler(names ...string) node.Handler {
 				return
 			}
 			var req Request
-			dec := json.NewDecoder(r.Body)
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&req); err != nil {
-				httpError(w, http.StatusBadRequest, fmt.Errorf("the body is not a gateway request: %w", err))
+			if code, err := node.DecodeJSON(r.Body, &req); err != nil {
+				httpError(w, code, fmt.Errorf("the body is not a gateway request: %w", err))
+				return
+			}
+			if !(req.TimeoutSeconds >= 0 && req.TimeoutSeconds <= MaxTimeout.Seconds()) {
+				httpError(w, http.StatusBadRequest, fmt.Errorf("timeout_seconds: 0 (a minute) to %v", MaxTimeout))
 				return
 			}
 			msg, err := decode(req.Type, req.Message)
@@ -95,10 +97,6 @@ func Handler(names ...string) node.Handler {
 			timeout := time.Duration(req.TimeoutSeconds * float64(time.Second))
 			if timeout <= 0 {
 				timeout = time.Minute
-			}
-			if timeout > MaxTimeout {
-				httpError(w, http.StatusBadRequest, fmt.Errorf("timeout_seconds: at most %v", MaxTimeout))
-				return
 			}
 			serve(r.Context(), n, name, msg, timeout, w)
 		})
@@ -167,6 +165,11 @@ func serve(ctx context.Context, n *node.Node, name string, msg proto.Message, ti
 				flusher.Flush()
 			}
 			if !Progress(m) {
+				// A spawn through the gateway is a check: its client, outside
+				// the actor system, could never reach or stop the actor.
+				if r, ok := m.(*messages.SpawnReply); ok {
+					root.Stop(actor.NewPID(r.GetAddress(), r.GetId()))
+				}
 				return
 			}
 		case <-timer.C:

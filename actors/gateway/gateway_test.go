@@ -87,7 +87,7 @@ func TestGatewayRefusesWhatItDoesNotCarry(t *testing.T) {
 		{"unknown type", "stager", `{"type": "frognano.messages.v1.Nope", "message": {}}`, "k", http.StatusBadRequest, "Nope"},
 		{"bad message", "stager", `{"type": "frognano.messages.v1.Ping", "message": {"seq": "x"}}`, "k", http.StatusBadRequest, "Ping"},
 		{"unknown field", "stager", `{"type": "frognano.messages.v1.Ping", "message": {}, "to": "node"}`, "k", http.StatusBadRequest, "unknown field"},
-		{"timeout too long", "stager", `{"type": "frognano.messages.v1.Ping", "message": {}, "timeout_seconds": 1e9}`, "k", http.StatusBadRequest, "at most"},
+		{"timeout too long", "stager", `{"type": "frognano.messages.v1.Ping", "message": {}, "timeout_seconds": 1e9}`, "k", http.StatusBadRequest, "timeout_seconds"},
 	} {
 		req, _ := http.NewRequest(http.MethodPost, base+tc.path, strings.NewReader(tc.body))
 		if tc.token != "" {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"sort"
 	"strconv"
@@ -189,6 +190,9 @@ func (a *serviceActor) Receive(c actor.Context) {
 func (a *serviceActor) start(c actor.Context, job Job, resume bool) *jobReply {
 	if err := job.Check(); err != nil {
 		return &jobReply{code: http.StatusBadRequest, err: err}
+	}
+	if job.TensorBoard != "" && !a.s.deps.AnyPath && !filepath.IsLocal(job.TensorBoard) {
+		return &jobReply{code: http.StatusBadRequest, err: fmt.Errorf("tensorboard %q: this node takes a relative name, kept under the run's directory on the node", job.TensorBoard)}
 	}
 	for id := range a.children {
 		if id == job.RunID {
@@ -404,10 +408,8 @@ func (s *Service) Handlers() []node.Handler {
 		{Pattern: "POST " + RunsPath, MaxBody: 1 << 16, Handler: func(n *node.Node) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				var job Job
-				dec := json.NewDecoder(r.Body)
-				dec.DisallowUnknownFields()
-				if err := dec.Decode(&job); err != nil {
-					writeError(w, http.StatusBadRequest, fmt.Errorf("the body is not a run job (JSON of trainer.Job): %w", err))
+				if code, err := node.DecodeJSON(r.Body, &job); err != nil {
+					writeError(w, code, fmt.Errorf("the body is not a run job (JSON of trainer.Job): %w", err))
 					return
 				}
 				reply(w, ask(n, &submitJob{job: job}), http.StatusAccepted)

@@ -116,12 +116,14 @@ func TestServiceRefusesBadJobs(t *testing.T) {
 	}{
 		{"not JSON", `{`, http.StatusBadRequest, "not a run job"},
 		{"unknown field", `{"parallel": 1, "cmd": "rm -rf /"}`, http.StatusBadRequest, "unknown field"},
-		{"no parallel", `{` + settings + `}`, http.StatusBadRequest, "parallel"},
-		{"a slash in the id", `{"run_id": "../x", "parallel": 1, ` + settings + `}`, http.StatusBadRequest, "no slash"},
-		{"a held-out environment", `{"envs": ["isodate==0.6.1"], "parallel": 1, ` + settings + `}`, http.StatusBadRequest, "held-out repository"},
-		{"a group of one", `{"parallel": 1, "settings": {"steps": 1, "tasks_per_step": 1, "group": 1, "mode": "patch", "lr": 1e-5}}`, http.StatusBadRequest, "group"},
-		{"too many jobs", `{"parallel": 1, "jobs": 1000000000, ` + settings + `}`, http.StatusBadRequest, "at most"},
-		{"a bad override", `{"parallel": 1, "override": ["seed"], ` + settings + `}`, http.StatusBadRequest, "override"},
+		{"no parallel", `{"jobs": 1, ` + settings + `}`, http.StatusBadRequest, "parallel"},
+		{"a slash in the id", `{"run_id": "../x", "jobs": 1, "parallel": 1, ` + settings + `}`, http.StatusBadRequest, "no slash"},
+		{"a held-out environment", `{"envs": ["isodate==0.6.1"], "jobs": 1, "parallel": 1, ` + settings + `}`, http.StatusBadRequest, "held-out repository"},
+		{"a group of one", `{"jobs": 1, "parallel": 1, "settings": {"steps": 1, "tasks_per_step": 1, "group": 1, "mode": "patch", "lr": 1e-5}}`, http.StatusBadRequest, "group"},
+		{"too many jobs", `{"parallel": 1, "jobs": 1000000000, ` + settings + `}`, http.StatusBadRequest, "1 to 100000 jobs"},
+		{"a bad override", `{"jobs": 1, "parallel": 1, "override": ["seed"], ` + settings + `}`, http.StatusBadRequest, "override"},
+		{"a directory off the node's", `{"jobs": 1, "parallel": 1, "tensorboard": "/etc/cron.d", ` + settings + `}`, http.StatusBadRequest, "relative name"},
+		{"two values", `{"jobs": 1, "parallel": 1, ` + settings + `} {"run_id": "x"}`, http.StatusBadRequest, "more than one"},
 	} {
 		code, body := call(t, http.MethodPost, base+RunsPath, tc.body)
 		if code != tc.status || !strings.Contains(strings.ToLower(body), strings.ToLower(tc.says)) {

@@ -176,8 +176,8 @@ func (c *client) call(ctx context.Context, name string, req any, timeout time.Du
 }
 
 // Ask implements trainer.Asker through the node's gateway.
-func (c *client) Ask(name string, req any, timeout time.Duration) (any, error) {
-	return c.call(context.Background(), name, req, timeout, nil)
+func (c *client) Ask(ctx context.Context, name string, req any, timeout time.Duration) (any, error) {
+	return c.call(ctx, name, req, timeout, nil)
 }
 
 // AskStages implements trainer.Asker: a spinner over the stages on a

@@ -130,7 +130,12 @@ func clusterCmd(a *app) *cobra.Command {
 	var member string
 	spawn := &cobra.Command{
 		Use:   "spawn KIND",
-		Short: "Spawn an actor of a registered kind on a member (by its remoting address) and check it answers",
+		Short: "Check that a member (by its remoting address) spawns an actor of a registered kind: spawned, then stopped",
+		Long: `spawn asks the node's manager to spawn an actor of KIND on a member (any that
+offers the kind, or --member ADDR) by remote spawning, prints where it was
+spawned, and has it stopped: the CLI is not in the actor system, so an actor
+it spawned could never be reached or stopped by it. Use it to check that a
+member offers a kind and that remoting between the nodes works.`,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect(cmd)

@@ -182,7 +182,7 @@ same file from the record at any time).`,
 	fl.StringVar(&s.Model, "model", "", "model the Learner trains (model store name or path; default the store's default, which the node's Sampler serves)")
 	fl.IntVar(&parallel, "parallel", 8, "episodes (sandboxes) running at once")
 	fl.StringVar(&plotPath, "plot", "", "write the learning curve as a PNG here (default DATA_DIR/runs/RUN/curve.png)")
-	fl.StringVar(&tbDir, "tensorboard", "", "append the run's curve points to a TensorBoard event file in this directory as they are recorded (tensorboard --logdir DIR); with --node, a directory on the node")
+	fl.StringVar(&tbDir, "tensorboard", "", "append the run's curve points to a TensorBoard event file in this directory as they are recorded (tensorboard --logdir DIR); with --node, a name under the run's directory on the node (DATA_DIR/runs/ID/tensorboard/NAME)")
 	fl.BoolVar(&detach, "detach", false, "with --node: submit the run and return; frognano runs logs ID -f follows it")
 	fl.IntSliceVar(&hints, "hint-levels", []int{synth.HintLocation}, "hint levels of the --tasks tasks synthesized before training (--tasks at each)")
 	fl.StringVar(&s.Sampler, "sampler", trainer.SamplerFrontier, "how each step's tasks are picked: frontier (the FrontierEstimator: learnability p(1-p), difficulty model) or uniform (uniformly from the same pool: the baseline arm)")

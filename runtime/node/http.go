@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -252,6 +253,28 @@ func (n *Node) uiLogin(w http.ResponseWriter, r *http.Request, token string) {
 		w.Header().Set("Allow", "GET, HEAD, POST")
 		http.Error(w, "405 method not allowed", http.StatusMethodNotAllowed)
 	}
+}
+
+// DecodeJSON reads exactly one JSON value with no unknown fields from a
+// request body (what mounted handlers take); the status to answer with when it cannot (413 for a body
+// past the handler's limit).
+func DecodeJSON(body io.Reader, v any) (int, error) {
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		if dec.Decode(&struct{}{}) != io.EOF {
+			err = errors.New("more than one JSON value")
+		}
+	}
+	var tooBig *http.MaxBytesError
+	switch {
+	case err == nil:
+		return http.StatusOK, nil
+	case errors.As(err, &tooBig):
+		return http.StatusRequestEntityTooLarge, fmt.Errorf("larger than the %d bytes this path takes", tooBig.Limit)
+	}
+	return http.StatusBadRequest, err
 }
 
 // bounded limits a handler's request body to max bytes: 413 at once for a

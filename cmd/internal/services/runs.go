@@ -24,7 +24,9 @@ import (
 // A daemon resumes its unfinished runs when it starts (autoResume); the
 // CLI's embedded node leaves them to frognano run --run ID.
 func NewRuns(cfg config.Config, log *slog.Logger, sandboxes *Sandboxes, autoResume bool) *trainer.Service {
-	return trainer.NewService(trainer.Deps{Runtime: sandboxes.Runtime, DataDir: cfg.Node.DataDir, TensorBoard: tensorBoard, Logger: log}, autoResume)
+	// A daemon serves others: a job's TensorBoard directory is a name
+	// under the run's directory. The CLI's embedded node is its user's own.
+	return trainer.NewService(trainer.Deps{Runtime: sandboxes.Runtime, DataDir: cfg.Node.DataDir, TensorBoard: tensorBoard, Logger: log, AnyPath: !autoResume}, autoResume)
 }
 
 // tensorBoard opens run's TensorBoard event file in dir and returns the
