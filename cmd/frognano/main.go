@@ -136,7 +136,7 @@ offers the kind, or --member ADDR) by remote spawning, prints where it was
 spawned, and has it stopped: the CLI is not in the actor system, so an actor
 it spawned could never be reached or stopped by it. Use it to check that a
 member offers a kind and that remoting between the nodes works.`,
-		Args:  cobra.ExactArgs(1),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect(cmd)
 			if err != nil {
