@@ -54,22 +54,21 @@ type Job struct {
 	Rounds int64 `json:"rounds"`
 	// Parallel episodes (sandboxes) run at once.
 	Parallel int `json:"parallel"`
-	// TensorBoard, when set, is a directory on the node: the run's points
-	// are appended to an event file there as they are recorded.
+	// TensorBoard, when set, names a directory on the node where the run's
+	// points are appended to an event file as they are recorded: a
+	// relative name, under DATA_DIR/runs/ID/tensorboard/ (any directory
+	// only for a node in the client's own process, Deps.AnyPath).
 	TensorBoard string `json:"tensorboard,omitempty"`
-	// Plot is where the node draws the curve at the end (default
-	// DATA_DIR/runs/ID/curve.png on the node).
-	Plot string `json:"plot,omitempty"`
 }
 
 // Check refuses a job that cannot start: bad settings, a held-out
 // repository to train on, negative counts.
 func (j *Job) Check() error {
 	switch {
-	case j.Jobs < 0 || j.Rounds < 0 || j.Tasks < 0:
-		return fmt.Errorf("jobs, rounds and tasks must not be negative")
-	case j.Jobs > 1e5 || j.Rounds > 1e9 || j.Tasks > 1e4:
-		return fmt.Errorf("at most 100000 jobs of 1e9 rounds and 10000 tasks per environment and hint level")
+	case j.Jobs < 1 || j.Jobs > 1e5 || j.Rounds < 0 || j.Rounds > diag.MaxRounds:
+		return fmt.Errorf("the cluster check takes 1 to 100000 jobs of 0 to %d rounds (got %d of %d)", diag.MaxRounds, j.Jobs, j.Rounds)
+	case j.Tasks < 0 || j.Tasks > 1e4:
+		return fmt.Errorf("tasks: 0 to 10000 per environment and hint level (got %d)", j.Tasks)
 	case j.Parallel <= 0 || j.Parallel > 1024:
 		return fmt.Errorf("parallel must be 1 to 1024 (got %d)", j.Parallel)
 	case len(j.Envs) > 64 || len(j.HintLevels) > 5:
@@ -151,6 +150,10 @@ type Deps struct {
 	// its new points after each write of its record (actors/ui; nil: the
 	// job's tensorboard is refused).
 	TensorBoard func(dir string, run *messages.Run, warn io.Writer) (func(*messages.Run), error)
+	// AnyPath: the node lives in its client's process (the CLI's embedded
+	// node), so a job's tensorboard may name any directory; a node that
+	// serves others takes only names under the run's directory.
+	AnyPath bool
 	// Policy replaces the node's Sampler (tests); nil is the Sampler.
 	Policy policy.Policy
 	Logger *slog.Logger
@@ -162,11 +165,28 @@ func (d *Deps) root() *actor.RootContext { return d.Node.System().Root }
 
 func (d *Deps) runs() *Runs { return &Runs{Store: d.Node.DB().Runs()} }
 
-// ask sends req to pid and waits for the reply, a Failure as an error.
-func (d *Deps) ask(pid *actor.PID, req any, timeout time.Duration) (any, error) {
-	res, err := d.root().RequestFuture(pid, req, timeout).Result()
-	if err != nil {
-		return nil, fmt.Errorf("%s did not answer: %w", pid.Id, err)
+// ask sends req to pid and waits for the reply (a Failure as an error),
+// or for ctx to end.
+func (d *Deps) ask(ctx context.Context, pid *actor.PID, req any, timeout time.Duration) (any, error) {
+	f := d.root().RequestFuture(pid, req, timeout)
+	type answer struct {
+		res any
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		res, err := f.Result()
+		got <- answer{res, err}
+	}()
+	var res any
+	select {
+	case a := <-got:
+		if a.err != nil {
+			return nil, fmt.Errorf("%s did not answer: %w", pid.Id, a.err)
+		}
+		res = a.res
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
 	}
 	if f, ok := res.(*messages.Failure); ok {
 		return nil, errors.New(f.GetMessage())
@@ -226,7 +246,10 @@ func (d *Deps) askStages(ctx context.Context, pid *actor.PID, req any, timeout t
 func execute(ctx context.Context, d *Deps, job Job, out io.Writer) (err error) {
 	runs := d.runs()
 	started := time.Now()
-	run, resumed, err := OpenRun(ctx, runs, job.RunID, started)
+	// The record is opened and written whatever ctx says: a run stopped the
+	// moment it was submitted is still a run, recorded stopped.
+	record := context.WithoutCancel(ctx)
+	run, resumed, err := OpenRun(record, runs, job.RunID, started)
 	if err != nil {
 		return err
 	}
@@ -258,19 +281,9 @@ func execute(ctx context.Context, d *Deps, job Job, out io.Writer) (err error) {
 	if b, err := jobJSON(job); err == nil {
 		run.JobJson = b
 	}
-	var stored func(*messages.Run)
-	if job.TensorBoard != "" {
-		if d.TensorBoard == nil {
-			return fmt.Errorf("tensorboard: this node cannot write event files")
-		}
-		if stored, err = d.TensorBoard(job.TensorBoard, run, out); err != nil {
-			return err
-		}
-		runs.Stored = stored
-	}
 	run.Status, run.Error = "running", ""
 	run.UpdatedUnixNano = time.Now().UnixNano()
-	if err := runs.Put(ctx, run); err != nil {
+	if err := runs.Put(record, run); err != nil {
 		return err
 	}
 	finish := func(status string, cause error) {
@@ -282,24 +295,44 @@ func execute(ctx context.Context, d *Deps, job Job, out io.Writer) (err error) {
 			run.Error = cause.Error()
 		}
 		run.UpdatedUnixNano = time.Now().UnixNano()
-		if err := runs.Put(context.WithoutCancel(ctx), run); err != nil {
+		if err := runs.Put(record, run); err != nil {
 			fmt.Fprintln(out, "warning: could not record run:", err)
 		}
 	}
 	defer func() {
 		switch {
+		case ctx.Err() != nil: // stopped, even if what was under way ended well
+			finish("stopped", context.Cause(ctx))
 		case err == nil:
 			finish("done", nil)
-		case ctx.Err() != nil:
-			finish("stopped", context.Cause(ctx))
 		default:
 			finish("failed", err)
 		}
 	}()
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	var stored func(*messages.Run)
+	if job.TensorBoard != "" {
+		if d.TensorBoard == nil {
+			return fmt.Errorf("tensorboard: this node cannot write event files")
+		}
+		dir := job.TensorBoard
+		if !d.AnyPath {
+			if !filepath.IsLocal(dir) {
+				return fmt.Errorf("tensorboard %q: a node takes a relative name, under its run's directory", dir)
+			}
+			dir = filepath.Join(d.DataDir, "runs", run.Id, "tensorboard", dir)
+		}
+		if stored, err = d.TensorBoard(dir, run, out); err != nil {
+			return err
+		}
+		runs.Stored = stored
+	}
 
 	members := len(d.Node.Members())
 	fmt.Fprintf(out, "cluster: %d member(s)\n", members)
-	res, err := d.ask(d.Node.Manager(), &messages.DigestBatchRequest{Jobs: int32(job.Jobs), Rounds: job.Rounds, PreferRemote: true, Seed: uint64(started.UnixNano())}, 30*time.Minute)
+	res, err := d.ask(ctx, d.Node.Manager(), &messages.DigestBatchRequest{Jobs: int32(job.Jobs), Rounds: job.Rounds, PreferRemote: true, Seed: uint64(started.UnixNano())}, 30*time.Minute)
 	if err != nil {
 		return err
 	}
@@ -335,7 +368,7 @@ func execute(ctx context.Context, d *Deps, job Job, out io.Writer) (err error) {
 			}
 			// No run trains on a held-out repository, under any name (a
 			// resumed run is checked again: settings predate checks).
-			if err := checkTraining(d, env, s); err != nil {
+			if err := checkTraining(ctx, d, env, s); err != nil {
 				return err
 			}
 			run.Metrics["env_baseline_tests"] += float64(len(env.Baseline.GetResults()))
@@ -376,7 +409,7 @@ func execute(ctx context.Context, d *Deps, job Job, out io.Writer) (err error) {
 		if !Finished(run, s) && s.Steps > 0 || (s.WarmStartEpochs > 0 && run.Metrics[MetricWarmStartDone] == 0) || EvalPending(run, s) {
 			sum, err := TrainOnNode(ctx, d, run, s, job.Parallel, out, heldOut, stored)
 			WriteSummary(out, sum, run)
-			writeRunPlot(d, out, run, job.Plot)
+			writeRunPlot(d, out, run)
 			if err != nil {
 				return err
 			}
@@ -448,15 +481,15 @@ func TrainOnNode(ctx context.Context, d *Deps, run *messages.Run, s Settings, pa
 type Asker interface {
 	// Ask sends req to the actor name and returns its reply, a Failure as
 	// an error.
-	Ask(name string, req any, timeout time.Duration) (any, error)
+	Ask(ctx context.Context, name string, req any, timeout time.Duration) (any, error)
 	// AskStages is Ask for a request answered with progress messages
 	// first, which it shows on out; done accepts the final reply.
 	AskStages(ctx context.Context, name string, req any, timeout time.Duration, out io.Writer, done func(any) bool) (any, error)
 }
 
 // Ask implements Asker on the node.
-func (d *Deps) Ask(name string, req any, timeout time.Duration) (any, error) {
-	return d.ask(d.pid(name), req, timeout)
+func (d *Deps) Ask(ctx context.Context, name string, req any, timeout time.Duration) (any, error) {
+	return d.ask(ctx, d.pid(name), req, timeout)
 }
 
 // AskStages implements Asker on the node: each new stage is a line of out.
@@ -471,7 +504,7 @@ func EnsureEnvironment(ctx context.Context, a Asker, source string, out io.Write
 	if err != nil {
 		return nil, err
 	}
-	if res, err := a.Ask(environment.ActorName, &messages.EnvGetRequest{Name: environment.DefaultName(src)}, time.Minute); err == nil {
+	if res, err := a.Ask(ctx, environment.ActorName, &messages.EnvGetRequest{Name: environment.DefaultName(src)}, time.Minute); err == nil {
 		return res.(*messages.EnvAddReply).Environment, nil
 	}
 	res, err := a.AskStages(ctx, environment.ActorName, &messages.EnvAddRequest{Source: source}, 2*time.Hour, out, func(m any) bool { _, ok := m.(*messages.EnvAddReply); return ok })
@@ -497,7 +530,7 @@ func HeldOutTasks(ctx context.Context, a Asker, out io.Writer) ([]*messages.Task
 
 // checkTraining refuses a run whose training environment or warm-start
 // environments are held out.
-func checkTraining(d *Deps, env *messages.Environment, s Settings) error {
+func checkTraining(ctx context.Context, d *Deps, env *messages.Environment, s Settings) error {
 	if err := evaluate.CheckTraining(env.GetName(), env); err != nil {
 		return err
 	}
@@ -506,7 +539,7 @@ func checkTraining(d *Deps, env *messages.Environment, s Settings) error {
 			continue
 		}
 		var e *messages.Environment
-		if r, err := d.ask(d.pid(environment.ActorName), &messages.EnvGetRequest{Name: name}, time.Minute); err == nil {
+		if r, err := d.ask(ctx, d.pid(environment.ActorName), &messages.EnvGetRequest{Name: name}, time.Minute); err == nil {
 			e = r.(*messages.EnvAddReply).GetEnvironment()
 		}
 		if err := evaluate.CheckTraining(name, e); err != nil {
@@ -516,15 +549,13 @@ func checkTraining(d *Deps, env *messages.Environment, s Settings) error {
 	return nil
 }
 
-// writeRunPlot draws a run's curve at path (default DATA_DIR/runs/ID/curve.png)
-// and says where; a run without points draws nothing.
-func writeRunPlot(d *Deps, out io.Writer, run *messages.Run, path string) {
+// writeRunPlot draws a run's curve at DATA_DIR/runs/ID/curve.png and says
+// where; a run without points draws nothing.
+func writeRunPlot(d *Deps, out io.Writer, run *messages.Run) {
 	if len(run.GetCurve()) == 0 {
 		return
 	}
-	if path == "" {
-		path = filepath.Join(d.DataDir, "runs", run.GetId(), "curve.png")
-	}
+	path := filepath.Join(d.DataDir, "runs", run.GetId(), "curve.png")
 	if err := PlotCurve(run, path); err != nil {
 		fmt.Fprintln(out, "no plot:", err)
 		return

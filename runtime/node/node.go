@@ -476,14 +476,25 @@ func (n *Node) Stop(ctx context.Context) error {
 		}
 		n.stopActors(ctx)
 		if n.cluster != nil && n.cluster.Remote != nil {
-			func() {
+			// A graceful leave waits for remoting's streams, and so for an
+			// actor still busy with a remote request (a long digest job):
+			// not past ctx's deadline.
+			left := make(chan error, 1)
+			go func() {
 				defer func() {
 					if r := recover(); r != nil {
-						errs = append(errs, fmt.Errorf("cluster shutdown: %v", r))
+						left <- fmt.Errorf("cluster shutdown: %v", r)
 					}
 				}()
 				n.cluster.Shutdown(true)
+				left <- nil
 			}()
+			select {
+			case err := <-left:
+				errs = append(errs, err)
+			case <-ctx.Done():
+				n.log.Warn("the cluster was still shutting down at the stop's deadline; going on", "err", ctx.Err())
+			}
 		} else if n.system != nil {
 			n.system.Shutdown()
 		}
