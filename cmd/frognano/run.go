@@ -16,13 +16,11 @@ import (
 	"github.com/frognano/frognano/runtime/config"
 )
 
-// runCmd is the main job: it brings up a node (embedded, joined to a
-// cluster when --seeds is given, or the node at --node), spreads verified
-// work over every member through remote spawning and supervision, makes
-// sure the training environment is registered, synthesizes a first set of
-// tasks, and then trains (actors/trainer): frontier batch, rollouts,
-// outcomes, GRPO step, sampler swap, step after step. The run is recorded
-// in the node's store, and --run resumes a killed one.
+// runCmd is the main job: it submits a run to a node (embedded, or the one
+// at --node) through the node's HTTP API and follows its log; the node's
+// run service (actors/trainer) does the work: the cluster check, the
+// environments, synthesis, then the training loop, the record after every
+// step. --run resumes a stopped or killed one.
 func runCmd(a *app) *cobra.Command {
 	var jobs int
 	var rounds int64
@@ -38,12 +36,19 @@ func runCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the main job: cluster check, the default environment, task synthesis, then RL training steps",
-		Long: `run starts an embedded node (joining a cluster through --seeds if given), or
-uses the node at --node, records a run in the node's Badger store, spreads
---jobs verified digest jobs over every cluster member by remote spawning,
-makes sure the environment --env (default six==1.16.0, a PyPI sdist) is
-registered, building its image and baseline the first time, synthesizes
---tasks validated bug-fix tasks from it, and then trains for --steps steps.
+		Long: `run hands a training run to a node and follows it: the node at --node, or an
+embedded node started in this process (joining a cluster through --seeds if
+given). The run lives in the node (its run service): it spreads --jobs
+verified digest jobs over every cluster member by remote spawning, makes sure
+the environments --env (default six==1.16.0, a PyPI sdist) are registered,
+building their images and baselines the first time, synthesizes --tasks
+validated bug-fix tasks from each, and then trains for --steps steps, its
+record kept in the node's Badger store after every step. This command prints
+the run's log as the node writes it (frognano runs logs ID -f does the same
+from anywhere). With --node, --detach returns once the node has the run, and
+an interrupt only stops following: the run goes on (frognano runs stop ID
+stops it). With an embedded node an interrupt stops the run (recorded
+stopped: --run ID resumes it), since the node ends with the command.
 
 A step asks the frontier (FrontierEstimator) for --tasks-per-step tasks at
 the current policy version, plays --group episodes of each with the node's
@@ -58,7 +63,8 @@ rewards carries no signal and changes no weights.
 The run's settings, step and figures are kept in the store after every
 step; the Learner checkpoints every --checkpoint-every steps and at the end.
 A killed run resumes with --run ID (the same settings; --steps may raise
-its length): the Learner reopens from its newest checkpoint, the Sampler
+its length), and a frognano-node that stopped or died mid-run resumes it by
+itself when it starts again: the Learner reopens from its newest checkpoint, the Sampler
 loads the newest published weights, and the loop continues after the last
 recorded step.
 
