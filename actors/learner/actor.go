@@ -30,18 +30,19 @@ type ActorConfig struct {
 // Props builds the learner actor. It answers LearnerTrainBatch and
 // LearnerSFTBatch with LearnerStep (steps run one at a time, off the
 // actor's goroutine, in the order they arrived), LearnerSFTEvaluate with
-// LearnerSFTLoss (in the same queue), LearnerSubscribe with the newest WeightsPublished,
-// LearnerCheckpointRequest with LearnerCheckpointed and
-// LearnerStatusRequest with LearnerStatus; errors are Failures. After each
-// step that published, it sends WeightsPublished to every subscriber. On
-// stop it finishes the running step and writes a final checkpoint.
+// LearnerSFTLoss (in the same queue), LearnerCheckpointRequest with
+// LearnerCheckpointed and LearnerStatusRequest with LearnerStatus; errors
+// are Failures. It sends nothing unasked: a step that published answers
+// once the weights are stored, and whoever asked (the Trainer) hands them
+// to its Sampler. On stop it finishes the running step and writes a final
+// checkpoint.
 func Props(cfg ActorConfig) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
 		log := cfg.Logger
 		if log == nil {
 			log = slog.New(slog.DiscardHandler)
 		}
-		return &learnerActor{cfg: cfg, log: log, subs: map[string]*actor.PID{}}
+		return &learnerActor{cfg: cfg, log: log}
 	})
 }
 
@@ -51,7 +52,6 @@ type learnerActor struct {
 	l   *Learner
 	err error // why the Learner could not be opened
 
-	subs   map[string]*actor.PID
 	jobs   chan job
 	wg     sync.WaitGroup
 	queued int
@@ -72,7 +72,6 @@ type job struct {
 type jobDone struct {
 	to     *actor.PID
 	reply  any
-	pub    *Publication
 	status *messages.LearnerStatus
 }
 
@@ -113,44 +112,18 @@ func (a *learnerActor) Receive(ctx actor.Context) {
 	case *jobDone:
 		a.queued--
 		a.status = m.status
-		if m.pub != nil {
-			for _, pid := range a.subs {
-				ctx.Send(pid, m.pub.Proto())
-			}
-		}
 		if m.to != nil {
 			ctx.Send(m.to, m.reply)
 		}
-	case *messages.LearnerSubscribe:
-		if a.err != nil {
-			ctx.Respond(failure("unavailable", a.err))
-			return
-		}
-		pid := actor.NewPID(m.Address, m.Id)
-		a.subs[pid.String()] = pid
-		ctx.Watch(pid)
-		// Publications are stored at checkpoint step = policy version.
-		ctx.Respond(&messages.WeightsPublished{RunId: a.status.GetRunId(), Step: a.lastPublished(), PolicyVersion: max(a.lastPublished(), 0)})
-	case *actor.Terminated:
-		delete(a.subs, m.Who.String())
 	case *messages.LearnerStatusRequest:
 		if a.err != nil {
 			ctx.Respond(failure("unavailable", a.err))
 			return
 		}
 		st := proto.Clone(a.status).(*messages.LearnerStatus)
-		st.Subscribers, st.Queued = int32(len(a.subs)), int32(a.queued)
+		st.Queued = int32(a.queued)
 		ctx.Respond(st)
 	}
-}
-
-// lastPublished is read from the status snapshot: the worker owns the
-// Learner.
-func (a *learnerActor) lastPublished() int64 {
-	if a.status == nil {
-		return -1
-	}
-	return a.status.GetPublishedStep()
 }
 
 func (a *learnerActor) start(ctx actor.Context) {
@@ -235,9 +208,6 @@ func (a *learnerActor) run(j job) *jobDone {
 	} else {
 		done.reply = res.Proto(j.batch.GetBatchId())
 	}
-	// A step whose publication was stored is announced even if a later
-	// part (the checkpoint) failed: the weights are durable.
-	done.pub = res.Published
 	done.status = statusOf(l)
 	return done
 }
@@ -256,7 +226,6 @@ func (a *learnerActor) runSFT(j job, done *jobDone) *jobDone {
 	} else {
 		done.reply = res.Proto(j.sft.GetBatchId())
 	}
-	done.pub = res.Published
 	done.status = statusOf(l)
 	return done
 }

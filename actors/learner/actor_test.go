@@ -27,12 +27,12 @@ func toProto(groups []grpo.Group) []*messages.TrajectoryGroup {
 	return out
 }
 
-// TestActor drives the actor: a subscriber registers, a batch trains, an
-// SFT batch is evaluated and trains,
-// the subscriber hears WeightsPublished only after the weights are in the
-// store (it loads them on receipt and compares with the step's), a bad
-// batch is a Failure, and stopping the actor writes a final checkpoint
-// that a restarted actor resumes from.
+// TestActor drives the actor: a batch trains, an SFT batch is evaluated
+// and trains, each LearnerStep names its published step and the store
+// already holds those weights when the step answers (they load at once and
+// equal the same step's outside the actor), a bad batch is a Failure, and
+// stopping the actor writes a final checkpoint that a restarted actor
+// resumes from.
 func TestActor(t *testing.T) {
 	dir := tinyDir(t, modeltest.Llama, 8)
 	store := persistence.NewMemory().Checkpoints()
@@ -48,32 +48,23 @@ func TestActor(t *testing.T) {
 	sys := actor.NewActorSystem()
 	pid := sys.Root.Spawn(Props(ActorConfig{Open: open}))
 
-	type heard struct {
-		msg *messages.WeightsPublished
-		w   map[string][]float32
-		err error
-	}
-	got := make(chan heard, 4)
-	sub := sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
-		if m, ok := c.Message().(*messages.WeightsPublished); ok {
-			// The Sampler's side: load what was announced, right away.
-			sm, err := model.LoadHF(dir, model.Options{})
-			if err == nil {
-				_, err = LoadPublished(context.Background(), store, sm, m.RunId, m.Step)
-			}
-			h := heard{msg: m, err: err}
-			if err == nil {
-				h.w = weights(t, sm)
-			}
-			got <- h
+	// published loads what a step names, as the Sampler does when the
+	// Trainer hands it on.
+	published := func(st *messages.LearnerStep) map[string][]float32 {
+		t.Helper()
+		sm := load(t, dir)
+		if _, err := LoadPublished(context.Background(), store, sm, "run1", st.PublishedStep); err != nil {
+			t.Fatalf("step %d: published weights v%d do not load when the step answers: %v", st.Step, st.PublishedStep, err)
 		}
-	}))
-	res, err := sys.Root.RequestFuture(pid, &messages.LearnerSubscribe{Address: sub.Address, Id: sub.Id}, 5*time.Second).Result()
+		return weights(t, sm)
+	}
+
+	res, err := sys.Root.RequestFuture(pid, &messages.LearnerStatusRequest{}, 5*time.Second).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if wp := res.(*messages.WeightsPublished); wp.Step != -1 || wp.PolicyVersion != 0 {
-		t.Fatalf("subscribe reply %v, want nothing published yet", wp)
+	if s := res.(*messages.LearnerStatus); s.PublishedStep != -1 || s.PolicyVersion != 0 {
+		t.Fatalf("status before any step %v, want nothing published", s)
 	}
 
 	base, _ := model.LoadHF(dir, model.Options{})
@@ -88,26 +79,15 @@ func TestActor(t *testing.T) {
 	if st.Step != 1 || st.PolicyVersion != 1 || st.PublishedStep != 1 || st.BatchId != "b1" || st.Skipped != "" {
 		t.Fatalf("step reply %v", st)
 	}
-	select {
-	case h := <-got:
-		if h.err != nil {
-			t.Fatalf("announced weights do not load: %v", h.err)
-		}
-		if h.msg.PolicyVersion != 1 || h.msg.Step != 1 || h.msg.RunId != "run1" {
-			t.Fatalf("announcement %v", h.msg)
-		}
-		// The same step outside the actor gives the announced weights.
-		ref, err := Open(context.Background(), testConfig(load(t, dir), persistence.NewMemory().Checkpoints()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		step(t, ref, batch(t, base, 1))
-		sameBits(t, "announced weights", weights(t, ref.Model()), h.w)
-	case <-time.After(10 * time.Second):
-		t.Fatal("no WeightsPublished")
+	// The same step outside the actor gives the published weights.
+	ref, err := Open(context.Background(), testConfig(load(t, dir), persistence.NewMemory().Checkpoints()))
+	if err != nil {
+		t.Fatal(err)
 	}
+	step(t, ref, batch(t, base, 1))
+	sameBits(t, "published weights", weights(t, ref.Model()), published(st))
 
-	// An SFT step: evaluated, trained, announced like a GRPO step.
+	// An SFT step: evaluated, trained, published like a GRPO step.
 	var demoTrajs []*messages.Trajectory
 	for _, d := range demos(t, base, 4, 4) {
 		demoTrajs = append(demoTrajs, &messages.Trajectory{TokenIds: d.Tokens, PolicyMask: d.PolicyMask})
@@ -129,14 +109,7 @@ func TestActor(t *testing.T) {
 		st.PolicyTokens != ev.PolicyTokens || math.Abs(st.Loss-ev.Nll) > 1e-4 {
 		t.Fatalf("SFT step reply %T %v (evaluation %v)", res, res, ev)
 	}
-	select {
-	case h := <-got:
-		if h.err != nil || h.msg.PolicyVersion != 2 {
-			t.Fatalf("announcement %v, %v", h.msg, h.err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no WeightsPublished after the SFT step")
-	}
+	published(st)
 	res, _ = sys.Root.RequestFuture(pid, &messages.LearnerSFTBatch{BatchId: "s2", Trajectories: demoTrajs}, 10*time.Second).Result()
 	if f, ok := res.(*messages.Failure); !ok || f.Code != "bad_request" {
 		t.Fatalf("SFT batch without a learning rate: reply %v", res)
@@ -149,7 +122,7 @@ func TestActor(t *testing.T) {
 		t.Fatalf("bad batch: reply %v", res)
 	}
 	res, _ = sys.Root.RequestFuture(pid, &messages.LearnerStatusRequest{}, 5*time.Second).Result()
-	if s := res.(*messages.LearnerStatus); s.Step != 2 || s.Subscribers != 1 || s.LastCheckpointStep != -1 || s.PublishedStep != 2 {
+	if s := res.(*messages.LearnerStatus); s.Step != 2 || s.LastCheckpointStep != -1 || s.PublishedStep != 2 {
 		t.Fatalf("status %v", s)
 	}
 

@@ -36,8 +36,10 @@
 //     persistence.CheckpointStore. Tensors are named by their Hugging Face
 //     names (model.Model.Params), float32, in the model's shapes; the
 //     manifest carries the model configuration and the policy version.
-//  2. Only once Save has returned does the actor send WeightsPublished
-//     {run_id: RunID, step, policy_version} to every subscriber.
+//  2. Only once Save has returned does the step answer: LearnerStep's
+//     published_step names the version. The Learner sends nothing unasked;
+//     the Trainer hands the version to its Sampler with WeightsPublished
+//     {run_id: RunID, step, policy_version} and waits for WeightsApplied.
 //  3. A Sampler loads the weights with CheckpointStore.ReadTensor for each
 //     of its model's Params and model.Model.SetParams, between batches of
 //     generation, so that no sequence mixes two versions; it stamps every

@@ -209,11 +209,6 @@ type Publication struct {
 	PolicyVersion int64
 }
 
-// Proto is the WeightsPublished announcement.
-func (p Publication) Proto() *messages.WeightsPublished {
-	return &messages.WeightsPublished{RunId: p.RunID, Step: p.Step, PolicyVersion: p.PolicyVersion}
-}
-
 // Skip reasons of a StepResult.
 const (
 	SkipNonFinite = "non_finite"

@@ -19,9 +19,10 @@ package trainer
 // asked, a policy that reports its own versions) and records every
 // group's staleness; nothing stale is trained on silently.
 //
-// The Sampler applies a publication as soon as the Learner announces it,
-// between two of its continuations: an episode in flight may take later
-// turns at a newer version. Each assistant turn records the version that
+// The Sampler applies a publication as soon as the loop hands it on (swap,
+// once the step's LearnerStep names it), between two of its
+// continuations: an episode in flight may take later turns at a newer
+// version. Each assistant turn records the version that
 // sampled all of its tokens (Turn.policy_version), each token its
 // sampler's log-prob (the behaviour policy of the GRPO ratio, under the
 // Learner's trust region as in synchronous steps), and a trajectory's

@@ -493,10 +493,10 @@ func (t *Trainer) Train(ctx context.Context, run *messages.Run, s Settings) (Sum
 	return SummaryOf(run, s.Steps), nil
 }
 
-// open opens the run's Learner, subscribes the Sampler to it, moves the
-// Sampler to the newest published version, and reconciles the record with
-// the Learner's state after a crash. It returns the Sampler's context
-// length.
+// open opens the run's Learner, moves the Sampler to the newest published
+// version, and reconciles the record with the Learner's state after a
+// crash. It returns the Sampler's context length. Versions reach the
+// Sampler only by the Trainer's swap: the Learner announces nothing.
 func (t *Trainer) open(ctx context.Context, run *messages.Run, s Settings) (int, error) {
 	start := time.Now()
 	t.printf("learner: opening run %s (model %s, lr %g)", run.GetId(), orDefault(s.Model, "the store's default"), s.LR)
@@ -520,10 +520,6 @@ func (t *Trainer) open(ctx context.Context, run *messages.Run, s Settings) (int,
 	if !sameModel(ss.GetConfig(), st.GetModel()) {
 		return 0, fmt.Errorf("the node's Sampler serves %s (%v) but the Learner trains %v: train the model the node serves",
 			ss.GetModel(), ss.GetConfig(), st.GetModel())
-	}
-	self := t.sampler
-	if _, err := t.ask(t.learner, &messages.LearnerSubscribe{Address: self.GetAddress(), Id: self.GetId()}, time.Minute); err != nil {
-		return 0, err
 	}
 	switch pub := st.GetPublishedStep(); {
 	case ss.GetPolicyVersion() > max(pub, 0):

@@ -1882,8 +1882,10 @@ func (x *GenerateResponse) GetPolicyVersion() int64 {
 	return 0
 }
 
-// WeightsPublished tells Samplers that a new policy version can be loaded
-// from the checkpoint store.
+// WeightsPublished tells a Sampler that a new policy version can be loaded
+// from the checkpoint store; the Trainer sends it once the Learner's
+// LearnerStep names the published step, and the Sampler answers
+// WeightsApplied.
 type WeightsPublished struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
