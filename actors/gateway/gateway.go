@@ -22,7 +22,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -231,14 +230,7 @@ func (c *Client) Ask(ctx context.Context, name string, req proto.Message, timeou
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		text, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(text, &e) == nil && e.Error != "" {
-			return nil, fmt.Errorf("node at %s: %s", c.Base, e.Error)
-		}
-		return nil, fmt.Errorf("node at %s: %s: %s", c.Base, resp.Status, strings.TrimSpace(string(text)))
+		return nil, fmt.Errorf("node at %s: %w", c.Base, node.ReadAPIError(resp, c.Base))
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 256<<20)

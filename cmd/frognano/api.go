@@ -18,6 +18,7 @@ import (
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/trainer"
 	"github.com/frognano/frognano/runtime/config"
+	"github.com/frognano/frognano/runtime/node"
 )
 
 // api is a client of a node's HTTP API (the run service's /v1/runs): the
@@ -85,18 +86,12 @@ func (p *api) do(ctx context.Context, method, path string, body, out any) (*http
 		return nil, fmt.Errorf("node at %s: %w", p.base, err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return resp, node.ReadAPIError(resp, p.base)
+	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
 	if err != nil {
 		return nil, fmt.Errorf("node at %s: %w", p.base, err)
-	}
-	if resp.StatusCode >= 300 {
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			return resp, &apiError{status: resp.StatusCode, msg: e.Error}
-		}
-		return resp, &apiError{status: resp.StatusCode, msg: fmt.Sprintf("node at %s: %s %s: %s", p.base, method, path, resp.Status)}
 	}
 	switch o := out.(type) {
 	case nil:
@@ -112,17 +107,9 @@ func (p *api) do(ctx context.Context, method, path string, body, out any) (*http
 	return resp, nil
 }
 
-// apiError is a call the node refused: its status and message.
-type apiError struct {
-	status int
-	msg    string
-}
-
-func (e *apiError) Error() string { return e.msg }
-
 func isStatus(err error, status int) bool {
-	var ae *apiError
-	return errors.As(err, &ae) && ae.status == status
+	var ae *node.APIError
+	return errors.As(err, &ae) && ae.Status == status
 }
 
 // submitted is the node's answer to a submitted, resumed or stopped run.
@@ -180,14 +167,7 @@ func (p *api) follow(ctx context.Context, id string, offset int64, tail bool, w 
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			return offset, errors.New(e.Error)
-		}
-		return offset, fmt.Errorf("node at %s: logs of %s: %s", p.base, id, resp.Status)
+		return offset, node.ReadAPIError(resp, p.base)
 	}
 	k, err := io.Copy(w, resp.Body)
 	offset += k

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/membership"
 	"github.com/frognano/frognano/runtime/placement"
 	"github.com/frognano/frognano/runtime/supervise"
@@ -340,4 +341,31 @@ func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]any{"ready": ok, "checks": results})
+}
+
+// APIError is a call a node's HTTP API refused: its status and what it
+// said (the {"error": …} body of the run service and the gateway, or the
+// status line).
+type APIError struct {
+	Status  int
+	Message string
+}
+
+func (e *APIError) Error() string { return e.Message }
+
+// ReadAPIError reads the answer of a refused call (status ≥ 300) from
+// the node at base.
+func ReadAPIError(resp *http.Response, base string) *APIError {
+	text, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	var e struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(text, &e) == nil && e.Error != "" {
+		return &APIError{Status: resp.StatusCode, Message: e.Error}
+	}
+	msg := fmt.Sprintf("node at %s: %s %s: %s", base, resp.Request.Method, resp.Request.URL.Path, resp.Status)
+	if t := strings.TrimSpace(string(text)); t != "" {
+		msg += ": " + config.Clip(t, 200)
+	}
+	return &APIError{Status: resp.StatusCode, Message: msg}
 }
