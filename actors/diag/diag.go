@@ -1,7 +1,9 @@
 // Package diag is the diagnostic actor kind every node offers: it answers
 // pings (for liveness and message-rate benchmarks), reports its node's facts,
 // and computes iterated SHA-256 digests — CPU work with a checkable answer that
-// cluster checks and fault-injection tests spread over nodes.
+// cluster checks and fault-injection tests spread over nodes. Batches spreads
+// them: it answers DigestBatchRequest at the node's manager. NodeOptions
+// adds both to a node.
 package diag
 
 import (

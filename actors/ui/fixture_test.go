@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/frognano/frognano/actors/diag"
 	"github.com/frognano/frognano/actors/frontier"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/trainer"
@@ -108,7 +109,7 @@ func startNode(t *testing.T, steps int) *fixture {
 	cfg.Cluster.FailureTimeout = time.Second
 	cfg.Log.Level = "warn"
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	n, err := node.Start(context.Background(), cfg, node.Options{Version: "test", Logger: quiet, Handlers: []node.Handler{ui.NodeHandler()}})
+	n, err := node.Start(context.Background(), cfg, diag.NodeOptions(node.Options{Version: "test", Logger: quiet, Handlers: []node.Handler{ui.NodeHandler()}}))
 	if err != nil {
 		t.Fatalf("start node: %v", err)
 	}

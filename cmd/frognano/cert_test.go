@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/frognano/frognano/actors/diag"
 	"github.com/frognano/frognano/cmd/internal/services"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/mtls"
@@ -130,7 +131,7 @@ func TestCLIReachesAnMTLSNodeThroughItsAPI(t *testing.T) {
 	cfg.Node.APIToken = token
 	cfg.Remote = config.Remote{TLSCA: filepath.Join(out, "ca.crt"), TLSCert: filepath.Join(out, "node.crt"), TLSKey: filepath.Join(out, "node.key")}
 	cfg.Log.Level = "warn"
-	n, err := node.Start(context.Background(), cfg, node.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Handlers: []node.Handler{services.Gateway()}})
+	n, err := node.Start(context.Background(), cfg, diag.NodeOptions(node.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Handlers: []node.Handler{services.Gateway()}}))
 	if err != nil {
 		t.Fatal(err)
 	}

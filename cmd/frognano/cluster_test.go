@@ -27,7 +27,7 @@ func TestClusterMembersShowsLoad(t *testing.T) {
 	cfg.Node.HTTPAddr, cfg.Node.RemoteAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Cluster.Heartbeat, cfg.Cluster.FailureTimeout = 100*time.Millisecond, time.Second
 	cfg.Log.Level = "warn"
-	n, err := node.Start(context.Background(), cfg, node.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Handlers: []node.Handler{services.Gateway()}})
+	n, err := node.Start(context.Background(), cfg, diag.NodeOptions(node.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Handlers: []node.Handler{services.Gateway()}}))
 	if err != nil {
 		t.Fatal(err)
 	}

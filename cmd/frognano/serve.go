@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/frognano/frognano/actors/diag"
 	"github.com/frognano/frognano/actors/sampler"
 	"github.com/frognano/frognano/actors/sampler/openai"
 	"github.com/frognano/frognano/actors/ui"
@@ -58,7 +59,7 @@ or the openai Python package with base_url="http://127.0.0.1:7070/v1".`,
 				return err
 			}
 			kinds, actors, handlers := policy.Options()
-			n, err := node.Start(ctx, cfg, node.Options{Logger: log, Version: node.Version(), Kinds: kinds, Actors: actors, Handlers: append(handlers, ui.NodeHandler())})
+			n, err := node.Start(ctx, cfg, diag.NodeOptions(node.Options{Logger: log, Version: node.Version(), Kinds: kinds, Actors: actors, Handlers: append(handlers, ui.NodeHandler())}))
 			if err != nil {
 				return err
 			}

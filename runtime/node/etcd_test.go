@@ -15,7 +15,6 @@ import (
 	"github.com/asynkron/protoactor-go/cluster"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/frognano/frognano/actors/diag"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/membership/etcdtest"
 )
@@ -43,7 +42,7 @@ func TestEtcdHelperNode(t *testing.T) {
 	if endpoint == "" {
 		t.Skip("helper process of TestEtcdMembership")
 	}
-	n, err := Start(context.Background(), etcdConfig(t, endpoint), Options{Version: "test", Logger: quiet})
+	n, err := Start(context.Background(), etcdConfig(t, endpoint), Options{Version: "test", Logger: quiet, Kinds: []Kind{echo()}})
 	if err != nil {
 		t.Fatalf("start node: %v", err)
 	}
@@ -159,7 +158,7 @@ func TestEtcdMembership(t *testing.T) {
 		if err != nil {
 			t.Fatalf("member %s: %v", m.ID, err)
 		}
-		if info.GetCapabilities().GetCores() <= 0 || info.GetLoad() == nil || !slices.Contains(m.Kinds, diag.Kind) || info.GetAddress() != m.Address() {
+		if info.GetCapabilities().GetCores() <= 0 || info.GetLoad() == nil || !slices.Contains(m.Kinds, echoKind) || info.GetAddress() != m.Address() {
 			t.Errorf("member %s as node a sees it: kinds %v, info %v", m.ID, m.Kinds, info)
 		}
 	}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/frognano/frognano/actors/diag"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 )
 
@@ -32,18 +31,18 @@ func TestMembersCarryTheirLoad(t *testing.T) {
 
 	var pids []*actor.PID
 	for range 2 {
-		res := ask(t, a, &messages.SpawnRequest{Kind: diag.Kind, Member: b.Address()})
+		res := ask(t, a, &messages.SpawnRequest{Kind: echoKind, Member: b.Address()})
 		r, ok := res.(*messages.SpawnReply)
 		if !ok {
 			t.Fatalf("spawn on b answered %v", res)
 		}
 		pids = append(pids, actor.NewPID(r.Address, r.Id))
 	}
-	if got := b.Info().GetLoad().GetKindActors()[diag.Kind]; got != 2 {
-		t.Fatalf("b counts %d diag actors, want 2", got)
+	if got := b.Info().GetLoad().GetKindActors()[echoKind]; got != 2 {
+		t.Fatalf("b counts %d echo actors, want 2", got)
 	}
 
-	// memberLoad waits for a's member list to show b with want diag actors.
+	// memberLoad waits for a's member list to show b with want echo actors.
 	memberLoad := func(want int32) (self, other *messages.Load) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
@@ -57,11 +56,11 @@ func TestMembersCarryTheirLoad(t *testing.T) {
 					other = m.GetLoad()
 				}
 			}
-			if other.GetKindActors()[diag.Kind] == want {
+			if other.GetKindActors()[echoKind] == want {
 				return self, other
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("a sees b's load %v, want %d diag actors", other, want)
+				t.Fatalf("a sees b's load %v, want %d echo actors", other, want)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -70,7 +69,7 @@ func TestMembersCarryTheirLoad(t *testing.T) {
 	if other.Load1 == nil || other.MemoryAvailableBytes == nil || other.GetMemoryAvailableBytes() > b.Info().GetCapabilities().GetMemoryBytes() {
 		t.Errorf("b's load lacks the machine's figures: %v", other)
 	}
-	if self1.GetSampledUnixNano() == 0 || self1.GetKindActors()[diag.Kind] != 0 {
+	if self1.GetSampledUnixNano() == 0 || self1.GetKindActors()[echoKind] != 0 {
 		t.Errorf("a's own load %v", self1)
 	}
 

@@ -1,25 +1,21 @@
 package node
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/frognano/frognano/actors/diag"
 	messages "github.com/frognano/frognano/actors/messages/v1"
-	"github.com/frognano/frognano/runtime/placement"
 )
 
 // ManagerName is the well-known actor every node runs; the CLI and other
 // nodes address it as PID{Address: <remoting address>, Id: ManagerName}.
 const ManagerName = "node"
 
-// manager answers questions about the node and the cluster, and turns
-// cluster-wide requests into placement pools.
+// manager answers questions about the node and the cluster, spawns kinds
+// on members, and hands other requests to Options.Manager.
 type manager struct{ n *Node }
 
 func (m *manager) Receive(ctx actor.Context) {
@@ -32,15 +28,19 @@ func (m *manager) Receive(ctx actor.Context) {
 		ctx.Respond(&messages.MembersReply{Members: m.n.MemberInfos()})
 	case *messages.SpawnRequest:
 		m.spawn(ctx, req)
-	case *messages.DigestBatchRequest:
-		if req.Jobs <= 0 || req.Jobs > 100000 || req.Rounds < 0 || req.Rounds > diag.MaxRounds {
-			ctx.Respond(&messages.Failure{Code: "bad_request", Message: fmt.Sprintf("jobs must be in [1, 100000] and rounds in [0, %d]", diag.MaxRounds)})
-			return
+	case actor.SystemMessage, actor.AutoReceiveMessage:
+		// Lifecycle: Started, Stopping, a child's Terminated.
+	default:
+		for _, h := range m.n.requests {
+			if h(m.n, ctx) {
+				return
+			}
 		}
-		requester := ctx.Sender()
-		ctx.Spawn(actor.PropsFromProducer(func() actor.Actor {
-			return &digestBatch{n: m.n, req: req, requester: requester}
-		}))
+		// A request no one answers would keep its asker waiting until its
+		// timeout.
+		if ctx.Sender() != nil {
+			ctx.Respond(&messages.Failure{Code: "unknown_request", Message: fmt.Sprintf("the node's manager does not answer %T", req)})
+		}
 	}
 }
 
@@ -72,61 +72,4 @@ func (m *manager) spawn(ctx actor.Context, req *messages.SpawnRequest) {
 		}
 		ctx.Send(sender, reply)
 	})
-}
-
-// digestBatch runs one DigestBatchRequest through a placement pool.
-type digestBatch struct {
-	n         *Node
-	req       *messages.DigestBatchRequest
-	requester *actor.PID
-	pool      *actor.PID
-	data      map[string][]byte
-	report    *messages.DigestBatchReport
-	started   time.Time
-}
-
-func (b *digestBatch) Receive(ctx actor.Context) {
-	switch res := ctx.Message().(type) {
-	case *actor.Started:
-		b.started = time.Now()
-		b.report = &messages.DigestBatchReport{}
-		b.data = map[string][]byte{}
-		b.pool = ctx.Spawn(placement.Props(placement.Config{
-			Kind:         diag.Kind,
-			Members:      b.n.Members,
-			Remote:       b.n.remote,
-			PreferRemote: b.req.PreferRemote,
-			MaxAttempts:  3,
-			JobTimeout:   10 * time.Minute,
-			Logger:       b.n.log.With("component", "placement"),
-		}))
-		for i := 0; i < int(b.req.Jobs); i++ {
-			id := fmt.Sprintf("digest-%d", i)
-			var seed [16]byte
-			binary.LittleEndian.PutUint64(seed[:8], b.req.Seed)
-			binary.LittleEndian.PutUint64(seed[8:], uint64(i))
-			sum := sha256.Sum256(seed[:])
-			b.data[id] = sum[:]
-			ctx.Request(b.pool, &placement.Submit{ID: id, Job: &messages.DigestJob{Id: id, Data: sum[:], Rounds: b.req.Rounds}})
-		}
-	case *placement.Done:
-		out := &messages.DigestOutcome{Id: res.ID, Data: b.data[res.ID], Node: res.Node, Attempts: int32(res.Attempts)}
-		if r, ok := res.Result.(*messages.DigestResult); ok {
-			out.Digest = r.Digest
-		} else {
-			out.Error = fmt.Sprintf("unexpected reply %T", res.Result)
-		}
-		b.add(ctx, out)
-	case *placement.Failed:
-		b.add(ctx, &messages.DigestOutcome{Id: res.ID, Data: b.data[res.ID], Attempts: int32(res.Attempts), Error: res.Err.Error()})
-	}
-}
-
-func (b *digestBatch) add(ctx actor.Context, o *messages.DigestOutcome) {
-	b.report.Outcomes = append(b.report.Outcomes, o)
-	if len(b.report.Outcomes) == int(b.req.Jobs) {
-		b.report.Seconds = time.Since(b.started).Seconds()
-		ctx.Send(b.requester, b.report)
-		ctx.Stop(ctx.Self())
-	}
 }

@@ -28,7 +28,6 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/frognano/frognano/actors/diag"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/persistence"
 	"github.com/frognano/frognano/runtime/capabilities"
@@ -48,8 +47,12 @@ type Kind struct {
 type Options struct {
 	Logger  *slog.Logger
 	Version string
-	// Kinds are registered beside the built-in ones (diag).
+	// Kinds are the actor kinds the node offers; the node registers none
+	// of its own (cmd/internal/services adds actors/diag's).
 	Kinds []Kind
+	// Manager are handlers of the requests the node's manager answers
+	// beyond its own (actors/diag's DigestBatchRequest), asked in order.
+	Manager []ManagerHandler
 	// Actors are spawned at start under well-known names, supervised by the
 	// node's policy; other nodes and the CLI reach them at PID{address, Name}.
 	Actors []NamedActor
@@ -71,6 +74,14 @@ type Handler struct {
 	// MaxBody bounds the request body (0: HTTPLimits.MaxBody).
 	MaxBody int64
 }
+
+// ManagerHandler answers at the node's manager a request the manager does
+// not answer itself (it answers Ping, NodeInfoRequest, MembersRequest and
+// SpawnRequest; lifecycle messages reach no handler) and reports whether
+// it took it. It runs in the manager's Receive, so a request that takes
+// long is answered by a child it spawns (ctx.Spawn). A request no handler
+// takes is answered with the Failure "unknown_request".
+type ManagerHandler func(n *Node, ctx actor.Context) bool
 
 // NamedActor is a long-lived actor of the node.
 type NamedActor struct {
@@ -96,6 +107,7 @@ type Node struct {
 	started    time.Time
 	kinds      []string
 	handlers   []Handler
+	requests   []ManagerHandler
 	limits     HTTPLimits
 
 	mu   sync.Mutex
@@ -148,7 +160,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 	if log == nil {
 		log = slog.Default()
 	}
-	n = &Node{cfg: cfg, log: log, version: opts.Version, started: time.Now(), handlers: opts.Handlers, limits: opts.HTTP.withDefaults()}
+	n = &Node{cfg: cfg, log: log, version: opts.Version, started: time.Now(), handlers: opts.Handlers, requests: opts.Manager, limits: opts.HTTP.withDefaults()}
 	partial := n
 	defer func() {
 		if err != nil {
@@ -216,10 +228,9 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 	}
 	n.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return actorLog }))
 
-	kinds := append([]Kind{{Name: diag.Kind, Props: func(n *Node) *actor.Props { return diag.Props(n.Info) }}}, opts.Kinds...)
 	var remoteKinds []*remote.Kind
 	var clusterKinds []*cluster.Kind
-	for _, k := range kinds {
+	for _, k := range opts.Kinds {
 		props := n.load.counted(k.Name, k.Props(n))
 		remoteKinds = append(remoteKinds, remote.NewKind(k.Name, props))
 		clusterKinds = append(clusterKinds, cluster.NewKind(k.Name, props))
@@ -385,6 +396,17 @@ func (n *Node) DB() *persistence.DB { return n.db }
 
 // Manager is the PID of the node's manager actor.
 func (n *Node) Manager() *actor.PID { return n.manager }
+
+// Remote is the node's remoting, for actors that spawn on members (a
+// placement pool).
+func (n *Node) Remote() *remote.Remote {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.remote
+}
+
+// Logger is the node's logger.
+func (n *Node) Logger() *slog.Logger { return n.log }
 
 // Members are the live cluster members, this node included.
 func (n *Node) Members() []membership.Member { return n.membership.Members() }

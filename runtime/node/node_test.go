@@ -15,7 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/frognano/frognano/actors/diag"
+	"github.com/asynkron/protoactor-go/actor"
+
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/persistence"
 	"github.com/frognano/frognano/runtime/config"
@@ -34,9 +35,24 @@ func testConfig(t testing.TB) config.Config {
 	return cfg
 }
 
+// echoKind is the kind the tests' nodes offer: a node registers no kind
+// of its own (the binaries add actors/diag's, which imports this package).
+// It answers Ping.
+const echoKind = "echo"
+
+func echo() Kind {
+	return Kind{Name: echoKind, Props: func(*Node) *actor.Props {
+		return actor.PropsFromFunc(func(ctx actor.Context) {
+			if p, ok := ctx.Message().(*messages.Ping); ok {
+				ctx.Respond(&messages.Pong{Seq: p.Seq, Node: ctx.ActorSystem().Address(), Payload: p.Payload})
+			}
+		})
+	}}
+}
+
 func startNode(t testing.TB, cfg config.Config) *Node {
 	t.Helper()
-	n, err := Start(context.Background(), cfg, Options{Version: "test", Logger: quiet})
+	n, err := Start(context.Background(), cfg, Options{Version: "test", Logger: quiet, Kinds: []Kind{echo()}})
 	if err != nil {
 		t.Fatalf("start node: %v", err)
 	}
@@ -116,12 +132,12 @@ func TestUnknownKindIsAClearError(t *testing.T) {
 	n := startNode(t, testConfig(t))
 	res := ask(t, n, &messages.SpawnRequest{Kind: "no-such-kind"})
 	f, ok := res.(*messages.Failure)
-	if !ok || f.Code != "unknown_kind" || !strings.Contains(f.Message, `"no-such-kind"`) || !strings.Contains(f.Message, diag.Kind) {
+	if !ok || f.Code != "unknown_kind" || !strings.Contains(f.Message, `"no-such-kind"`) || !strings.Contains(f.Message, echoKind) {
 		t.Fatalf("spawn of an unknown kind answered %v", res)
 	}
-	res = ask(t, n, &messages.SpawnRequest{Kind: diag.Kind})
+	res = ask(t, n, &messages.SpawnRequest{Kind: echoKind})
 	if r, ok := res.(*messages.SpawnReply); !ok || r.Address != n.Address() {
-		t.Fatalf("spawn of diag answered %v", res)
+		t.Fatalf("spawn of echo answered %v", res)
 	}
 }
 
@@ -138,25 +154,43 @@ func waitMembers(t testing.TB, want int, nodes ...*Node) {
 	}
 }
 
-func TestTwoNodesSpreadVerifiedWork(t *testing.T) {
-	a := startNode(t, testConfig(t))
-	cfgB := testConfig(t)
-	cfgB.Cluster.Seeds = []string{a.HTTPAddr()}
-	b := startNode(t, cfgB)
-	waitMembers(t, 2, a, b)
-
-	res := ask(t, a, &messages.DigestBatchRequest{Jobs: 6, Rounds: 1000, PreferRemote: true, Seed: 7})
-	report, ok := res.(*messages.DigestBatchReport)
-	if !ok || len(report.Outcomes) != 6 {
-		t.Fatalf("digest batch answered %v", res)
+// TestManagerHandsOtherRequestsOn: the manager asks Options.Manager, in
+// order, about what it does not answer itself (actors/diag answers
+// DigestBatchRequest so); what none takes is answered "unknown_request",
+// not left to the asker's timeout.
+func TestManagerHandsOtherRequestsOn(t *testing.T) {
+	var asked []string
+	handler := func(name string, takes func(any) bool) ManagerHandler {
+		return func(n *Node, ctx actor.Context) bool {
+			asked = append(asked, name)
+			if !takes(ctx.Message()) {
+				return false
+			}
+			ctx.Respond(&messages.DigestBatchReport{Seconds: 1})
+			return true
+		}
 	}
-	for _, o := range report.Outcomes {
-		if o.Error != "" || string(o.Digest) != string(diag.Digest(o.Data, 1000)) {
-			t.Errorf("job %s: error %q or wrong digest", o.Id, o.Error)
-		}
-		if o.Node != b.Address() {
-			t.Errorf("job %s ran on %s, want the remote node %s", o.Id, o.Node, b.Address())
-		}
+	isBatch := func(m any) bool { _, ok := m.(*messages.DigestBatchRequest); return ok }
+	n, err := Start(context.Background(), testConfig(t), Options{Version: "test", Logger: quiet, Manager: []ManagerHandler{
+		handler("never", func(any) bool { return false }), handler("batches", isBatch)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Stop(context.Background()) })
+
+	if r, ok := ask(t, n, &messages.DigestBatchRequest{Jobs: 1}).(*messages.DigestBatchReport); !ok || r.Seconds != 1 {
+		t.Fatalf("a request a handler takes answered %v", r)
+	}
+	if got := strings.Join(asked, ","); got != "never,batches" {
+		t.Errorf("handlers asked %s, want never,batches", got)
+	}
+	asked = nil
+	if _, ok := ask(t, n, &messages.Ping{Seq: 3}).(*messages.Pong); !ok || len(asked) != 0 {
+		t.Errorf("Ping: handlers asked %v, want none (the manager answers it)", asked)
+	}
+	res := ask(t, n, &messages.DigestJob{Id: "x"})
+	if f, ok := res.(*messages.Failure); !ok || f.Code != "unknown_request" || !strings.Contains(f.Message, "DigestJob") {
+		t.Fatalf("a request no handler takes answered %v", res)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/frognano/frognano/actors/diag"
 	"github.com/frognano/frognano/actors/environment"
 	"github.com/frognano/frognano/actors/frontier"
 	"github.com/frognano/frognano/actors/gateway"
@@ -60,9 +61,10 @@ func Gateway() node.Handler {
 	return gateway.Handler(node.ManagerName, environment.ActorName, synth.ActorName, frontier.ActorName, rollout.ActorName)
 }
 
-// Wiring is what both binaries start a node with: the containerd
-// connection and the actors that use it, the policy (Sampler, OpenAI API),
-// the dashboard, the actor gateway and the run service.
+// Wiring is what both binaries start a node with: the diag kind and the
+// manager's digest batches, the containerd connection and the actors that
+// use it, the policy (Sampler, OpenAI API), the dashboard, the actor
+// gateway and the run service.
 type Wiring struct {
 	Sandboxes *Sandboxes
 	Policy    *Policy
@@ -80,10 +82,10 @@ func NewWiring(cfg config.Config, log *slog.Logger, buildLog io.Writer, autoResu
 	pk, pa, handlers := w.Policy.Options()
 	// The run service comes last: it may resume a run at once, which asks
 	// the other actors.
-	return w, node.Options{Logger: log, Version: node.Version(),
+	return w, diag.NodeOptions(node.Options{Logger: log, Version: node.Version(),
 		Kinds:    append(kinds, pk...),
 		Actors:   append(append(actors, pa...), w.Runs.Actor()),
-		Handlers: append(append(handlers, ui.NodeHandler(), Gateway()), w.Runs.Handlers()...)}
+		Handlers: append(append(handlers, ui.NodeHandler(), Gateway()), w.Runs.Handlers()...)})
 }
 
 // Start begins what needs the started node (the containerd connection).
