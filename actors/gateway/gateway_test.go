@@ -13,6 +13,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/frognano/frognano/actors/diag"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/node"
@@ -40,9 +41,9 @@ func startNode(t *testing.T, token string) *node.Node {
 	cfg.Node.HTTPAddr, cfg.Node.RemoteAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Node.APIToken = token
 	cfg.Log.Level = "warn"
-	n, err := node.Start(context.Background(), cfg, node.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	n, err := node.Start(context.Background(), cfg, diag.NodeOptions(node.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Actors:   []node.NamedActor{{Name: "stager", Props: func(*node.Node) *actor.Props { return stager() }}},
-		Handlers: []node.Handler{Handler(node.ManagerName, "stager")}})
+		Handlers: []node.Handler{Handler(node.ManagerName, "stager")}}))
 	if err != nil {
 		t.Fatal(err)
 	}

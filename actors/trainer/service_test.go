@@ -13,6 +13,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/frognano/frognano/actors/diag"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/node"
 )
@@ -29,8 +30,8 @@ func serviceNode(t *testing.T) (*node.Node, string) {
 	host := node.NamedActor{Name: HostName, Props: func(n *node.Node) *actor.Props {
 		return HostProps(HostConfig{Checkpoints: n.DB().Checkpoints()})
 	}}
-	n, err := node.Start(context.Background(), cfg, node.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Actors: []node.NamedActor{host, svc.Actor()}, Handlers: svc.Handlers()})
+	n, err := node.Start(context.Background(), cfg, diag.NodeOptions(node.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Actors: []node.NamedActor{host, svc.Actor()}, Handlers: svc.Handlers()}))
 	if err != nil {
 		t.Fatal(err)
 	}

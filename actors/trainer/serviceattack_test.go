@@ -22,6 +22,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/frognano/frognano/actors/diag"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/node"
@@ -46,8 +47,8 @@ func attackNode(t *testing.T, token string, lim node.HTTPLimits, deps func(*Deps
 	host := node.NamedActor{Name: HostName, Props: func(n *node.Node) *actor.Props {
 		return HostProps(HostConfig{Checkpoints: n.DB().Checkpoints()})
 	}}
-	n, err := node.Start(context.Background(), cfg, node.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Actors: []node.NamedActor{host, svc.Actor()}, Handlers: svc.Handlers(), HTTP: lim})
+	n, err := node.Start(context.Background(), cfg, diag.NodeOptions(node.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Actors: []node.NamedActor{host, svc.Actor()}, Handlers: svc.Handlers(), HTTP: lim}))
 	if err != nil {
 		t.Fatal(err)
 	}
