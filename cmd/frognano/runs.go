@@ -96,16 +96,26 @@ pass@1, as a fraction of B's. It needs no node.
 // getRun reads run id's record from the node's HTTP API (embedded or
 // --node).
 func getRun(a *app, cmd *cobra.Command, id string) (*messages.Run, error) {
-	p, err := a.openAPI(cmd, a.embedDefaults(cmd))
-	if err != nil {
-		return nil, err
-	}
-	defer p.close()
-	run, _, err := p.run(cmd.Context(), id)
+	var run *messages.Run
+	err := a.withAPI(cmd, func(p *api) (err error) {
+		run, _, err = p.run(cmd.Context(), id)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", id, err)
 	}
 	return run, nil
+}
+
+// withAPI runs fn with the node's HTTP API (the node at --node, or an
+// embedded one for the command's duration).
+func (a *app) withAPI(cmd *cobra.Command, fn func(p *api) error) error {
+	p, err := a.openAPI(cmd, a.embedDefaults(cmd))
+	if err != nil {
+		return err
+	}
+	defer p.close()
+	return fn(p)
 }
 
 // runsControlCmds are the commands that list, follow, stop and resume the
@@ -116,21 +126,18 @@ func runsControlCmds(a *app) []*cobra.Command {
 		Short: "The runs the node's store records: id, status, step, whether it runs now",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := a.openAPI(cmd, a.embedDefaults(cmd))
-			if err != nil {
-				return err
-			}
-			defer p.close()
-			runs, err := p.list(cmd.Context())
-			if err != nil {
-				return err
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATUS\tSTEP\tRUNNING NOW\tSTARTED\tUPDATED\tERROR")
-			for _, r := range runs {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%s\t%s\t%s\n", r.ID, r.Status, r.Step, r.Active, r.Started.Format(time.DateTime), r.Updated.Format(time.DateTime), config.Clip(r.Error, 80))
-			}
-			return tw.Flush()
+			return a.withAPI(cmd, func(p *api) error {
+				runs, err := p.list(cmd.Context())
+				if err != nil {
+					return err
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tSTATUS\tSTEP\tRUNNING NOW\tSTARTED\tUPDATED\tERROR")
+				for _, r := range runs {
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%s\t%s\t%s\n", r.ID, r.Status, r.Step, r.Active, r.Started.Format(time.DateTime), r.Updated.Format(time.DateTime), config.Clip(r.Error, 80))
+				}
+				return tw.Flush()
+			})
 		},
 	}
 	var follow bool
@@ -145,13 +152,10 @@ run running.
   frognano --node 10.0.0.5:7070 runs logs run-20261202-060000.000 -f`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := a.openAPI(cmd, a.embedDefaults(cmd))
-			if err != nil {
+			return a.withAPI(cmd, func(p *api) error {
+				_, err := p.follow(cmd.Context(), args[0], 0, follow, cmd.OutOrStdout())
 				return err
-			}
-			defer p.close()
-			_, err = p.follow(cmd.Context(), args[0], 0, follow, cmd.OutOrStdout())
-			return err
+			})
 		},
 	}
 	logs.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing until the run ends")
@@ -160,24 +164,21 @@ run running.
 		Short: "Stop a run on its node (recorded stopped; runs resume ID continues it)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := a.openAPI(cmd, a.embedDefaults(cmd))
-			if err != nil {
-				return err
-			}
-			defer p.close()
-			if _, err := p.runAction(cmd.Context(), args[0], "stop"); err != nil {
-				return err
-			}
-			p.waitInactive(cmd.Context(), args[0], 10*time.Minute)
-			run, active, err := p.run(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if active {
-				return fmt.Errorf("run %s is still stopping (its step in flight ends first): frognano runs logs %s -f shows when", args[0], args[0])
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "run %s %s after step %d\n", run.GetId(), run.GetStatus(), run.GetStep())
-			return nil
+			return a.withAPI(cmd, func(p *api) error {
+				if _, err := p.runAction(cmd.Context(), args[0], "stop"); err != nil {
+					return err
+				}
+				p.waitInactive(cmd.Context(), args[0], 10*time.Minute)
+				run, active, err := p.run(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				if active {
+					return fmt.Errorf("run %s is still stopping (its step in flight ends first): frognano runs logs %s -f shows when", args[0], args[0])
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "run %s %s after step %d\n", run.GetId(), run.GetStatus(), run.GetStep())
+				return nil
+			})
 		},
 	}
 	var detach bool
@@ -190,20 +191,17 @@ recorded step, and follows its log like frognano run does (--detach
 returns at once). To change its length, use frognano run --run ID --steps N.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := a.openAPI(cmd, a.embedDefaults(cmd))
-			if err != nil {
-				return err
-			}
-			defer p.close()
-			sub, err := p.runAction(context.WithoutCancel(cmd.Context()), args[0], "resume")
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "run %s resumed on the node\n", sub.ID)
-			if detach && p.embedded == nil {
-				return nil
-			}
-			return followRun(cmd.Context(), p, sub.ID, sub.LogOffset, cmd.OutOrStdout(), cmd.ErrOrStderr(), "")
+			return a.withAPI(cmd, func(p *api) error {
+				sub, err := p.runAction(context.WithoutCancel(cmd.Context()), args[0], "resume")
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "run %s resumed on the node\n", sub.ID)
+				if detach && p.embedded == nil {
+					return nil
+				}
+				return followRun(cmd.Context(), p, sub.ID, sub.LogOffset, cmd.OutOrStdout(), cmd.ErrOrStderr(), "")
+			})
 		},
 	}
 	resume.Flags().BoolVar(&detach, "detach", false, "with --node: return once the node has resumed it")
