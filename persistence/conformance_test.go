@@ -36,6 +36,7 @@ var conformanceCases = []struct {
 	{"CurriculumUpdate", testCurriculumUpdate},
 	{"CurriculumConcurrentUpdates", testCurriculumConcurrentUpdates},
 	{"Runs", testRuns},
+	{"Evaluations", testEvaluations},
 	{"Environments", testEnvironments},
 	{"Trajectories", testTrajectories},
 	{"CheckpointSaveLoad", testCheckpointSaveLoad},
@@ -364,6 +365,40 @@ func testRuns(t *testing.T, s Stores) {
 	}
 	if all[1].GetMetrics()["loss"] != 1.5 {
 		t.Errorf("metrics lost: %v", all[1])
+	}
+}
+
+func testEvaluations(t *testing.T, s Stores) {
+	ctx := context.Background()
+	e := s.Evaluations()
+	if _, err := e.Get(ctx, "e1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get(missing) = %v, want ErrNotFound", err)
+	}
+	if err := e.Put(ctx, &messages.Evaluation{}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Put without id = %v, want ErrInvalid", err)
+	}
+	if err := e.Put(ctx, &messages.Evaluation{Id: "a\x00b"}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Put with a NUL in its id = %v, want ErrInvalid", err)
+	}
+	for _, id := range []string{"e2", "e1"} {
+		if err := e.Put(ctx, &messages.Evaluation{Id: id, Status: "running", JobJson: `{"k":8}`}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Put(ctx, &messages.Evaluation{Id: "e1", Status: "done", ReportJson: `{"episodes":8}`, EpisodesDone: 8}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.Get(ctx, "e1")
+	if err != nil || got.GetStatus() != "done" || got.GetEpisodesDone() != 8 || got.GetJobJson() != "" {
+		t.Errorf("Get after overwrite = %v, %v", got, err)
+	}
+	all, err := e.List(ctx)
+	if err != nil || !slices.Equal(ids(all), []string{"e1", "e2"}) {
+		t.Errorf("List = %v, %v", ids(all), err)
+	}
+	// Evaluations and runs are apart: a run of the same id is another record.
+	if _, err := s.Runs().Get(ctx, "e1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("an evaluation is visible as a run: %v", err)
 	}
 }
 

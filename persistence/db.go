@@ -100,6 +100,7 @@ type Stores interface {
 	Tasks() TaskStore
 	Curriculum() CurriculumStore
 	Runs() RunStore
+	Evaluations() EvaluationStore
 	Environments() EnvironmentStore
 	Trajectories() TrajectoryStore
 	Checkpoints() CheckpointStore
@@ -274,6 +275,9 @@ func (db *DB) Environments() EnvironmentStore { return &badgerEnvironmentStore{d
 
 // Runs returns the run store backed by this database.
 func (db *DB) Runs() RunStore { return &badgerRunStore{db: db} }
+
+// Evaluations returns the evaluation store backed by this database.
+func (db *DB) Evaluations() EvaluationStore { return &badgerEvalStore{db: db} }
 
 // Trajectories returns the trajectory store backed by this database.
 func (db *DB) Trajectories() TrajectoryStore { return &badgerTrajectoryStore{db: db} }

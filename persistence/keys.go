@@ -15,6 +15,7 @@ import (
 //	v1/task-env/<environment>\x00<task id>          (empty) index by environment
 //	v1/stats/<task id>                             TaskStats
 //	v1/run/<run id>                                Run
+//	v1/eval/<evaluation id>                        Evaluation
 //	v1/env/<environment name>                      Environment
 //	v1/traj/<run id>\x00<task id>\x00<traj id>      Trajectory
 //	v1/traj-id/<traj id>                           <run id>\x00<task id>
@@ -26,6 +27,7 @@ const (
 	prefixTaskEnv  = "v1/task-env/"
 	prefixStats    = "v1/stats/"
 	prefixRun      = "v1/run/"
+	prefixEval     = "v1/eval/"
 	prefixEnv      = "v1/env/"
 	prefixTraj     = "v1/traj/"
 	prefixTrajID   = "v1/traj-id/"
@@ -57,6 +59,8 @@ func taskEnvPrefix(env string) []byte { return join(prefixTaskEnv, env, sep) }
 func statsKey(taskID string) []byte { return join(prefixStats, taskID) }
 
 func runKey(id string) []byte { return join(prefixRun, id) }
+
+func evalKey(id string) []byte { return join(prefixEval, id) }
 
 func envKey(name string) []byte { return join(prefixEnv, name) }
 

@@ -20,6 +20,7 @@ type Memory struct {
 	tasks map[string]*messages.Task
 	stats map[string]*messages.TaskStats
 	runs  map[string]*messages.Run
+	evals map[string]*messages.Evaluation
 	envs  map[string]*messages.Environment
 	trajs map[string]*messages.Trajectory
 	ckpts map[string]map[int64]*memCheckpoint
@@ -38,6 +39,7 @@ func NewMemory() *Memory {
 		tasks: map[string]*messages.Task{},
 		stats: map[string]*messages.TaskStats{},
 		runs:  map[string]*messages.Run{},
+		evals: map[string]*messages.Evaluation{},
 		envs:  map[string]*messages.Environment{},
 		trajs: map[string]*messages.Trajectory{},
 		ckpts: map[string]map[int64]*memCheckpoint{},
@@ -55,6 +57,9 @@ func (m *Memory) Environments() EnvironmentStore { return memEnvironmentStore{m}
 
 // Runs returns the in-memory run store.
 func (m *Memory) Runs() RunStore { return memRunStore{m} }
+
+// Evaluations returns the in-memory evaluation store.
+func (m *Memory) Evaluations() EvaluationStore { return memEvalStore{m} }
 
 // Trajectories returns the in-memory trajectory store.
 func (m *Memory) Trajectories() TrajectoryStore { return memTrajectoryStore{m} }
@@ -257,6 +262,49 @@ func (s memRunStore) List(ctx context.Context) ([]*messages.Run, error) {
 	s.m.mu.Lock()
 	defer s.m.mu.Unlock()
 	return sortedValues(s.m.runs, nil), nil
+}
+
+type memEvalStore struct{ m *Memory }
+
+func (s memEvalStore) Put(ctx context.Context, e *messages.Evaluation) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if e == nil {
+		return fmt.Errorf("nil evaluation: %w", ErrInvalid)
+	}
+	if err := checkID("evaluation id", e.GetId()); err != nil {
+		return err
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	s.m.evals[e.GetId()] = clone(e)
+	return nil
+}
+
+func (s memEvalStore) Get(ctx context.Context, id string) (*messages.Evaluation, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := checkID("evaluation id", id); err != nil {
+		return nil, err
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	e, ok := s.m.evals[id]
+	if !ok {
+		return nil, fmt.Errorf("get evaluation %q: %w", id, ErrNotFound)
+	}
+	return clone(e), nil
+}
+
+func (s memEvalStore) List(ctx context.Context) ([]*messages.Evaluation, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	return sortedValues(s.m.evals, nil), nil
 }
 
 type memTrajectoryStore struct{ m *Memory }

@@ -79,6 +79,17 @@ type RunStore interface {
 	List(ctx context.Context) ([]*messages.Run, error)
 }
 
+// EvaluationStore holds the evaluations a node's evaluation service ran
+// (frognano eval), so that their reports outlive the process.
+type EvaluationStore interface {
+	// Put replaces the evaluation with e.Id.
+	Put(ctx context.Context, e *messages.Evaluation) error
+	// Get returns the evaluation, or an error wrapping ErrNotFound.
+	Get(ctx context.Context, id string) (*messages.Evaluation, error)
+	// List returns all evaluations ordered by id.
+	List(ctx context.Context) ([]*messages.Evaluation, error)
+}
+
 // TrajectoryStore is an append-only log of episodes, keyed by (run, task,
 // trajectory id). Trajectories are training data: once written they never
 // change.

@@ -2,8 +2,10 @@ package evaluate
 
 import (
 	"bytes"
+	"context"
 	_ "embed"
 	"fmt"
+	"io"
 	"regexp"
 	"slices"
 	"strings"
@@ -107,4 +109,18 @@ func CheckTraining(name string, e *messages.Environment) error {
 		return fmt.Errorf("environment %s is a held-out repository (%s): no run may train on any version of it", name, strings.Join(HeldOutSources, ", "))
 	}
 	return nil
+}
+
+// HeldOutTasks registers the held-out environments where needed and
+// returns the held-out set as their tasks.
+func HeldOutTasks(ctx context.Context, a environment.Asker, out io.Writer) ([]*messages.Task, error) {
+	envs := map[string]*messages.Environment{}
+	for _, src := range HeldOutSources {
+		e, err := environment.Ensure(ctx, a, src, out)
+		if err != nil {
+			return nil, fmt.Errorf("held-out environment %s: %w", src, err)
+		}
+		envs[e.GetName()] = e
+	}
+	return HeldOut(envs)
 }

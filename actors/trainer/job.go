@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -19,6 +17,7 @@ import (
 	"github.com/frognano/frognano/actors/environment"
 	"github.com/frognano/frognano/actors/evaluate"
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/actors/nodeask"
 	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/actors/rollout"
 	"github.com/frognano/frognano/actors/sandbox"
@@ -165,78 +164,12 @@ func (d *Deps) root() *actor.RootContext { return d.Node.System().Root }
 
 func (d *Deps) runs() *Runs { return &Runs{Store: d.Node.DB().Runs()} }
 
-// ask sends req to pid and waits for the reply (a Failure as an error),
-// or for ctx to end.
+// ask sends req to pid and waits for the reply (nodeask.Asker.AskPID).
 func (d *Deps) ask(ctx context.Context, pid *actor.PID, req any, timeout time.Duration) (any, error) {
-	f := d.root().RequestFuture(pid, req, timeout)
-	type answer struct {
-		res any
-		err error
-	}
-	got := make(chan answer, 1)
-	go func() {
-		res, err := f.Result()
-		got <- answer{res, err}
-	}()
-	var res any
-	select {
-	case a := <-got:
-		if a.err != nil {
-			return nil, fmt.Errorf("%s did not answer: %w", pid.Id, a.err)
-		}
-		res = a.res
-	case <-ctx.Done():
-		return nil, context.Cause(ctx)
-	}
-	if f, ok := res.(*messages.Failure); ok {
-		return nil, errors.New(f.GetMessage())
-	}
-	return res, nil
+	return d.asker().AskPID(ctx, pid, req, timeout)
 }
 
-// askStages sends req to pid from a short-lived actor that writes each new
-// stage of the progress messages it receives to out ("==> stage") and
-// returns the first reply done accepts (a Failure as an error).
-func (d *Deps) askStages(ctx context.Context, pid *actor.PID, req any, timeout time.Duration, out io.Writer, done func(any) bool) (any, error) {
-	replies := make(chan any, 1)
-	stage := ""
-	me := d.root().Spawn(actor.PropsFromFunc(func(c actor.Context) {
-		var s string
-		switch m := c.Message().(type) {
-		case *actor.Started:
-			c.Request(pid, req)
-			return
-		case *messages.EnvProgress:
-			s = m.GetStage()
-		case *messages.SynthesizeProgress:
-			s = m.GetStage()
-		case *messages.Failure:
-			replies <- m
-			return
-		default:
-			if done(m) {
-				replies <- m
-			}
-			return
-		}
-		if s != "" && s != stage {
-			fmt.Fprintln(out, "==>", s)
-			stage = s
-		}
-	}))
-	defer d.root().Stop(me)
-	select {
-	case res := <-replies:
-		if f, ok := res.(*messages.Failure); ok {
-			return nil, errors.New(f.GetMessage())
-		}
-		return res, nil
-	case <-ctx.Done():
-		return nil, context.Cause(ctx)
-	case <-time.After(timeout):
-		return nil, fmt.Errorf("no answer from %s within %v", pid.Id, timeout)
-	}
-}
+func (d *Deps) asker() nodeask.Asker { return nodeask.Asker{Node: d.Node} }
 
 // execute runs job on the node: the run's record (new or resumed), the
 // cluster check, the environments, synthesis, the held-out set, then the
@@ -362,7 +295,7 @@ func execute(ctx context.Context, d *Deps, job Job, out io.Writer) (err error) {
 		var envs []*messages.Environment
 		run.Metrics["env_baseline_tests"] = 0
 		for _, source := range job.Envs {
-			env, err := EnsureEnvironment(ctx, d, source, out)
+			env, err := environment.Ensure(ctx, d, source, out)
 			if err != nil {
 				return err
 			}
@@ -382,7 +315,7 @@ func execute(ctx context.Context, d *Deps, job Job, out io.Writer) (err error) {
 					synthStart := time.Now()
 					req := &messages.SynthesizeRequest{Environment: env.Name, Count: job.Tasks, Bugs: 1,
 						Seed: uint64(started.UnixNano()) + uint64(k*len(job.HintLevels)+i), Target: &messages.DifficultyFeatures{HintLevel: int32(hint)}}
-					r, err := d.askStages(ctx, d.pid(synth.ActorName), req, 24*time.Hour, out, func(m any) bool { _, ok := m.(*messages.SynthesizeResult); return ok })
+					r, err := d.asker().AskStagesPID(ctx, d.pid(synth.ActorName), req, 24*time.Hour, out, func(m any) bool { _, ok := m.(*messages.SynthesizeResult); return ok })
 					if err != nil {
 						return err
 					}
@@ -397,7 +330,7 @@ func execute(ctx context.Context, d *Deps, job Job, out io.Writer) (err error) {
 		}
 		var heldOut []*messages.Task
 		if s.EvalTasks > 0 {
-			if heldOut, err = HeldOutTasks(ctx, d, out); err != nil {
+			if heldOut, err = evaluate.HeldOutTasks(ctx, d, out); err != nil {
 				return err
 			}
 			fmt.Fprintf(out, "held-out set: %d tasks of %s (never trained on); %d at hint levels %v evaluated × %d episodes at the start, after the warm start, every %d steps and at the end\n",
@@ -476,56 +409,15 @@ func TrainOnNode(ctx context.Context, d *Deps, run *messages.Run, s Settings, pa
 	return t.Train(ctx, run, s)
 }
 
-// Asker reaches a node's named actors: the node itself (Deps) or a client
-// of it.
-type Asker interface {
-	// Ask sends req to the actor name and returns its reply, a Failure as
-	// an error.
-	Ask(ctx context.Context, name string, req any, timeout time.Duration) (any, error)
-	// AskStages is Ask for a request answered with progress messages
-	// first, which it shows on out; done accepts the final reply.
-	AskStages(ctx context.Context, name string, req any, timeout time.Duration, out io.Writer, done func(any) bool) (any, error)
-}
-
-// Ask implements Asker on the node.
+// Ask implements environment.Asker on the node.
 func (d *Deps) Ask(ctx context.Context, name string, req any, timeout time.Duration) (any, error) {
-	return d.ask(ctx, d.pid(name), req, timeout)
+	return d.asker().Ask(ctx, name, req, timeout)
 }
 
-// AskStages implements Asker on the node: each new stage is a line of out.
+// AskStages implements environment.Asker on the node: each new stage is a
+// line of out.
 func (d *Deps) AskStages(ctx context.Context, name string, req any, timeout time.Duration, out io.Writer, done func(any) bool) (any, error) {
-	return d.askStages(ctx, d.pid(name), req, timeout, out, done)
-}
-
-// EnsureEnvironment returns the environment for source, registering it
-// first when the node does not have it yet.
-func EnsureEnvironment(ctx context.Context, a Asker, source string, out io.Writer) (*messages.Environment, error) {
-	src, err := environment.ParseSource(source)
-	if err != nil {
-		return nil, err
-	}
-	if res, err := a.Ask(ctx, environment.ActorName, &messages.EnvGetRequest{Name: environment.DefaultName(src)}, time.Minute); err == nil {
-		return res.(*messages.EnvAddReply).Environment, nil
-	}
-	res, err := a.AskStages(ctx, environment.ActorName, &messages.EnvAddRequest{Source: source}, 2*time.Hour, out, func(m any) bool { _, ok := m.(*messages.EnvAddReply); return ok })
-	if err != nil {
-		return nil, err
-	}
-	return res.(*messages.EnvAddReply).Environment, nil
-}
-
-// HeldOutTasks registers the held-out environments where needed and
-// returns the held-out set as their tasks.
-func HeldOutTasks(ctx context.Context, a Asker, out io.Writer) ([]*messages.Task, error) {
-	envs := map[string]*messages.Environment{}
-	for _, src := range evaluate.HeldOutSources {
-		e, err := EnsureEnvironment(ctx, a, src, out)
-		if err != nil {
-			return nil, fmt.Errorf("held-out environment %s: %w", src, err)
-		}
-		envs[e.GetName()] = e
-	}
-	return evaluate.HeldOut(envs)
+	return d.asker().AskStages(ctx, name, req, timeout, out, done)
 }
 
 // checkTraining refuses a run whose training environment or warm-start
@@ -563,44 +455,6 @@ func writeRunPlot(d *Deps, out io.Writer, run *messages.Run) {
 	fmt.Fprintf(out, "learning curve plotted: %s\n", path)
 }
 
-// runLog is a run's log on the node, DATA_DIR/runs/ID/log: what execute
+// logPath is a run's log on the node, DATA_DIR/runs/ID/log: what execute
 // prints, appended over the run's resumes, read by GET /v1/runs/ID/logs.
-type runLog struct {
-	mu sync.Mutex
-	f  *os.File
-	// written is closed (and replaced) after every write: followers of the
-	// log wait on it rather than poll.
-	written chan struct{}
-}
-
 func logPath(dataDir, id string) string { return filepath.Join(dataDir, "runs", id, "log") }
-
-func openRunLog(dataDir, id string) (*runLog, error) {
-	p := logPath(dataDir, id)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	return &runLog{f: f, written: make(chan struct{})}, nil
-}
-
-func (l *runLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n, err := l.f.Write(p)
-	close(l.written)
-	l.written = make(chan struct{})
-	return n, err
-}
-
-// changed is closed at the next write.
-func (l *runLog) changed() <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.written
-}
-
-func (l *runLog) Close() error { return l.f.Close() }

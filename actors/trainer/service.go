@@ -5,15 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"runtime/debug"
 	"sort"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -21,6 +18,7 @@ import (
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/persistence"
+	"github.com/frognano/frognano/runtime/joblog"
 	"github.com/frognano/frognano/runtime/node"
 	"github.com/frognano/frognano/runtime/supervise"
 )
@@ -47,16 +45,14 @@ var RunRestarts = supervise.Policy{MaxRestarts: 3, Window: 30 * time.Minute, Bac
 type Service struct {
 	deps       Deps
 	autoResume bool
-
-	mu     sync.Mutex
-	active map[string]bool    // runs whose actor is alive
-	logs   map[string]*runLog // their open logs
+	// jobs knows the runs whose actor is alive and their open logs.
+	jobs joblog.Registry
 }
 
 // NewService is the run service of a node; d.Node is set when the node
 // spawns the service's actor.
 func NewService(d Deps, autoResume bool) *Service {
-	return &Service{deps: d, autoResume: autoResume, active: map[string]bool{}, logs: map[string]*runLog{}}
+	return &Service{deps: d, autoResume: autoResume}
 }
 
 // Actor is the service's actor, for node.Options.Actors.
@@ -72,43 +68,7 @@ func (s *Service) Actor() node.NamedActor {
 }
 
 // Active says whether run id's actor is alive on this node.
-func (s *Service) Active(id string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.active[id]
-}
-
-// logChanged is closed when run id's log is next written (nil when the
-// run has no open log).
-func (s *Service) logChanged(id string) <-chan struct{} {
-	s.mu.Lock()
-	l := s.logs[id]
-	s.mu.Unlock()
-	if l == nil {
-		return nil
-	}
-	return l.changed()
-}
-
-func (s *Service) setLog(id string, l *runLog) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if l == nil {
-		delete(s.logs, id)
-	} else {
-		s.logs[id] = l
-	}
-}
-
-func (s *Service) setActive(id string, on bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if on {
-		s.active[id] = true
-	} else {
-		delete(s.active, id)
-	}
-}
+func (s *Service) Active(id string) bool { return s.jobs.Active(id) }
 
 // Messages of the service actor (local: the HTTP API is the remote face).
 type (
@@ -150,7 +110,7 @@ func (a *serviceActor) Receive(c actor.Context) {
 	case *resumeJob:
 		run, err := a.s.deps.Node.DB().Runs().Get(context.Background(), m.id)
 		if err != nil {
-			c.Respond(&jobReply{code: statusOf(err), err: fmt.Errorf("run %s: %w", m.id, err)})
+			c.Respond(&jobReply{code: joblog.StatusOf(err), err: fmt.Errorf("run %s: %w", m.id, err)})
 			return
 		}
 		job, err := storedJob(run)
@@ -166,16 +126,12 @@ func (a *serviceActor) Receive(c actor.Context) {
 			return
 		}
 		c.Send(pid, &stopRun{})
-		var logOffset int64
-		if fi, err := os.Stat(logPath(a.s.deps.DataDir, m.id)); err == nil {
-			logOffset = fi.Size()
-		}
-		c.Respond(&jobReply{id: m.id, logOffset: logOffset})
+		c.Respond(&jobReply{id: m.id, logOffset: joblog.Size(logPath(a.s.deps.DataDir, m.id))})
 	case *actor.Terminated:
 		for id, pid := range a.children {
 			if pid.Equal(m.Who) {
 				delete(a.children, id)
-				a.s.setActive(id, false)
+				a.s.jobs.SetActive(id, false)
 				if !a.stopping {
 					a.markGivenUp(id)
 				}
@@ -216,17 +172,14 @@ func (a *serviceActor) start(c actor.Context, job Job, resume bool) *jobReply {
 			return &jobReply{code: http.StatusBadRequest, err: err}
 		}
 	}
-	var logOffset int64
-	if fi, err := os.Stat(logPath(a.s.deps.DataDir, job.RunID)); err == nil {
-		logOffset = fi.Size()
-	}
+	logOffset := joblog.Size(logPath(a.s.deps.DataDir, job.RunID))
 	pid, err := c.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &runActor{s: a.s, job: job} }), job.RunID)
 	if err != nil {
 		return &jobReply{code: http.StatusConflict, err: fmt.Errorf("run %s: %w", job.RunID, err)}
 	}
 	c.Watch(pid)
 	a.children[job.RunID] = pid
-	a.s.setActive(job.RunID, true)
+	a.s.jobs.SetActive(job.RunID, true)
 	return &jobReply{id: job.RunID, resumed: resumed, logOffset: logOffset}
 }
 
@@ -349,15 +302,15 @@ func (r *runActor) launch(c actor.Context) {
 					ended.panic, ended.stack = v, debug.Stack()
 				}
 			}()
-			log, err := openRunLog(d.DataDir, job.RunID)
+			log, err := joblog.Open(logPath(d.DataDir, job.RunID))
 			if err != nil {
 				ended.err = err
 				d.Logger.Error("cannot open the run's log", "run", job.RunID, "err", err)
 				return
 			}
-			r.s.setLog(job.RunID, log)
+			r.s.jobs.SetLog(job.RunID, log)
 			defer func() {
-				r.s.setLog(job.RunID, nil)
+				r.s.jobs.SetLog(job.RunID, nil)
 				log.Close()
 			}()
 			ended.err = execute(ctx, d, job, log)
@@ -399,17 +352,17 @@ func (s *Service) Handlers() []node.Handler {
 	}
 	reply := func(w http.ResponseWriter, rep *jobReply, ok int) {
 		if rep.err != nil {
-			writeError(w, rep.code, rep.err)
+			joblog.WriteError(w, rep.code, rep.err)
 			return
 		}
-		writeJSON(w, ok, map[string]any{"id": rep.id, "resumed": rep.resumed, "log_offset": rep.logOffset})
+		joblog.WriteJSON(w, ok, map[string]any{"id": rep.id, "resumed": rep.resumed, "log_offset": rep.logOffset})
 	}
 	return []node.Handler{
 		{Pattern: "POST " + RunsPath, MaxBody: 1 << 16, Handler: func(n *node.Node) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				var job Job
 				if code, err := node.DecodeJSON(r.Body, &job); err != nil {
-					writeError(w, code, fmt.Errorf("the body is not a run job (JSON of trainer.Job): %w", err))
+					joblog.WriteError(w, code, fmt.Errorf("the body is not a run job (JSON of trainer.Job): %w", err))
 					return
 				}
 				reply(w, ask(n, &submitJob{job: job}), http.StatusAccepted)
@@ -419,7 +372,7 @@ func (s *Service) Handlers() []node.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				runs, err := n.DB().Runs().List(r.Context())
 				if err != nil {
-					writeError(w, http.StatusInternalServerError, err)
+					joblog.WriteError(w, http.StatusInternalServerError, err)
 					return
 				}
 				out := []RunInfo{}
@@ -427,19 +380,19 @@ func (s *Service) Handlers() []node.Handler {
 					out = append(out, RunInfo{ID: run.GetId(), Status: run.GetStatus(), Step: run.GetStep(), Active: s.Active(run.GetId()),
 						Started: time.Unix(0, run.GetStartedUnixNano()).UTC(), Updated: time.Unix(0, run.GetUpdatedUnixNano()).UTC(), Error: run.GetError()})
 				}
-				writeJSON(w, http.StatusOK, out)
+				joblog.WriteJSON(w, http.StatusOK, out)
 			})
 		}},
 		{Pattern: "GET " + RunsPath + "/{id}", Handler: func(n *node.Node) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				run, err := n.DB().Runs().Get(r.Context(), r.PathValue("id"))
 				if err != nil {
-					writeError(w, statusOf(err), fmt.Errorf("run %s: %w", r.PathValue("id"), err))
+					joblog.WriteError(w, joblog.StatusOf(err), fmt.Errorf("run %s: %w", r.PathValue("id"), err))
 					return
 				}
 				b, err := protojson.Marshal(run)
 				if err != nil {
-					writeError(w, http.StatusInternalServerError, err)
+					joblog.WriteError(w, http.StatusInternalServerError, err)
 					return
 				}
 				w.Header().Set("Content-Type", "application/json")
@@ -477,87 +430,13 @@ type RunInfo struct {
 	Error   string    `json:"error,omitempty"`
 }
 
-// streamLog writes run id's log from ?offset (bytes, default 0); with
-// ?follow=true it goes on writing what is appended until the run's actor
-// has ended and the log is drained, or the client leaves.
+// streamLog writes run id's log (joblog.Registry.Follow).
 func (s *Service) streamLog(n *node.Node, w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if _, err := n.DB().Runs().Get(r.Context(), id); err != nil && !s.Active(id) {
 		// (A run just submitted is active before its record is written.)
-		writeError(w, statusOf(err), fmt.Errorf("run %s: %w", id, err))
+		joblog.WriteError(w, joblog.StatusOf(err), fmt.Errorf("run %s: %w", id, err))
 		return
 	}
-	q := r.URL.Query()
-	offset, err := strconv.ParseInt(q.Get("offset"), 10, 64)
-	if q.Get("offset") == "" {
-		offset, err = 0, nil
-	}
-	follow, err2 := strconv.ParseBool(q.Get("follow"))
-	if q.Get("follow") == "" {
-		follow, err2 = false, nil
-	}
-	if err != nil || err2 != nil || offset < 0 {
-		writeError(w, http.StatusBadRequest, errors.New("offset must be a byte count ≥ 0 and follow true or false"))
-		return
-	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusOK)
-	flusher, _ := w.(http.Flusher)
-	buf := make([]byte, 32<<10)
-	path := logPath(s.deps.DataDir, id)
-	for {
-		active := s.Active(id) // before reading: what the run wrote before it ended is read below
-		changed := s.logChanged(id)
-		if f, err := os.Open(path); err == nil {
-			if _, err := f.Seek(offset, io.SeekStart); err == nil {
-				for {
-					k, err := f.Read(buf)
-					if k > 0 {
-						if _, werr := w.Write(buf[:k]); werr != nil {
-							f.Close()
-							return
-						}
-						offset += int64(k)
-					}
-					if err != nil {
-						break
-					}
-				}
-			}
-			f.Close()
-		}
-		if flusher != nil {
-			flusher.Flush()
-		}
-		if !follow || !active {
-			return
-		}
-		select {
-		case <-r.Context().Done():
-			return
-		case <-changed: // nil (no open log yet, or any more): wait for the timer
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
-func statusOf(err error) int {
-	switch {
-	case errors.Is(err, persistence.ErrNotFound):
-		return http.StatusNotFound
-	case errors.Is(err, persistence.ErrInvalid):
-		return http.StatusBadRequest
-	}
-	return http.StatusInternalServerError
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-func writeError(w http.ResponseWriter, code int, err error) {
-	writeJSON(w, code, map[string]string{"error": err.Error()})
+	s.jobs.Follow(w, r, id, logPath(s.deps.DataDir, id))
 }

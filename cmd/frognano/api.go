@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/trainer"
@@ -95,9 +96,9 @@ func (p *api) do(ctx context.Context, method, path string, body, out any) (*http
 	}
 	switch o := out.(type) {
 	case nil:
-	case *messages.Run:
+	case proto.Message:
 		if err := protojson.Unmarshal(b, o); err != nil {
-			return resp, fmt.Errorf("node at %s answered a run that does not parse: %w", p.base, err)
+			return resp, fmt.Errorf("node at %s answered a record that does not parse: %w", p.base, err)
 		}
 	default:
 		if err := json.Unmarshal(b, out); err != nil {
@@ -153,7 +154,13 @@ func (p *api) list(ctx context.Context) ([]trainer.RunInfo, error) {
 // the node closes the stream (the run ended, or the node went away); ctx
 // ends it with ctx's error.
 func (p *api) follow(ctx context.Context, id string, offset int64, tail bool, w io.Writer) (int64, error) {
-	path := fmt.Sprintf("%s/%s/logs?offset=%d&follow=%t", trainer.RunsPath, url.PathEscape(id), offset, tail)
+	return p.followLog(ctx, trainer.RunsPath, id, offset, tail, w)
+}
+
+// followLog is follow for a job of the service at root (/v1/runs,
+// /v1/evals).
+func (p *api) followLog(ctx context.Context, root, id string, offset int64, tail bool, w io.Writer) (int64, error) {
+	path := fmt.Sprintf("%s/%s/logs?offset=%d&follow=%t", root, url.PathEscape(id), offset, tail)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+path, nil)
 	if err != nil {
 		return offset, err

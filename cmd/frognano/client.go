@@ -175,12 +175,12 @@ func (c *client) call(ctx context.Context, name string, req any, timeout time.Du
 	return res, nil
 }
 
-// Ask implements trainer.Asker through the node's gateway.
+// Ask implements environment.Asker through the node's gateway.
 func (c *client) Ask(ctx context.Context, name string, req any, timeout time.Duration) (any, error) {
 	return c.call(ctx, name, req, timeout, nil)
 }
 
-// AskStages implements trainer.Asker: a spinner over the stages on a
+// AskStages implements environment.Asker: a spinner over the stages on a
 // terminal, a line per stage elsewhere.
 func (c *client) AskStages(_ context.Context, name string, req any, timeout time.Duration, out io.Writer, _ func(any) bool) (any, error) {
 	return c.askWithProgress(c.pid(name), req, timeout, out)

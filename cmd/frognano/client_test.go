@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/frognano/frognano/actors/evaluate"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/cmd/internal/services"
@@ -85,7 +86,15 @@ func TestEvalSendsOPENAI_API_KEY(t *testing.T) {
 	}
 	defer n.Stop(context.Background())
 	_, port, _ := net.SplitHostPort(n.HTTPAddr())
-	f := &evalFlags{model: "http://127.0.0.1:" + port, servedModel: gguf, tokenizer: gguf}
+	f := &evalFlags{job: evaluate.DefaultJob(), wall: time.Minute}
+	f.job.Model, f.job.ServedModel, f.job.Tokenizer, f.job.HeldOut = "http://127.0.0.1:"+port, gguf, gguf, true
+	openPolicy := func(f *evalFlags) (*evaluate.Policy, error) {
+		job, err := f.evalJob()
+		if err != nil {
+			return nil, err
+		}
+		return evaluate.OpenPolicy(&evaluate.Deps{AnyPath: true}, job)
+	}
 
 	req := policy.GenerateRequest{PromptIDs: []int32{1, 2, 3}, MaxTokens: 2}
 	t.Setenv("OPENAI_API_KEY", "")

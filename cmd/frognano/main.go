@@ -79,7 +79,7 @@ node flags below).`,
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&a.nodeAddr, "node", "", "a running node's HTTP API (HOST:PORT or http://HOST:PORT); empty starts an embedded node")
 	a.load = nodeflags.Bind(pf)
-	cmd.AddCommand(runCmd(a), nodeCmd(a), clusterCmd(a), diagCmd(a), envCmd(a), modelCmd(a), generateCmd(a), chatCmd(a), synthCmd(a), tasksCmd(a), learnCmd(a), frontierCmd(a), benchCmd(a), serveCmd(a), trajCmd(a), evalCmd(a), runsCmd(a), certCmd())
+	cmd.AddCommand(runCmd(a), nodeCmd(a), clusterCmd(a), diagCmd(a), envCmd(a), modelCmd(a), generateCmd(a), chatCmd(a), synthCmd(a), tasksCmd(a), learnCmd(a), frontierCmd(a), benchCmd(a), serveCmd(a), trajCmd(a), evalCmd(a), evalsCmd(a), runsCmd(a), certCmd())
 	return cmd
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/frognano/frognano/actors/sampler"
 	"github.com/frognano/frognano/actors/trainer"
 	"github.com/frognano/frognano/cmd/internal/nodeflags"
+	"github.com/frognano/frognano/kernels/modelstore"
 	"github.com/frognano/frognano/persistence"
 	"github.com/frognano/frognano/runtime/config"
 )
@@ -439,7 +440,11 @@ func goldTrain(data, runID string, s trainer.Settings, out io.Writer) error {
 	if err != nil || len(tasks) != 1 {
 		return fmt.Errorf("want one stored task: %d, %v", len(tasks), err)
 	}
-	tok, err := loadTokenizer("", "smollm2-135m")
+	store, err := modelstore.Open("")
+	if err != nil {
+		return err
+	}
+	tok, err := store.Tokenizer("smollm2-135m")
 	if err != nil {
 		return err
 	}

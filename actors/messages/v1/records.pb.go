@@ -1270,6 +1270,128 @@ func (x *Run) GetJobJson() string {
 	return ""
 }
 
+// Evaluation is one evaluation a node's evaluation service ran (frognano
+// eval): its job, its state and, once done, its report.
+type Evaluation struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Id              string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`         // also the run id its trajectories are stored under
+	Status          string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"` // "running", "stopped", "failed", "done"
+	StartedUnixNano int64                  `protobuf:"varint,3,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
+	UpdatedUnixNano int64                  `protobuf:"varint,4,opt,name=updated_unix_nano,json=updatedUnixNano,proto3" json:"updated_unix_nano,omitempty"`
+	// job_json is the job the service was given (JSON of evaluate.Job,
+	// without its API key).
+	JobJson string `protobuf:"bytes,5,opt,name=job_json,json=jobJson,proto3" json:"job_json,omitempty"`
+	// report_json is the report (JSON of evaluate.Report) once done.
+	ReportJson string `protobuf:"bytes,6,opt,name=report_json,json=reportJson,proto3" json:"report_json,omitempty"`
+	// error says why it failed or stopped.
+	Error         string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	EpisodesTotal int64  `protobuf:"varint,8,opt,name=episodes_total,json=episodesTotal,proto3" json:"episodes_total,omitempty"`
+	EpisodesDone  int64  `protobuf:"varint,9,opt,name=episodes_done,json=episodesDone,proto3" json:"episodes_done,omitempty"`
+	Solved        int64  `protobuf:"varint,10,opt,name=solved,proto3" json:"solved,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Evaluation) Reset() {
+	*x = Evaluation{}
+	mi := &file_records_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Evaluation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Evaluation) ProtoMessage() {}
+
+func (x *Evaluation) ProtoReflect() protoreflect.Message {
+	mi := &file_records_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Evaluation.ProtoReflect.Descriptor instead.
+func (*Evaluation) Descriptor() ([]byte, []int) {
+	return file_records_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Evaluation) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Evaluation) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *Evaluation) GetStartedUnixNano() int64 {
+	if x != nil {
+		return x.StartedUnixNano
+	}
+	return 0
+}
+
+func (x *Evaluation) GetUpdatedUnixNano() int64 {
+	if x != nil {
+		return x.UpdatedUnixNano
+	}
+	return 0
+}
+
+func (x *Evaluation) GetJobJson() string {
+	if x != nil {
+		return x.JobJson
+	}
+	return ""
+}
+
+func (x *Evaluation) GetReportJson() string {
+	if x != nil {
+		return x.ReportJson
+	}
+	return ""
+}
+
+func (x *Evaluation) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Evaluation) GetEpisodesTotal() int64 {
+	if x != nil {
+		return x.EpisodesTotal
+	}
+	return 0
+}
+
+func (x *Evaluation) GetEpisodesDone() int64 {
+	if x != nil {
+		return x.EpisodesDone
+	}
+	return 0
+}
+
+func (x *Evaluation) GetSolved() int64 {
+	if x != nil {
+		return x.Solved
+	}
+	return 0
+}
+
 // RunPoint is a training run's state at one point: what its learning curve
 // plots.
 type RunPoint struct {
@@ -1295,7 +1417,7 @@ type RunPoint struct {
 
 func (x *RunPoint) Reset() {
 	*x = RunPoint{}
-	mi := &file_records_proto_msgTypes[11]
+	mi := &file_records_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1307,7 +1429,7 @@ func (x *RunPoint) String() string {
 func (*RunPoint) ProtoMessage() {}
 
 func (x *RunPoint) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[11]
+	mi := &file_records_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1320,7 +1442,7 @@ func (x *RunPoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunPoint.ProtoReflect.Descriptor instead.
 func (*RunPoint) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{11}
+	return file_records_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RunPoint) GetStep() int64 {
@@ -1402,7 +1524,7 @@ type HeldOutScore struct {
 
 func (x *HeldOutScore) Reset() {
 	*x = HeldOutScore{}
-	mi := &file_records_proto_msgTypes[12]
+	mi := &file_records_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1414,7 +1536,7 @@ func (x *HeldOutScore) String() string {
 func (*HeldOutScore) ProtoMessage() {}
 
 func (x *HeldOutScore) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[12]
+	mi := &file_records_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1427,7 +1549,7 @@ func (x *HeldOutScore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeldOutScore.ProtoReflect.Descriptor instead.
 func (*HeldOutScore) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{12}
+	return file_records_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HeldOutScore) GetHintLevel() int32 {
@@ -1499,7 +1621,7 @@ type ModelConfig struct {
 
 func (x *ModelConfig) Reset() {
 	*x = ModelConfig{}
-	mi := &file_records_proto_msgTypes[13]
+	mi := &file_records_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1511,7 +1633,7 @@ func (x *ModelConfig) String() string {
 func (*ModelConfig) ProtoMessage() {}
 
 func (x *ModelConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[13]
+	mi := &file_records_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1524,7 +1646,7 @@ func (x *ModelConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelConfig.ProtoReflect.Descriptor instead.
 func (*ModelConfig) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{13}
+	return file_records_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ModelConfig) GetArchitecture() string {
@@ -1626,7 +1748,7 @@ type TensorMeta struct {
 
 func (x *TensorMeta) Reset() {
 	*x = TensorMeta{}
-	mi := &file_records_proto_msgTypes[14]
+	mi := &file_records_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1638,7 +1760,7 @@ func (x *TensorMeta) String() string {
 func (*TensorMeta) ProtoMessage() {}
 
 func (x *TensorMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[14]
+	mi := &file_records_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1651,7 +1773,7 @@ func (x *TensorMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TensorMeta.ProtoReflect.Descriptor instead.
 func (*TensorMeta) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{14}
+	return file_records_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TensorMeta) GetName() string {
@@ -1714,7 +1836,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_records_proto_msgTypes[15]
+	mi := &file_records_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1726,7 +1848,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[15]
+	mi := &file_records_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1739,7 +1861,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{15}
+	return file_records_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Checkpoint) GetRunId() string {
@@ -1828,7 +1950,7 @@ type Environment struct {
 
 func (x *Environment) Reset() {
 	*x = Environment{}
-	mi := &file_records_proto_msgTypes[16]
+	mi := &file_records_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1840,7 +1962,7 @@ func (x *Environment) String() string {
 func (*Environment) ProtoMessage() {}
 
 func (x *Environment) ProtoReflect() protoreflect.Message {
-	mi := &file_records_proto_msgTypes[16]
+	mi := &file_records_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1853,7 +1975,7 @@ func (x *Environment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Environment.ProtoReflect.Descriptor instead.
 func (*Environment) Descriptor() ([]byte, []int) {
-	return file_records_proto_rawDescGZIP(), []int{16}
+	return file_records_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Environment) GetName() string {
@@ -2092,7 +2214,21 @@ const file_records_proto_rawDesc = "" +
 	" \x01(\tR\ajobJson\x1a:\n" +
 	"\fMetricsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xf5\x04\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xc2\x02\n" +
+	"\n" +
+	"Evaluation\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12*\n" +
+	"\x11started_unix_nano\x18\x03 \x01(\x03R\x0fstartedUnixNano\x12*\n" +
+	"\x11updated_unix_nano\x18\x04 \x01(\x03R\x0fupdatedUnixNano\x12\x19\n" +
+	"\bjob_json\x18\x05 \x01(\tR\ajobJson\x12\x1f\n" +
+	"\vreport_json\x18\x06 \x01(\tR\n" +
+	"reportJson\x12\x14\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x12%\n" +
+	"\x0eepisodes_total\x18\b \x01(\x03R\repisodesTotal\x12#\n" +
+	"\repisodes_done\x18\t \x01(\x03R\fepisodesDone\x12\x16\n" +
+	"\x06solved\x18\n" +
+	" \x01(\x03R\x06solved\"\xf5\x04\n" +
 	"\bRunPoint\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\tR\x05phase\x12%\n" +
@@ -2214,7 +2350,7 @@ func file_records_proto_rawDescGZIP() []byte {
 }
 
 var file_records_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_records_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_records_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_records_proto_goTypes = []any{
 	(TestStatus)(0),            // 0: frognano.messages.v1.TestStatus
 	(Role)(0),                  // 1: frognano.messages.v1.Role
@@ -2230,16 +2366,17 @@ var file_records_proto_goTypes = []any{
 	(*Turn)(nil),               // 11: frognano.messages.v1.Turn
 	(*Trajectory)(nil),         // 12: frognano.messages.v1.Trajectory
 	(*Run)(nil),                // 13: frognano.messages.v1.Run
-	(*RunPoint)(nil),           // 14: frognano.messages.v1.RunPoint
-	(*HeldOutScore)(nil),       // 15: frognano.messages.v1.HeldOutScore
-	(*ModelConfig)(nil),        // 16: frognano.messages.v1.ModelConfig
-	(*TensorMeta)(nil),         // 17: frognano.messages.v1.TensorMeta
-	(*Checkpoint)(nil),         // 18: frognano.messages.v1.Checkpoint
-	(*Environment)(nil),        // 19: frognano.messages.v1.Environment
-	nil,                        // 20: frognano.messages.v1.Run.MetricsEntry
-	nil,                        // 21: frognano.messages.v1.RunPoint.MetricsEntry
-	nil,                        // 22: frognano.messages.v1.RunPoint.TaskPass1Entry
-	nil,                        // 23: frognano.messages.v1.RunPoint.TaskHintEntry
+	(*Evaluation)(nil),         // 14: frognano.messages.v1.Evaluation
+	(*RunPoint)(nil),           // 15: frognano.messages.v1.RunPoint
+	(*HeldOutScore)(nil),       // 16: frognano.messages.v1.HeldOutScore
+	(*ModelConfig)(nil),        // 17: frognano.messages.v1.ModelConfig
+	(*TensorMeta)(nil),         // 18: frognano.messages.v1.TensorMeta
+	(*Checkpoint)(nil),         // 19: frognano.messages.v1.Checkpoint
+	(*Environment)(nil),        // 20: frognano.messages.v1.Environment
+	nil,                        // 21: frognano.messages.v1.Run.MetricsEntry
+	nil,                        // 22: frognano.messages.v1.RunPoint.MetricsEntry
+	nil,                        // 23: frognano.messages.v1.RunPoint.TaskPass1Entry
+	nil,                        // 24: frognano.messages.v1.RunPoint.TaskHintEntry
 }
 var file_records_proto_depIdxs = []int32{
 	0,  // 0: frognano.messages.v1.TestResult.status:type_name -> frognano.messages.v1.TestStatus
@@ -2251,16 +2388,16 @@ var file_records_proto_depIdxs = []int32{
 	10, // 6: frognano.messages.v1.Turn.tool_calls:type_name -> frognano.messages.v1.ToolCall
 	11, // 7: frognano.messages.v1.Trajectory.turns:type_name -> frognano.messages.v1.Turn
 	4,  // 8: frognano.messages.v1.Trajectory.report:type_name -> frognano.messages.v1.TestReport
-	20, // 9: frognano.messages.v1.Run.metrics:type_name -> frognano.messages.v1.Run.MetricsEntry
-	14, // 10: frognano.messages.v1.Run.curve:type_name -> frognano.messages.v1.RunPoint
-	21, // 11: frognano.messages.v1.RunPoint.metrics:type_name -> frognano.messages.v1.RunPoint.MetricsEntry
-	15, // 12: frognano.messages.v1.RunPoint.held_out:type_name -> frognano.messages.v1.HeldOutScore
-	22, // 13: frognano.messages.v1.RunPoint.task_pass1:type_name -> frognano.messages.v1.RunPoint.TaskPass1Entry
-	23, // 14: frognano.messages.v1.RunPoint.task_hint:type_name -> frognano.messages.v1.RunPoint.TaskHintEntry
+	21, // 9: frognano.messages.v1.Run.metrics:type_name -> frognano.messages.v1.Run.MetricsEntry
+	15, // 10: frognano.messages.v1.Run.curve:type_name -> frognano.messages.v1.RunPoint
+	22, // 11: frognano.messages.v1.RunPoint.metrics:type_name -> frognano.messages.v1.RunPoint.MetricsEntry
+	16, // 12: frognano.messages.v1.RunPoint.held_out:type_name -> frognano.messages.v1.HeldOutScore
+	23, // 13: frognano.messages.v1.RunPoint.task_pass1:type_name -> frognano.messages.v1.RunPoint.TaskPass1Entry
+	24, // 14: frognano.messages.v1.RunPoint.task_hint:type_name -> frognano.messages.v1.RunPoint.TaskHintEntry
 	2,  // 15: frognano.messages.v1.TensorMeta.dtype:type_name -> frognano.messages.v1.DType
-	16, // 16: frognano.messages.v1.Checkpoint.model:type_name -> frognano.messages.v1.ModelConfig
-	17, // 17: frognano.messages.v1.Checkpoint.tensors:type_name -> frognano.messages.v1.TensorMeta
-	17, // 18: frognano.messages.v1.Checkpoint.optimizer:type_name -> frognano.messages.v1.TensorMeta
+	17, // 16: frognano.messages.v1.Checkpoint.model:type_name -> frognano.messages.v1.ModelConfig
+	18, // 17: frognano.messages.v1.Checkpoint.tensors:type_name -> frognano.messages.v1.TensorMeta
+	18, // 18: frognano.messages.v1.Checkpoint.optimizer:type_name -> frognano.messages.v1.TensorMeta
 	4,  // 19: frognano.messages.v1.Environment.baseline:type_name -> frognano.messages.v1.TestReport
 	20, // [20:20] is the sub-list for method output_type
 	20, // [20:20] is the sub-list for method input_type
@@ -2280,7 +2417,7 @@ func file_records_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_records_proto_rawDesc), len(file_records_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

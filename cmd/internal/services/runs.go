@@ -9,6 +9,7 @@ import (
 
 	"github.com/frognano/frognano/actors/diag"
 	"github.com/frognano/frognano/actors/environment"
+	"github.com/frognano/frognano/actors/evaluate"
 	"github.com/frognano/frognano/actors/frontier"
 	"github.com/frognano/frognano/actors/gateway"
 	messages "github.com/frognano/frognano/actors/messages/v1"
@@ -64,11 +65,12 @@ func Gateway() node.Handler {
 // Wiring is what both binaries start a node with: the diag kind and the
 // manager's digest batches, the containerd connection and the actors that
 // use it, the policy (Sampler, OpenAI API), the dashboard, the actor
-// gateway and the run service.
+// gateway, the evaluation service and the run service.
 type Wiring struct {
 	Sandboxes *Sandboxes
 	Policy    *Policy
 	Runs      *trainer.Service
+	Evals     *evaluate.Service
 }
 
 // NewWiring prepares the services of a node and the options to start it
@@ -78,14 +80,17 @@ func NewWiring(cfg config.Config, log *slog.Logger, buildLog io.Writer, autoResu
 	w := &Wiring{Sandboxes: NewSandboxes(cfg, log)}
 	w.Policy = NewPolicy(PolicyConfig{Model: cfg.Policy.Model, Quantization: cfg.Policy.Quantization, Logger: log})
 	w.Runs = NewRuns(cfg, log, w.Sandboxes, autoResume)
+	// A daemon serves others: its evaluations open model store names and
+	// URLs, never paths its clients name.
+	w.Evals = evaluate.NewService(evaluate.Deps{Runtime: w.Sandboxes.Runtime, DataDir: cfg.Node.DataDir, AnyPath: !autoResume, Logger: log})
 	kinds, actors := w.Sandboxes.Options(buildLog)
 	pk, pa, handlers := w.Policy.Options()
 	// The run service comes last: it may resume a run at once, which asks
 	// the other actors.
 	return w, diag.NodeOptions(node.Options{Logger: log, Version: node.Version(),
 		Kinds:    append(kinds, pk...),
-		Actors:   append(append(actors, pa...), w.Runs.Actor()),
-		Handlers: append(append(handlers, ui.NodeHandler(), Gateway()), w.Runs.Handlers()...)})
+		Actors:   append(append(actors, pa...), w.Evals.Actor(), w.Runs.Actor()),
+		Handlers: append(append(append(handlers, ui.NodeHandler(), Gateway()), w.Runs.Handlers()...), w.Evals.Handlers()...)})
 }
 
 // Start begins what needs the started node (the containerd connection).
