@@ -125,6 +125,20 @@ func (j *Job) Check() error {
 	return nil
 }
 
+// checkNames refuses what a node that serves others does not open: a
+// model or tokenizer named by a path on the node, another model store.
+func (j *Job) checkNames() error {
+	for _, name := range []string{j.Model, j.Tokenizer} {
+		if name != "" && !IsURL(name) && (strings.ContainsAny(name, `/\`) || strings.HasSuffix(name, ".gguf") || strings.HasPrefix(name, ".")) {
+			return fmt.Errorf("model %q: this node takes model store names (frognano model ls on the node) or a server URL, not paths", name)
+		}
+	}
+	if j.Models != "" {
+		return errors.New("--models: this node uses its own model store directory")
+	}
+	return nil
+}
+
 // Report is what an evaluation measured (frognano eval --json writes it).
 type Report struct {
 	Model             string                 `json:"model"`
@@ -352,14 +366,8 @@ func OpenPolicy(d *Deps, job Job) (*Policy, error) {
 		return &Policy{Policy: d.Policy, tok: d.Tokenizer, name: job.Model, closeFn: func() {}}, nil
 	}
 	if !d.AnyPath {
-		// A node that serves others opens model store names, not paths.
-		for _, name := range []string{job.Model, job.Tokenizer} {
-			if name != "" && !IsURL(name) && (strings.ContainsAny(name, `/\`) || strings.HasSuffix(name, ".gguf")) {
-				return nil, fmt.Errorf("model %q: this node takes model store names (frognano model ls on the node) or a server URL, not paths", name)
-			}
-		}
-		if job.Models != "" {
-			return nil, errors.New("--models: this node uses its own model store directory")
+		if err := job.checkNames(); err != nil {
+			return nil, err
 		}
 	}
 	if IsURL(job.Model) {

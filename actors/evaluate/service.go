@@ -129,6 +129,11 @@ func (a *serviceActor) start(c actor.Context, job Job) *evalReply {
 	if err := job.Check(); err != nil {
 		return &evalReply{code: http.StatusBadRequest, err: err}
 	}
+	if !a.s.deps.AnyPath {
+		if err := job.checkNames(); err != nil {
+			return &evalReply{code: http.StatusBadRequest, err: err}
+		}
+	}
 	for id := range a.children {
 		return &evalReply{code: http.StatusConflict, err: fmt.Errorf("evaluation %s is running on this node, which runs one at a time: wait for it, or stop it (frognano evals stop %s)", id, id)}
 	}

@@ -88,6 +88,25 @@ func TestEvalAndTrajCommands(t *testing.T) {
 		t.Fatalf("report %s", b)
 	}
 
+	// The evaluation is the node's: recorded with its report.
+	out, _ = must("evals", "ls")
+	if !strings.Contains(out, "cli-eval") || !strings.Contains(out, "done") || !strings.Contains(out, "2/2") {
+		t.Fatalf("evals ls:\n%s", out)
+	}
+	out, _ = must("evals", "show", "cli-eval")
+	for _, s := range []string{"evaluation cli-eval: done, 2/2 episodes", "PASS@1 [95% CI]", "2 episodes in"} {
+		if !strings.Contains(out, s) {
+			t.Fatalf("evals show lacks %q:\n%s", s, out)
+		}
+	}
+	out, _ = must("evals", "logs", "cli-eval")
+	if !strings.Contains(out, "evaluating "+gguf) || !strings.Contains(out, "evaluation cli-eval done") {
+		t.Fatalf("evals logs:\n%s", out)
+	}
+	if _, _, err := cli("eval", "--model", gguf, "--env", "cli-mathy", "-k", "1", "--run", "cli-eval"); err == nil || !strings.Contains(err.Error(), "exists already") {
+		t.Errorf("an evaluation id used twice: %v", err)
+	}
+
 	out, _ = must("traj", "ls", "--run", "cli-eval")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 3 || !strings.HasPrefix(lines[0], "ID") {
