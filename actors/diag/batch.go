@@ -70,7 +70,7 @@ func (b *batch) Receive(ctx actor.Context) {
 		b.data = map[string][]byte{}
 		b.pool = ctx.Spawn(placement.Props(placement.Config{
 			Kind:         Kind,
-			Members:      b.n.Members,
+			Members:      b.n.MemberInfos,
 			Remote:       b.n.Remote(),
 			PreferRemote: b.req.PreferRemote,
 			MaxAttempts:  3,

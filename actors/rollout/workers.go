@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/actors/sandboxworker"
 	"github.com/frognano/frognano/persistence"
+	"github.com/frognano/frognano/runtime/placement"
 )
 
 // Workers makes every episode's workspace from its own SandboxWorker
@@ -104,25 +104,10 @@ type ClusterWorkers struct {
 	next atomic.Uint64
 }
 
-// candidates are the members offering the worker kind, in preference order.
-func (c *ClusterWorkers) candidates() []string {
-	var withContainerd, others []string
-	for _, m := range c.Members() {
-		if !slices.Contains(m.GetKinds(), sandboxworker.Kind) {
-			continue
-		}
-		if m.GetCapabilities().GetContainerd() {
-			withContainerd = append(withContainerd, m.GetAddress())
-		} else {
-			others = append(others, m.GetAddress())
-		}
-	}
-	slices.Sort(withContainerd)
-	if n := len(withContainerd); n > 1 {
-		k := int(c.next.Add(1) % uint64(n))
-		withContainerd = append(withContainerd[k:], withContainerd[:k]...)
-	}
-	return append(withContainerd, others...)
+// candidates are the members offering the worker kind, in preference
+// order (placement.Pick: containerd preferred, spread in turn).
+func (c *ClusterWorkers) candidates() ([]string, error) {
+	return placement.Pick(c.Members(), sandboxworker.Kind, placement.Requirements{Containerd: placement.Prefer, Rotate: c.next.Add(1)})
 }
 
 // Spawn starts a worker on the most preferred member that accepts.
@@ -131,9 +116,9 @@ func (c *ClusterWorkers) Spawn(ctx context.Context) (*actor.PID, error) {
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
-	cands := c.candidates()
-	if len(cands) == 0 {
-		return nil, fmt.Errorf("no live cluster member offers actor kind %q (start a node where containerd runs)", sandboxworker.Kind)
+	cands, err := c.candidates()
+	if err != nil {
+		return nil, fmt.Errorf("%w (start a node where containerd runs)", err)
 	}
 	var errs []error
 	for _, member := range cands {

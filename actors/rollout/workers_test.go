@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"github.com/frognano/frognano/actors/sandboxworker"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/node"
+	"github.com/frognano/frognano/runtime/placement"
 )
 
 // stoppingWorkers stops the SandboxWorker actor of chosen attempts under
@@ -135,12 +137,13 @@ func TestClusterWorkersCandidates(t *testing.T) {
 	}
 	c := &ClusterWorkers{Members: func() []*messages.NodeInfo { return members }}
 	for i, want := range []string{"c:1 a:1 b:1", "a:1 c:1 b:1", "c:1 a:1 b:1"} {
-		if got := strings.Join(c.candidates(), " "); got != want {
-			t.Errorf("spawn %d: candidates %s, want %s", i, got, want)
+		got, err := c.candidates()
+		if err != nil || strings.Join(got, " ") != want {
+			t.Errorf("spawn %d: candidates %v %v, want %s", i, got, err, want)
 		}
 	}
-	if got := (&ClusterWorkers{Members: func() []*messages.NodeInfo { return members[3:] }}).candidates(); len(got) != 0 {
-		t.Errorf("no member offers the kind, candidates %v", got)
+	if got, err := (&ClusterWorkers{Members: func() []*messages.NodeInfo { return members[3:] }}).candidates(); !errors.Is(err, placement.ErrUnknownKind) {
+		t.Errorf("no member offers the kind: candidates %v %v", got, err)
 	}
 }
 
@@ -170,7 +173,10 @@ func TestEpisodesOnAClusterMember(t *testing.T) {
 
 	cluster := &ClusterWorkers{Root: n.System().Root, Manager: n.Manager(), Members: n.MemberInfos}
 	deadline := time.Now().Add(30 * time.Second)
-	for len(cluster.candidates()) == 0 {
+	for {
+		if cands, _ := cluster.candidates(); len(cands) > 0 {
+			break
+		}
 		if time.Now().After(deadline) {
 			t.Fatal("the node never listed itself as a member offering sandbox workers")
 		}

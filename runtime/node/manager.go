@@ -2,12 +2,12 @@ package node
 
 import (
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	"github.com/frognano/frognano/runtime/placement"
 )
 
 // ManagerName is the well-known actor every node runs; the CLI and other
@@ -16,7 +16,10 @@ const ManagerName = "node"
 
 // manager answers questions about the node and the cluster, spawns kinds
 // on members, and hands other requests to Options.Manager.
-type manager struct{ n *Node }
+type manager struct {
+	n       *Node
+	spawned uint64 // placements made for SpawnRequests that name no member
+}
 
 func (m *manager) Receive(ctx actor.Context) {
 	switch req := ctx.Message().(type) {
@@ -47,12 +50,12 @@ func (m *manager) Receive(ctx actor.Context) {
 func (m *manager) spawn(ctx actor.Context, req *messages.SpawnRequest) {
 	member := req.Member
 	if member == "" {
-		for _, mem := range m.n.Members() {
-			if slices.Contains(mem.Kinds, req.Kind) {
-				member = mem.Address()
-				break
-			}
+		// placement.Pick: this node first when it offers the kind, else the
+		// least loaded member that does.
+		if cands, err := placement.Pick(m.n.MemberInfos(), req.Kind, placement.Requirements{Self: m.n.Address(), Rotate: m.spawned}); err == nil {
+			member = cands[0]
 		}
+		m.spawned++
 	}
 	if member == "" || !m.n.offers(member, req.Kind) {
 		ctx.Respond(&messages.Failure{Code: "unknown_kind", Message: m.n.unknownKind(req.Kind, req.Member).Error()})

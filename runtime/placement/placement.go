@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
-	"github.com/frognano/frognano/runtime/membership"
 )
 
 // Submit asks the pool to run Job on a worker and reply Done or Failed to the sender.
@@ -48,11 +47,14 @@ var ErrUnknownKind = errors.New("unknown actor kind")
 
 // Config shapes a pool.
 type Config struct {
-	Kind    string
-	Members func() []membership.Member
+	Kind string
+	// Members lists the live members with their address, kinds,
+	// capabilities and load (node.Node.MemberInfos).
+	Members func() []*messages.NodeInfo
 	Remote  *remote.Remote
-	// Eligible filters members (e.g. needs containerd); nil accepts all.
-	Eligible func(*messages.NodeInfo) bool
+	// Requirements are what a worker needs of its member (Pick); Self,
+	// Exclude and Rotate are the pool's own.
+	Requirements Requirements
 	// PreferRemote places work on other nodes before this one.
 	PreferRemote bool
 	MaxAttempts  int
@@ -106,7 +108,7 @@ type pool struct {
 	cfg     Config
 	workers map[string]*worker // by member address
 	jobs    map[string]*job
-	next    int
+	next    uint64
 }
 
 func (p *pool) Receive(ctx actor.Context) {
@@ -124,46 +126,14 @@ func (p *pool) Receive(ctx actor.Context) {
 	}
 }
 
-// candidates are the eligible members offering the kind, in preference order.
+// candidates are the members that may run the kind, in preference order
+// (Pick).
 func (p *pool) candidates(ctx actor.Context, exclude []string) ([]string, error) {
-	self := ctx.ActorSystem().Address()
-	var local, others []string
-	var kinds []string
-	for _, m := range p.cfg.Members() {
-		kinds = append(kinds, m.Kinds...)
-		if !slices.Contains(m.Kinds, p.cfg.Kind) || slices.Contains(exclude, m.Address()) {
-			continue
-		}
-		if p.cfg.Eligible != nil {
-			info, err := m.Info()
-			if err != nil || !p.cfg.Eligible(info) {
-				continue
-			}
-		}
-		if m.Address() == self {
-			local = append(local, m.Address())
-		} else {
-			others = append(others, m.Address())
-		}
-	}
-	if len(local)+len(others) == 0 {
-		sort.Strings(kinds)
-		kinds = slices.Compact(kinds)
-		if !slices.Contains(kinds, p.cfg.Kind) {
-			return nil, fmt.Errorf("%w %q: no live member offers it (kinds offered: %s)", ErrUnknownKind, p.cfg.Kind, strings.Join(kinds, ", "))
-		}
-		return nil, fmt.Errorf("placement: no eligible live member for kind %q (excluded after failures: %s)", p.cfg.Kind, strings.Join(exclude, ", "))
-	}
-	// Rotate the others so work spreads across remote members.
-	if len(others) > 1 {
-		k := p.next % len(others)
-		others = append(others[k:], others[:k]...)
-		p.next++
-	}
-	if p.cfg.PreferRemote {
-		return append(others, local...), nil
-	}
-	return append(local, others...), nil
+	r := p.cfg.Requirements
+	r.Exclude = append(slices.Clone(r.Exclude), exclude...)
+	r.Self, r.PreferRemote, r.Rotate = ctx.ActorSystem().Address(), p.cfg.PreferRemote, p.next
+	p.next++
+	return Pick(p.cfg.Members(), p.cfg.Kind, r)
 }
 
 func (p *pool) dispatch(ctx actor.Context, j *job) {

@@ -185,6 +185,7 @@ func TestRunsAPINeedsTheToken(t *testing.T) {
 	d.waitReady(t)
 	for _, c := range []struct{ method, path string }{
 		{http.MethodGet, "/v1/runs"}, {http.MethodPost, "/v1/runs"}, {http.MethodGet, "/v1/runs/x/logs"}, {http.MethodPost, "/v1/runs/x/stop"},
+		{http.MethodGet, "/v1/evals"}, {http.MethodPost, "/v1/evals"}, {http.MethodGet, "/v1/evals/x"}, {http.MethodGet, "/v1/evals/x/logs"}, {http.MethodPost, "/v1/evals/x/stop"},
 	} {
 		req, _ := http.NewRequest(c.method, "http://"+d.http+c.path, strings.NewReader(`{"envs": [], "parallel": 1}`))
 		resp, err := http.DefaultClient.Do(req)
@@ -206,6 +207,16 @@ func TestRunsAPINeedsTheToken(t *testing.T) {
 	out, code = cli(t, "--node", d.http, "--config", writeTokenConfig(t, token), "runs", "ls")
 	if code != 0 || !strings.Contains(out, "done") {
 		t.Fatalf("runs ls with the token (exit %d):\n%s", code, out)
+	}
+	// The daemon serves others: an evaluation names models in its store,
+	// never a file on it.
+	out, code = cli(t, "--node", d.http, "--config", writeTokenConfig(t, token), "eval", "--held-out", "--model", "/etc/passwd")
+	if code == 0 || !strings.Contains(out, "this node takes model store names") {
+		t.Errorf("eval of a path on a daemon (exit %d):\n%s", code, out)
+	}
+	out, code = cli(t, "--node", d.http, "--config", writeTokenConfig(t, token), "evals", "ls")
+	if code != 0 || !strings.Contains(out, "ID") || strings.Contains(out, "eval-") {
+		t.Errorf("evals ls with the token (exit %d):\n%s", code, out)
 	}
 }
 

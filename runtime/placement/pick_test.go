@@ -1,0 +1,69 @@
+package placement
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	messages "github.com/frognano/frognano/actors/messages/v1"
+)
+
+func u64(v uint64) *uint64    { return &v }
+func f64(v float64) *float64 { return &v }
+
+// TestPick is the cluster's one placement rule, case by case.
+func TestPick(t *testing.T) {
+	ctrd := &messages.Capabilities{Containerd: true}
+	gpu := &messages.Capabilities{Containerd: true, Gpus: []*messages.GPU{{Name: "H200"}}}
+	load := func(actors int32, busy float64, avail uint64) *messages.Load {
+		return &messages.Load{KindActors: map[string]int32{"w": actors}, CpuBusy: f64(busy), MemoryAvailableBytes: u64(avail)}
+	}
+	members := []*messages.NodeInfo{
+		{Address: "a:1", Kinds: []string{"w"}, Capabilities: ctrd, Load: load(3, 0.1, 8<<30)},
+		{Address: "b:1", Kinds: []string{"w"}, Load: load(0, 0.9, 8<<30)},
+		{Address: "c:1", Kinds: []string{"w", "x"}, Capabilities: gpu, Load: load(1, 0.5, 1<<30)},
+		{Address: "d:1", Kinds: []string{"w"}, Capabilities: ctrd, Load: load(1, 0.2, 16<<30)},
+		{Address: "e:1", Kinds: []string{"x"}, Capabilities: gpu},
+	}
+	for _, c := range []struct {
+		name string
+		r    Requirements
+		want string
+	}{
+		{"fewest actors of the kind first, then the least busy CPU", Requirements{}, "b:1 d:1 c:1 a:1"},
+		{"containerd preferred: members without it last", Requirements{Containerd: Prefer}, "d:1 c:1 a:1 b:1"},
+		{"containerd required", Requirements{Containerd: Require}, "d:1 c:1 a:1"},
+		{"a GPU required", Requirements{GPU: Require}, "c:1"},
+		{"a GPU preferred", Requirements{GPU: Prefer}, "c:1 b:1 d:1 a:1"},
+		{"memory available", Requirements{MinMemoryAvailable: 4 << 30}, "b:1 d:1 a:1"},
+		{"excluded members", Requirements{Exclude: []string{"b:1", "d:1"}}, "c:1 a:1"},
+		{"the asking node first", Requirements{Self: "a:1"}, "a:1 b:1 d:1 c:1"},
+		{"the asking node last", Requirements{Self: "b:1", PreferRemote: true}, "d:1 c:1 a:1 b:1"},
+	} {
+		got, err := Pick(members, "w", c.r)
+		if err != nil || strings.Join(got, " ") != c.want {
+			t.Errorf("%s: %v %v, want %s", c.name, got, err, c.want)
+		}
+	}
+	// Members tied for best are taken in turn.
+	tied := []*messages.NodeInfo{
+		{Address: "a:1", Kinds: []string{"w"}}, {Address: "b:1", Kinds: []string{"w"}}, {Address: "c:1", Kinds: []string{"w"}, Load: load(2, 0, 0)},
+	}
+	for rot, want := range []string{"a:1 b:1 c:1", "b:1 a:1 c:1", "a:1 b:1 c:1"} {
+		if got, _ := Pick(tied, "w", Requirements{Rotate: uint64(rot)}); strings.Join(got, " ") != want {
+			t.Errorf("rotation %d: %v, want %s", rot, got, want)
+		}
+	}
+	// No member: say why.
+	if _, err := Pick(members, "nope", Requirements{}); !errors.Is(err, ErrUnknownKind) || !strings.Contains(err.Error(), "kinds offered: w, x") {
+		t.Errorf("unknown kind: %v", err)
+	}
+	_, err := Pick(members, "x", Requirements{Exclude: []string{"c:1", "e:1"}})
+	if err == nil || errors.Is(err, ErrUnknownKind) || !strings.Contains(err.Error(), "c:1: excluded after a failure") {
+		t.Errorf("no qualifying member: %v", err)
+	}
+	// e:1 reports no memory figure: it is not refused for lacking one.
+	if got, err := Pick(members, "x", Requirements{MinMemoryAvailable: 1 << 40}); err != nil || strings.Join(got, " ") != "e:1" {
+		t.Errorf("a member without a memory figure: %v %v", got, err)
+	}
+}
