@@ -8,7 +8,7 @@ import (
 	messages "github.com/frognano/frognano/actors/messages/v1"
 )
 
-func u64(v uint64) *uint64    { return &v }
+func u64(v uint64) *uint64   { return &v }
 func f64(v float64) *float64 { return &v }
 
 // TestPick is the cluster's one placement rule, case by case.
