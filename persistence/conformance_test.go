@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
 )
@@ -43,6 +44,10 @@ var conformanceCases = []struct {
 	{"CheckpointInvalid", testCheckpointInvalid},
 	{"CheckpointStepsIncrease", testCheckpointStepsIncrease},
 	{"CheckpointPrune", testCheckpointPrune},
+	{"Coverage", testCoverage},
+	{"Frontier", testFrontier},
+	{"FrontierConcurrentCommits", testFrontierConcurrentCommits},
+	{"SandboxDestroys", testSandboxDestroys},
 	{"CanceledContext", testCanceledContext},
 }
 
@@ -671,14 +676,394 @@ func testCanceledContext(t *testing.T, s Stores) {
 		"Checkpoints.Save": func() error {
 			return s.Checkpoints().Save(ctx, &messages.Checkpoint{RunId: "r", Step: 1}, []Tensor{f32Tensor("w", 1, 8)}, nil)
 		},
+		"Coverage.Put": func() error { return s.Coverage().Put(ctx, &messages.CoverageMap{Environment: "e"}) },
+		"Coverage.Get": func() error { _, err := s.Coverage().Get(ctx, "e"); return err },
+		"Frontier.Commit": func() error {
+			return s.Frontier().Commit(ctx, DefaultFrontier, &messages.FrontierState{}, []*messages.TaskStats{{TaskId: "t"}})
+		},
+		"Frontier.Names":       func() error { _, err := s.Frontier().Names(ctx); return err },
+		"SandboxDestroys.Put":  func() error { return s.SandboxDestroys().Put(ctx, PendingDestroy{Namespace: "ns", ID: "x"}) },
+		"SandboxDestroys.List": func() error { _, err := s.SandboxDestroys().List(ctx, "ns"); return err },
 	}
 	for name, call := range calls {
 		if err := call(); !errors.Is(err, context.Canceled) {
 			t.Errorf("%s = %v, want context.Canceled", name, err)
 		}
 	}
-	if n, err := s.Tasks().Count(context.Background(), TaskFilter{}); err != nil || n != 0 {
+	bg := context.Background()
+	if n, err := s.Tasks().Count(bg, TaskFilter{}); err != nil || n != 0 {
 		t.Errorf("a canceled Put stored a task: %d, %v", n, err)
+	}
+	if _, err := s.Coverage().Get(bg, "e"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a canceled Put stored a coverage map: %v", err)
+	}
+	if names, err := s.Frontier().Names(bg); err != nil || len(names) != 0 {
+		t.Errorf("a canceled Commit stored a frontier state: %v, %v", names, err)
+	}
+	if st, err := s.Curriculum().List(bg); err != nil || len(st) != 0 {
+		t.Errorf("a canceled Commit stored task stats: %v, %v", st, err)
+	}
+	if ds, err := s.SandboxDestroys().List(bg, "ns"); err != nil || len(ds) != 0 {
+		t.Errorf("a canceled Put stored a pending destroy: %v, %v", ds, err)
+	}
+}
+
+func testCoverage(t *testing.T, s Stores) {
+	ctx := context.Background()
+	c := s.Coverage()
+	if _, err := c.Get(ctx, "six"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get(missing) = %v, want ErrNotFound", err)
+	}
+	if err := c.Delete(ctx, "six"); err != nil {
+		t.Errorf("Delete(missing) = %v, want nil", err)
+	}
+	if _, err := c.Get(ctx, ""); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Get(\"\") = %v, want ErrInvalid", err)
+	}
+	if err := c.Delete(ctx, "a\x00b"); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Delete with a NUL = %v, want ErrInvalid", err)
+	}
+	for i, m := range []*messages.CoverageMap{
+		nil,
+		{},
+		{Environment: "a\x00b"},
+		{Environment: "six", Tests: []string{"t"}, Files: []*messages.FileCoverage{{Path: "six.py", Lines: []*messages.LineCoverage{{Line: 3, Tests: []int32{1}}}}}},
+		{Environment: "six", Tests: []string{"t"}, Files: []*messages.FileCoverage{{Path: "six.py", Lines: []*messages.LineCoverage{{Line: 3, Tests: []int32{-1}}}}}},
+	} {
+		if err := c.Put(ctx, m); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Put(bad %d) = %v, want ErrInvalid", i, err)
+		}
+	}
+	if _, err := c.Get(ctx, "six"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("an invalid Put stored a map: %v", err)
+	}
+	m := &messages.CoverageMap{Environment: "six", Image: "img:1", Tests: []string{"test_six.py::test_a", "test_six.py::test_b"},
+		Files: []*messages.FileCoverage{{Path: "six.py", Lines: []*messages.LineCoverage{{Line: 3, Tests: []int32{0, 1}}, {Line: 4}}}}}
+	if err := c.Put(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	other := &messages.CoverageMap{Environment: "attrs", Image: "img:a"}
+	if err := c.Put(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	want := clone(m)
+	m.Image = "changed after Put"
+	m.Files[0].Lines[0].Tests[1] = 0
+	got, err := c.Get(ctx, "six")
+	if err != nil || !sameProto(t, got, want) {
+		t.Fatalf("Get = %v, %v; want %v", got, err, want)
+	}
+	got.Files[0].Lines[0].Tests[0] = 1
+	got.Image = "changed after Get"
+	if again, _ := c.Get(ctx, "six"); !sameProto(t, again, want) {
+		t.Errorf("mutating a returned map changed the store: %v", again)
+	}
+	m.Image = "img:2"
+	if err := c.Put(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := c.Get(ctx, "six"); got.GetImage() != "img:2" || !sameProto(t, got, m) {
+		t.Errorf("Put did not replace: %v", got)
+	}
+	if err := c.Delete(ctx, "six"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctx, "six"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get after Delete = %v", err)
+	}
+	if got, err := c.Get(ctx, "attrs"); err != nil || got.GetImage() != "img:a" {
+		t.Errorf("deleting six took attrs: %v, %v", got, err)
+	}
+}
+
+func testFrontier(t *testing.T, s Stores) { checkFrontier(t, s.Frontier(), s.Curriculum()) }
+
+// checkFrontier checks a FrontierStore whose default estimator writes its
+// task stats into cur.
+func checkFrontier(t *testing.T, s FrontierStore, cur CurriculumStore) {
+	ctx := context.Background()
+	if _, err := s.Get(ctx, DefaultFrontier); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get(missing) = %v, want ErrNotFound", err)
+	}
+	if _, err := s.Get(ctx, ""); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Get(\"\") = %v, want ErrInvalid", err)
+	}
+	if names, err := s.Names(ctx); err != nil || len(names) != 0 {
+		t.Errorf("Names of an empty store = %v, %v", names, err)
+	}
+	bad := []struct {
+		name  string
+		stats []*messages.TaskStats
+	}{
+		{"", nil},
+		{"a\x00b", nil},
+		{DefaultFrontier, []*messages.TaskStats{nil}},
+		{DefaultFrontier, []*messages.TaskStats{{}}},
+		{DefaultFrontier, []*messages.TaskStats{{TaskId: "a\x00b"}}},
+		{DefaultFrontier, []*messages.TaskStats{{TaskId: "t", Attempts: 1, Successes: 2}}},
+		{DefaultFrontier, []*messages.TaskStats{{TaskId: "t", Attempts: -1}}},
+		// One bad record refuses the whole commit, the good ones and the
+		// state included.
+		{DefaultFrontier, []*messages.TaskStats{{TaskId: "ok", Attempts: 1}, {TaskId: "t", Successes: -1}}},
+		{"run-x", []*messages.TaskStats{{TaskId: "ok", Attempts: 1}, nil}},
+	}
+	for i, b := range bad {
+		if err := s.Commit(ctx, b.name, &messages.FrontierState{PolicyVersion: 1}, b.stats); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Commit(bad %d) = %v, want ErrInvalid", i, err)
+		}
+	}
+	if names, err := s.Names(ctx); err != nil || len(names) != 0 {
+		t.Errorf("refused commits stored states: %v, %v", names, err)
+	}
+	if all, err := cur.List(ctx); err != nil || len(all) != 0 {
+		t.Errorf("refused commits stored task stats: %v, %v", all, err)
+	}
+	if st, err := s.Stats(ctx, "run-x"); err != nil || len(st) != 0 {
+		t.Errorf("a refused commit stored run-x's task stats: %v, %v", st, err)
+	}
+
+	state := &messages.FrontierState{PolicyVersion: 7, BatchSeq: 3, Counters: map[string]int64{"unknown_task": 2},
+		Model: &messages.DifficultyModel{Weights: map[string]float64{"bias": -0.5}}}
+	stats := []*messages.TaskStats{ // not in id order
+		{TaskId: "b", Alpha: 0, Beta: 8, Attempts: 8, Retired: true, RetiredReason: "hopeless", PolicyVersion: 6},
+		{TaskId: "a", Alpha: 1.5, Beta: 2, Attempts: 4, Successes: 1, PolicyVersion: 7},
+	}
+	wantState, wantStats := clone(state), []*messages.TaskStats{clone(stats[1]), clone(stats[0])}
+	if err := s.Commit(ctx, DefaultFrontier, state, stats); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	// The store keeps copies of what it was given.
+	state.PolicyVersion, state.Counters["unknown_task"] = 100, 100
+	stats[0].Attempts = 100
+	got, err := s.Get(ctx, DefaultFrontier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameProto(t, got, wantState) {
+		t.Errorf("Get = %v, want %v", got, wantState)
+	}
+	for _, want := range wantStats {
+		st, err := cur.Get(ctx, want.GetTaskId())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sameProto(t, st, want) {
+			t.Errorf("stats %s = %v, want %v", want.GetTaskId(), st, want)
+		}
+	}
+	defStats, err := s.Stats(ctx, DefaultFrontier)
+	if err != nil || len(defStats) != 2 || !sameProto(t, defStats[0], wantStats[0]) || !sameProto(t, defStats[1], wantStats[1]) {
+		t.Errorf("Stats(default) = %v, %v; want %v in id order", defStats, err, wantStats)
+	}
+	// A nil state writes only stats and keeps the stored state; of two
+	// stats of one task, the later wins.
+	if err := s.Commit(ctx, DefaultFrontier, nil, []*messages.TaskStats{
+		{TaskId: "a", Alpha: 8, Attempts: 8, Successes: 8},
+		{TaskId: "a", Alpha: 9, Attempts: 9, Successes: 9},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Get(ctx, DefaultFrontier); got.GetPolicyVersion() != 7 {
+		t.Errorf("state after stats-only commit: version %d, want 7", got.GetPolicyVersion())
+	}
+	if st, _ := cur.Get(ctx, "a"); st.GetAlpha() != 9 {
+		t.Errorf("stats a after commit: alpha %v, want 9", st.GetAlpha())
+	}
+	// The default estimator's stats are the curriculum's.
+	if err := cur.Put(ctx, &messages.TaskStats{TaskId: "c", Attempts: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if defStats, err := s.Stats(ctx, DefaultFrontier); err != nil || !slices.Equal(statsIDs(defStats), []string{"a", "b", "c"}) {
+		t.Errorf("Stats(default) after a curriculum Put = %v, %v", statsIDs(defStats), err)
+	}
+	// Another estimator (a training run's) keeps its own stats of the
+	// same task; the default one's are untouched.
+	run := "run-20261130-140000.001"
+	if err := s.Commit(ctx, run, &messages.FrontierState{PolicyVersion: 0}, []*messages.TaskStats{
+		{TaskId: "z", Attempts: 2}, {TaskId: "a", Alpha: 3, Attempts: 1, Successes: 1},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := cur.Get(ctx, "a"); st.GetAlpha() != 9 {
+		t.Errorf("the default estimator's stats of a: alpha %v after another's commit, want 9", st.GetAlpha())
+	}
+	if _, err := cur.Get(ctx, "z"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("another estimator's stats of z are in the curriculum: %v", err)
+	}
+	runStats, err := s.Stats(ctx, run)
+	if err != nil || !slices.Equal(statsIDs(runStats), []string{"a", "z"}) || runStats[0].GetAlpha() != 3 {
+		t.Errorf("Stats(%s) = %v, %v", run, runStats, err)
+	}
+	// An estimator whose name extends another's shares none of its stats.
+	if st, err := s.Stats(ctx, run+"0"); err != nil || len(st) != 0 {
+		t.Errorf("Stats(%s0) = %v, %v", run, st, err)
+	}
+	if none, err := s.Stats(ctx, "nobody"); err != nil || len(none) != 0 {
+		t.Errorf("Stats(nobody) = %v, %v", none, err)
+	}
+	if _, err := s.Stats(ctx, ""); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Stats(\"\") = %v, want ErrInvalid", err)
+	}
+	// Stats without a state make no state record: Names lists only
+	// estimators with one, sorted.
+	if err := s.Commit(ctx, "alpha", nil, []*messages.TaskStats{{TaskId: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if names, err := s.Names(ctx); err != nil || !slices.Equal(names, []string{DefaultFrontier, run}) {
+		t.Errorf("Names = %v, %v; want [default %s]", names, err, run)
+	}
+	if _, err := s.Get(ctx, "alpha"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get(alpha) after a stats-only commit = %v, want ErrNotFound", err)
+	}
+	if err := s.Commit(ctx, "alpha", &messages.FrontierState{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if names, err := s.Names(ctx); err != nil || !slices.Equal(names, []string{"alpha", DefaultFrontier, run}) {
+		t.Errorf("Names = %v, %v; want [alpha default %s]", names, err, run)
+	}
+	// Returned records are copies.
+	got.Counters["unknown_task"] = 100
+	if again, _ := s.Get(ctx, DefaultFrontier); again.GetCounters()["unknown_task"] != 2 {
+		t.Errorf("Get returned a shared record")
+	}
+	runStats[0].Alpha = 100
+	if again, _ := s.Stats(ctx, run); again[0].GetAlpha() != 3 {
+		t.Errorf("Stats returned shared records")
+	}
+}
+
+func statsIDs(xs []*messages.TaskStats) []string {
+	out := []string{}
+	for _, x := range xs {
+		out = append(out, x.GetTaskId())
+	}
+	return out
+}
+
+// testFrontierConcurrentCommits: each commit writes its state and its task
+// stats together, so after concurrent commits the state and every task's
+// stats come from the same one.
+func testFrontierConcurrentCommits(t *testing.T, s Stores) {
+	ctx := context.Background()
+	const workers, each = 4, 8
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*each*2)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				v := int64(w*each + i + 1)
+				for _, name := range []string{DefaultFrontier, "run-x"} {
+					errs <- s.Frontier().Commit(ctx, name, &messages.FrontierState{PolicyVersion: v}, []*messages.TaskStats{
+						{TaskId: "a", PolicyVersion: v}, {TaskId: "b", PolicyVersion: v},
+					})
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("Commit: %v", err)
+		}
+	}
+	for _, name := range []string{DefaultFrontier, "run-x"} {
+		st, err := s.Frontier().Get(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stats, err := s.Frontier().Stats(ctx, name)
+		if err != nil || len(stats) != 2 {
+			t.Fatalf("Stats(%s) = %v, %v", name, stats, err)
+		}
+		for _, x := range stats {
+			if x.GetPolicyVersion() != st.GetPolicyVersion() {
+				t.Errorf("%s: state of commit %d, stats of %s from commit %d", name, st.GetPolicyVersion(), x.GetTaskId(), x.GetPolicyVersion())
+			}
+		}
+	}
+}
+
+func testSandboxDestroys(t *testing.T, s Stores) {
+	ctx := context.Background()
+	d := s.SandboxDestroys()
+	if got, err := d.List(ctx, "ns"); err != nil || len(got) != 0 {
+		t.Errorf("List of an empty store = %v, %v", got, err)
+	}
+	since := time.Unix(1700000000, 5).In(time.FixedZone("CET", 3600))
+	now := time.Now() // with a monotonic reading, which no store keeps
+	for i, bad := range []PendingDestroy{
+		{Namespace: "ns"},
+		{ID: "fn-a"},
+		{Namespace: "n\x00s", ID: "fn-a"},
+		{Namespace: "ns", ID: "fn\x00a"},
+	} {
+		if err := d.Put(ctx, bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Put(bad %d) = %v, want ErrInvalid", i, err)
+		}
+	}
+	// A time JSON cannot hold is refused.
+	if err := d.Put(ctx, PendingDestroy{Namespace: "ns", ID: "fn-y", Since: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}); err == nil {
+		t.Errorf("Put with a year-10000 Since succeeded")
+	}
+	if _, err := d.List(ctx, ""); !errors.Is(err, ErrInvalid) {
+		t.Errorf("List(\"\") = %v, want ErrInvalid", err)
+	}
+	if err := d.Delete(ctx, "", "fn-a"); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Delete without a namespace = %v, want ErrInvalid", err)
+	}
+	if err := d.Delete(ctx, "ns", ""); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Delete without an id = %v, want ErrInvalid", err)
+	}
+	for _, p := range []PendingDestroy{
+		{Namespace: "ns", ID: "fn-b", Since: since, Attempts: 1, LastError: "unavailable"},
+		{Namespace: "ns", ID: "fn-c", Since: now, Attempts: 1},
+		{Namespace: "ns", ID: "fn-a", Since: since, Attempts: 1},
+		{Namespace: "other", ID: "fn-d", Since: since, Attempts: 3},
+		{Namespace: "ns2", ID: "fn-e", Since: since, Attempts: 1}, // its prefix is ns's
+		{Namespace: "ns", ID: "fn-b", Since: since, Attempts: 2, LastError: "still unavailable"},
+	} {
+		if err := d.Put(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := d.List(ctx, "ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []PendingDestroy{
+		{Namespace: "ns", ID: "fn-a", Since: since, Attempts: 1},
+		{Namespace: "ns", ID: "fn-b", Since: since, Attempts: 2, LastError: "still unavailable"},
+		{Namespace: "ns", ID: "fn-c", Since: now, Attempts: 1},
+	}
+	same := func(a, b PendingDestroy) bool {
+		return a.Namespace == b.Namespace && a.ID == b.ID && a.Since.Equal(b.Since) && a.Attempts == b.Attempts && a.LastError == b.LastError
+	}
+	if !slices.EqualFunc(got, want, same) {
+		t.Errorf("List(ns) = %+v, want %+v", got, want)
+	}
+	for _, g := range got {
+		if g.Since != g.Since.Round(0) {
+			t.Errorf("List(ns) returned %s with a monotonic clock reading", g.ID)
+		}
+	}
+	if err := d.Delete(ctx, "ns", "fn-a"); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range [][2]string{{"ns", "fn-a"}, {"ns", "fn-missing"}, {"nowhere", "fn-a"}} {
+		if err := d.Delete(ctx, m[0], m[1]); err != nil {
+			t.Errorf("Delete(%s, %s) of a missing record = %v, want nil", m[0], m[1], err)
+		}
+	}
+	if got, err := d.List(ctx, "ns"); err != nil || len(got) != 2 || got[0].ID != "fn-b" || got[1].ID != "fn-c" {
+		t.Errorf("List(ns) after Delete = %+v, %v", got, err)
+	}
+	for ns, id := range map[string]string{"other": "fn-d", "ns2": "fn-e"} {
+		if got, err := d.List(ctx, ns); err != nil || len(got) != 1 || got[0].ID != id {
+			t.Errorf("List(%s) = %+v, %v; want only %s", ns, got, err, id)
+		}
 	}
 }
 

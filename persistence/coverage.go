@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	badger "github.com/dgraph-io/badger/v4"
+
 	messages "github.com/frognano/frognano/actors/messages/v1"
 )
 
@@ -99,60 +99,5 @@ func (s *badgerCoverageStore) Delete(ctx context.Context, env string) error {
 	if err != nil {
 		return fmt.Errorf("delete coverage of %q: %w", env, err)
 	}
-	return nil
-}
-
-// NewMemoryCoverage returns an in-memory CoverageStore with the same
-// semantics, for tests and for callers without a database.
-func NewMemoryCoverage() CoverageStore {
-	return &memCoverageStore{maps: map[string]*messages.CoverageMap{}}
-}
-
-type memCoverageStore struct {
-	mu   sync.Mutex
-	maps map[string]*messages.CoverageMap
-}
-
-var _ CoverageStore = (*memCoverageStore)(nil)
-
-func (s *memCoverageStore) Put(ctx context.Context, m *messages.CoverageMap) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := checkCoverage(m); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.maps[m.GetEnvironment()] = clone(m)
-	return nil
-}
-
-func (s *memCoverageStore) Get(ctx context.Context, env string) (*messages.CoverageMap, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := checkID("environment name", env); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m, ok := s.maps[env]
-	if !ok {
-		return nil, fmt.Errorf("get coverage of %q: %w", env, ErrNotFound)
-	}
-	return clone(m), nil
-}
-
-func (s *memCoverageStore) Delete(ctx context.Context, env string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := checkID("environment name", env); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.maps, env)
 	return nil
 }

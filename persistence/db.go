@@ -104,6 +104,9 @@ type Stores interface {
 	Environments() EnvironmentStore
 	Trajectories() TrajectoryStore
 	Checkpoints() CheckpointStore
+	Coverage() CoverageStore
+	Frontier() FrontierStore
+	SandboxDestroys() SandboxDestroyStore
 }
 
 var _ Stores = (*DB)(nil)

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	badger "github.com/dgraph-io/badger/v4"
+
 	messages "github.com/frognano/frognano/actors/messages/v1"
 )
 
@@ -159,23 +160,25 @@ func (s *badgerFrontierStore) Names(ctx context.Context) ([]string, error) {
 
 // NewMemoryFrontier returns an in-memory FrontierStore that writes the
 // default estimator's task stats into curriculum (normally the Curriculum
-// of the same Memory) and keeps other estimators' to itself, for tests and
-// simulations. Writes are atomic with respect to its own readers.
+// of a Memory) and keeps other estimators' to itself, for tests and
+// simulations. Writes are atomic with respect to its own readers only: a
+// reader of curriculum may see part of a Commit, and a failing curriculum
+// may leave part of one written. Memory.Frontier has neither flaw.
 func NewMemoryFrontier(curriculum CurriculumStore) FrontierStore {
-	return &memFrontierStore{curriculum: curriculum, states: map[string]*messages.FrontierState{},
+	return &linkedFrontierStore{curriculum: curriculum, states: map[string]*messages.FrontierState{},
 		stats: map[string]map[string]*messages.TaskStats{}}
 }
 
-type memFrontierStore struct {
+type linkedFrontierStore struct {
 	mu         sync.Mutex
 	curriculum CurriculumStore
 	states     map[string]*messages.FrontierState
 	stats      map[string]map[string]*messages.TaskStats // estimator → task → stats, but the default's
 }
 
-var _ FrontierStore = (*memFrontierStore)(nil)
+var _ FrontierStore = (*linkedFrontierStore)(nil)
 
-func (s *memFrontierStore) Get(ctx context.Context, name string) (*messages.FrontierState, error) {
+func (s *linkedFrontierStore) Get(ctx context.Context, name string) (*messages.FrontierState, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -191,7 +194,7 @@ func (s *memFrontierStore) Get(ctx context.Context, name string) (*messages.Fron
 	return clone(st), nil
 }
 
-func (s *memFrontierStore) Commit(ctx context.Context, name string, state *messages.FrontierState, stats []*messages.TaskStats) error {
+func (s *linkedFrontierStore) Commit(ctx context.Context, name string, state *messages.FrontierState, stats []*messages.TaskStats) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -218,7 +221,7 @@ func (s *memFrontierStore) Commit(ctx context.Context, name string, state *messa
 	return nil
 }
 
-func (s *memFrontierStore) Stats(ctx context.Context, name string) ([]*messages.TaskStats, error) {
+func (s *linkedFrontierStore) Stats(ctx context.Context, name string) ([]*messages.TaskStats, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -237,7 +240,7 @@ func (s *memFrontierStore) Stats(ctx context.Context, name string) ([]*messages.
 	return out, nil
 }
 
-func (s *memFrontierStore) Names(ctx context.Context) ([]string, error) {
+func (s *linkedFrontierStore) Names(ctx context.Context) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

@@ -3,13 +3,15 @@ package persistence
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
 	"sync"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"google.golang.org/protobuf/proto"
+
+	messages "github.com/frognano/frognano/actors/messages/v1"
 )
 
 // Memory holds every store in process memory. Actor tests use it instead of
@@ -24,6 +26,15 @@ type Memory struct {
 	envs  map[string]*messages.Environment
 	trajs map[string]*messages.Trajectory
 	ckpts map[string]map[int64]*memCheckpoint
+	cover map[string]*messages.CoverageMap
+	// front holds the estimators' state records; runStats the task stats
+	// of every estimator but the default one, whose stats are in stats
+	// (the curriculum), as in Badger.
+	front    map[string]*messages.FrontierState
+	runStats map[string]map[string]*messages.TaskStats
+	// destroys holds each pending destruction (namespace → sandbox id) as
+	// the JSON Badger keeps, so that it reads back exactly as from Badger.
+	destroys map[string]map[string][]byte
 }
 
 type memCheckpoint struct {
@@ -36,13 +47,17 @@ var _ Stores = (*Memory)(nil)
 // NewMemory returns empty in-memory stores.
 func NewMemory() *Memory {
 	return &Memory{
-		tasks: map[string]*messages.Task{},
-		stats: map[string]*messages.TaskStats{},
-		runs:  map[string]*messages.Run{},
-		evals: map[string]*messages.Evaluation{},
-		envs:  map[string]*messages.Environment{},
-		trajs: map[string]*messages.Trajectory{},
-		ckpts: map[string]map[int64]*memCheckpoint{},
+		tasks:    map[string]*messages.Task{},
+		stats:    map[string]*messages.TaskStats{},
+		runs:     map[string]*messages.Run{},
+		evals:    map[string]*messages.Evaluation{},
+		envs:     map[string]*messages.Environment{},
+		trajs:    map[string]*messages.Trajectory{},
+		ckpts:    map[string]map[int64]*memCheckpoint{},
+		cover:    map[string]*messages.CoverageMap{},
+		front:    map[string]*messages.FrontierState{},
+		runStats: map[string]map[string]*messages.TaskStats{},
+		destroys: map[string]map[string][]byte{},
 	}
 }
 
@@ -66,6 +81,22 @@ func (m *Memory) Trajectories() TrajectoryStore { return memTrajectoryStore{m} }
 
 // Checkpoints returns the in-memory checkpoint store.
 func (m *Memory) Checkpoints() CheckpointStore { return memCheckpointStore{m} }
+
+// Coverage returns the in-memory coverage store.
+func (m *Memory) Coverage() CoverageStore { return memCoverageStore{m} }
+
+// Frontier returns the in-memory frontier store. The default estimator's
+// task stats are the Memory's curriculum, and a Commit holds the Memory's
+// lock throughout, so no reader sees half of it.
+func (m *Memory) Frontier() FrontierStore { return memFrontierStore{m} }
+
+// SandboxDestroys returns the in-memory store of pending sandbox
+// destructions.
+func (m *Memory) SandboxDestroys() SandboxDestroyStore { return memSandboxDestroys{m} }
+
+// NewMemoryCoverage returns an in-memory CoverageStore, for callers that
+// need no other store.
+func NewMemoryCoverage() CoverageStore { return NewMemory().Coverage() }
 
 func clone[T proto.Message](x T) T { return proto.Clone(x).(T) }
 
@@ -508,4 +539,195 @@ func (s memCheckpointStore) Prune(ctx context.Context, runID string, keep int) (
 		delete(s.m.ckpts[runID], st)
 	}
 	return doomed, nil
+}
+
+type memCoverageStore struct{ m *Memory }
+
+var _ CoverageStore = memCoverageStore{}
+
+func (s memCoverageStore) Put(ctx context.Context, c *messages.CoverageMap) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := checkCoverage(c); err != nil {
+		return err
+	}
+	c = clone(c)
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	s.m.cover[c.GetEnvironment()] = c
+	return nil
+}
+
+func (s memCoverageStore) Get(ctx context.Context, env string) (*messages.CoverageMap, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := checkID("environment name", env); err != nil {
+		return nil, err
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	c, ok := s.m.cover[env]
+	if !ok {
+		return nil, fmt.Errorf("get coverage of %q: %w", env, ErrNotFound)
+	}
+	return clone(c), nil
+}
+
+func (s memCoverageStore) Delete(ctx context.Context, env string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := checkID("environment name", env); err != nil {
+		return err
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	delete(s.m.cover, env)
+	return nil
+}
+
+type memFrontierStore struct{ m *Memory }
+
+var _ FrontierStore = memFrontierStore{}
+
+func (s memFrontierStore) Get(ctx context.Context, name string) (*messages.FrontierState, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := checkID("estimator name", name); err != nil {
+		return nil, err
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	st, ok := s.m.front[name]
+	if !ok {
+		return nil, fmt.Errorf("get frontier state %q: %w", name, ErrNotFound)
+	}
+	return clone(st), nil
+}
+
+func (s memFrontierStore) Commit(ctx context.Context, name string, state *messages.FrontierState, stats []*messages.TaskStats) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := checkCommit(name, stats); err != nil {
+		return err
+	}
+	// Everything is validated and copied before the lock is taken, so the
+	// writes below cannot fail half-way.
+	if state != nil {
+		state = clone(state)
+	}
+	copies := make([]*messages.TaskStats, len(stats))
+	for i, st := range stats {
+		copies[i] = clone(st)
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	dst := s.m.stats
+	if name != DefaultFrontier {
+		if s.m.runStats[name] == nil {
+			s.m.runStats[name] = map[string]*messages.TaskStats{}
+		}
+		dst = s.m.runStats[name]
+	}
+	for _, st := range copies {
+		dst[st.GetTaskId()] = st
+	}
+	if state != nil {
+		s.m.front[name] = state
+	}
+	return nil
+}
+
+func (s memFrontierStore) Stats(ctx context.Context, name string) ([]*messages.TaskStats, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := checkID("estimator name", name); err != nil {
+		return nil, err
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	if name == DefaultFrontier {
+		return sortedValues(s.m.stats, nil), nil
+	}
+	return sortedValues(s.m.runStats[name], nil), nil
+}
+
+func (s memFrontierStore) Names(ctx context.Context) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.m.front)), nil
+}
+
+type memSandboxDestroys struct{ m *Memory }
+
+var _ SandboxDestroyStore = memSandboxDestroys{}
+
+func (s memSandboxDestroys) Put(ctx context.Context, d PendingDestroy) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := checkID("containerd namespace", d.Namespace); err != nil {
+		return err
+	}
+	if err := checkID("sandbox id", d.ID); err != nil {
+		return err
+	}
+	raw, err := json.Marshal(d)
+	if err != nil {
+		return fmt.Errorf("encode pending destroy: %w", err)
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	if s.m.destroys[d.Namespace] == nil {
+		s.m.destroys[d.Namespace] = map[string][]byte{}
+	}
+	s.m.destroys[d.Namespace][d.ID] = raw
+	return nil
+}
+
+func (s memSandboxDestroys) Delete(ctx context.Context, namespace, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := checkID("containerd namespace", namespace); err != nil {
+		return err
+	}
+	if err := checkID("sandbox id", id); err != nil {
+		return err
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	delete(s.m.destroys[namespace], id)
+	if len(s.m.destroys[namespace]) == 0 {
+		delete(s.m.destroys, namespace)
+	}
+	return nil
+}
+
+func (s memSandboxDestroys) List(ctx context.Context, namespace string) ([]PendingDestroy, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := checkID("containerd namespace", namespace); err != nil {
+		return nil, err
+	}
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	var out []PendingDestroy
+	for _, id := range slices.Sorted(maps.Keys(s.m.destroys[namespace])) {
+		var d PendingDestroy
+		if err := json.Unmarshal(s.m.destroys[namespace][id], &d); err != nil {
+			return nil, fmt.Errorf("list pending sandbox destroys: decode %s: %v: %w", id, err, ErrCorrupt)
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }
