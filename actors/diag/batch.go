@@ -41,7 +41,7 @@ func Batches(n *node.Node, ctx actor.Context) bool {
 		return false
 	}
 	if req.Jobs <= 0 || req.Jobs > MaxJobs || req.Rounds < 0 || req.Rounds > MaxRounds {
-		ctx.Respond(&messages.Failure{Code: "bad_request", Message: fmt.Sprintf("jobs must be in [1, %d] and rounds in [0, %d]", MaxJobs, MaxRounds)})
+		ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, fmt.Errorf("jobs must be in [1, %d] and rounds in [0, %d]", MaxJobs, MaxRounds)))
 		return true
 	}
 	requester := ctx.Sender()

@@ -38,7 +38,7 @@ func (d *diag) Receive(ctx actor.Context) {
 		ctx.Respond(d.info())
 	case *messages.DigestJob:
 		if m.Rounds < 0 || m.Rounds > MaxRounds {
-			ctx.Respond(&messages.Failure{Code: "bad_request", Message: fmt.Sprintf("rounds %d outside [0, %d]", m.Rounds, MaxRounds)})
+			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, fmt.Errorf("rounds %d outside [0, %d]", m.Rounds, MaxRounds)))
 			return
 		}
 		ctx.Respond(&messages.DigestResult{Id: m.Id, Digest: Digest(m.Data, m.Rounds), Node: ctx.ActorSystem().Address()})

@@ -95,12 +95,12 @@ func TestBatchesRefuseWhatTheyCannotRun(t *testing.T) {
 	for _, req := range []*messages.DigestBatchRequest{
 		{Jobs: 0, Rounds: 1}, {Jobs: MaxJobs + 1, Rounds: 1}, {Jobs: 1, Rounds: -1}, {Jobs: 1, Rounds: MaxRounds + 1},
 	} {
-		if f, ok := ask(t, n, req).(*messages.Failure); !ok || f.Code != "bad_request" {
-			t.Errorf("jobs %d, rounds %d answered %v", req.Jobs, req.Rounds, f)
+		if r := ask(t, n, req); !messages.IsFailure(r, messages.FailureCode_FAILURE_CODE_BAD_REQUEST) {
+			t.Errorf("jobs %d, rounds %d answered %v", req.Jobs, req.Rounds, r)
 		}
 	}
 	res, err := n.System().Root.RequestFuture(n.System().Root.Spawn(Props(n.Info)), &messages.DigestJob{Id: "j", Rounds: MaxRounds + 1}, 10*time.Second).Result()
-	if f, ok := res.(*messages.Failure); err != nil || !ok || f.Code != "bad_request" {
+	if err != nil || !messages.IsFailure(res, messages.FailureCode_FAILURE_CODE_BAD_REQUEST) {
 		t.Errorf("a job with %d rounds answered %v, %v", MaxRounds+1, res, err)
 	}
 }

@@ -45,10 +45,6 @@ type addDone struct {
 	reply any
 }
 
-func failure(code string, err error) *messages.Failure {
-	return &messages.Failure{Code: code, Message: err.Error()}
-}
-
 func (r *registrar) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *messages.EnvAddRequest:
@@ -58,28 +54,28 @@ func (r *registrar) Receive(ctx actor.Context) {
 	case *messages.EnvListRequest:
 		envs, err := r.cfg.Store.List(context.Background())
 		if err != nil {
-			ctx.Respond(failure("store", err))
+			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_STORE, err))
 			return
 		}
 		ctx.Respond(&messages.EnvList{Environments: envs})
 	case *messages.EnvGetRequest:
 		env, err := r.cfg.Store.Get(context.Background(), m.Name)
 		if err != nil {
-			ctx.Respond(failure(code(err), err))
+			ctx.Respond(messages.Fail(code(err), err))
 			return
 		}
 		ctx.Respond(&messages.EnvAddReply{Environment: env})
 	case *messages.EnvRemoveRequest:
 		rt, err := r.cfg.Runtime(context.Background())
 		if err != nil {
-			ctx.Respond(failure("containerd", err))
+			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_CONTAINERD, err))
 			return
 		}
 		r.mu.Lock()
 		err = r.builder(rt).Remove(context.Background(), m.Name)
 		r.mu.Unlock()
 		if err != nil {
-			ctx.Respond(failure(code(err), err))
+			ctx.Respond(messages.Fail(code(err), err))
 			return
 		}
 		ctx.Respond(&messages.EnvRemoved{Name: m.Name})
@@ -98,7 +94,7 @@ func (r *registrar) add(ctx actor.Context, m *messages.EnvAddRequest) {
 	system := ctx.ActorSystem()
 	src, err := ParseSource(m.Source)
 	if err != nil {
-		ctx.Respond(failure("bad_request", err))
+		ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, err))
 		return
 	}
 	go func() {
@@ -106,7 +102,7 @@ func (r *registrar) add(ctx actor.Context, m *messages.EnvAddRequest) {
 			bctx := context.Background()
 			rt, err := r.cfg.Runtime(bctx)
 			if err != nil {
-				return failure("containerd", err)
+				return messages.Fail(messages.FailureCode_FAILURE_CODE_CONTAINERD, err)
 			}
 			b := r.builder(rt)
 			b.Progress = func(stage string) {
@@ -122,7 +118,7 @@ func (r *registrar) add(ctx actor.Context, m *messages.EnvAddRequest) {
 				MinTests: int(m.MinTests), AllowCollectionErrors: m.AllowCollectionErrors,
 			})
 			if err != nil {
-				return failure(code(err), err)
+				return messages.Fail(code(err), err)
 			}
 			return &messages.EnvAddReply{Environment: env}
 		}()
@@ -132,18 +128,18 @@ func (r *registrar) add(ctx actor.Context, m *messages.EnvAddRequest) {
 	}()
 }
 
-func code(err error) string {
+func code(err error) messages.FailureCode {
 	switch {
 	case errors.Is(err, persistence.ErrNotFound):
-		return "not_found"
+		return messages.FailureCode_FAILURE_CODE_NOT_FOUND
 	case errors.Is(err, ErrExists):
-		return "exists"
+		return messages.FailureCode_FAILURE_CODE_EXISTS
 	case errors.Is(err, ErrNoTests), errors.Is(err, ErrNoLanguage), errors.Is(err, ErrNoSuchImage):
-		return "bad_source"
+		return messages.FailureCode_FAILURE_CODE_BAD_SOURCE
 	case errors.Is(err, ErrInstall), errors.Is(err, ErrSuite), errors.Is(err, ErrNoPassingRun), errors.Is(err, ErrCollection), errors.Is(err, ErrTooFewTests):
-		return "rejected"
+		return messages.FailureCode_FAILURE_CODE_REJECTED
 	case errors.Is(err, sandbox.ErrContainerdNotRunning):
-		return "containerd"
+		return messages.FailureCode_FAILURE_CODE_CONTAINERD
 	}
-	return "error"
+	return messages.FailureCode_FAILURE_CODE_ERROR
 }

@@ -89,15 +89,14 @@ type synthAnswer struct {
 	err       error
 }
 
-func failure(err error) *messages.Failure {
-	code := "error"
+func code(err error) messages.FailureCode {
 	switch {
 	case errors.Is(err, ErrBadRequest):
-		code = "bad_request"
+		return messages.FailureCode_FAILURE_CODE_BAD_REQUEST
 	case errors.Is(err, persistence.ErrNotFound):
-		code = "not_found"
+		return messages.FailureCode_FAILURE_CODE_NOT_FOUND
 	}
-	return &messages.Failure{Code: code, Message: err.Error()}
+	return messages.FailureCode_FAILURE_CODE_ERROR
 }
 
 // nameOf is the estimator a request's run names.
@@ -188,7 +187,7 @@ func (a *frontierActor) Receive(ctx actor.Context) {
 				return
 			}
 		}
-		ctx.Respond(failure(err))
+		ctx.Respond(messages.Fail(code(err), err))
 	case *messages.OutcomesReport:
 		name, est, err := a.forRun(m.GetRun())
 		if err == nil {
@@ -200,11 +199,11 @@ func (a *frontierActor) Receive(ctx actor.Context) {
 				return
 			}
 		}
-		ctx.Respond(failure(err))
+		ctx.Respond(messages.Fail(code(err), err))
 	case *messages.FrontierStateRequest:
 		est, err := a.forState(m)
 		if err != nil {
-			ctx.Respond(failure(err))
+			ctx.Respond(messages.Fail(code(err), err))
 			return
 		}
 		ctx.Respond(est.Snapshot(a.environmentNames()))
@@ -315,7 +314,7 @@ func requestProps(synth *actor.PID, estimator, id string, req *messages.Synthesi
 		case *messages.SynthesizeResult:
 			answer(m.GetTaskIds(), nil)
 		case *messages.Failure:
-			answer(nil, fmt.Errorf("synthesizer: %s: %s", m.GetCode(), m.GetMessage()))
+			answer(nil, fmt.Errorf("synthesizer: %s: %s", m.GetCode().Short(), m.GetMessage()))
 		case *actor.Terminated:
 			answer(nil, fmt.Errorf("synthesizer %s stopped (%v)", synth, m.GetWhy()))
 		case *actor.ReceiveTimeout:

@@ -2,6 +2,7 @@ package frontier
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -67,8 +68,8 @@ func TestActorRestartKeepsState(t *testing.T) {
 			t.Fatalf("ack %v, want 12 recorded", ack)
 		}
 	}
-	if f, ok := ask(t, sys, pid, &messages.BatchRequest{Tasks: 0}).(*messages.Failure); !ok || f.GetCode() != "bad_request" {
-		t.Errorf("empty batch request answered %v", f)
+	if r := ask(t, sys, pid, &messages.BatchRequest{Tasks: 0}); !messages.IsFailure(r, messages.FailureCode_FAILURE_CODE_BAD_REQUEST) {
+		t.Errorf("empty batch request answered %v", r)
 	}
 	before := ask(t, sys, pid, &messages.FrontierStateRequest{}).(*messages.FrontierStateReply)
 	if before.GetState().GetCounters()[CountUnknownTask] != 3 || before.GetState().GetReports() != 3 {
@@ -103,7 +104,7 @@ func TestActorSynthesizerCannotDeliver(t *testing.T) {
 			return sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
 				if _, ok := ctx.Message().(*messages.SynthesizeRequest); ok {
 					ctx.Respond(&messages.SynthesizeProgress{Stage: "screening"})
-					ctx.Respond(&messages.Failure{Code: "containerd", Message: "containerd is not running"})
+					ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_CONTAINERD, errors.New("containerd is not running")))
 				}
 			}))
 		}, "containerd is not running"},
@@ -233,11 +234,11 @@ func TestEachRunHasItsOwnEstimator(t *testing.T) {
 	if l := state(&messages.FrontierStateRequest{Latest: true}); l.GetEstimator() != "run-a" {
 		t.Errorf("latest estimator %s after run-a played again, want run-a", l.GetEstimator())
 	}
-	if f, ok := ask(t, sys, pid, &messages.FrontierStateRequest{Run: "run-typo"}).(*messages.Failure); !ok || f.GetCode() != "not_found" {
-		t.Errorf("the state of a run that never asked for a batch: %v", f)
+	if r := ask(t, sys, pid, &messages.FrontierStateRequest{Run: "run-typo"}); !messages.IsFailure(r, messages.FailureCode_FAILURE_CODE_NOT_FOUND) {
+		t.Errorf("the state of a run that never asked for a batch: %v", r)
 	}
-	if f, ok := ask(t, sys, pid, &messages.BatchRequest{Tasks: 1, Run: "bad\x00run"}).(*messages.Failure); !ok || f.GetCode() != "bad_request" {
-		t.Errorf("a run with a NUL byte answered %v", f)
+	if r := ask(t, sys, pid, &messages.BatchRequest{Tasks: 1, Run: "bad\x00run"}); !messages.IsFailure(r, messages.FailureCode_FAILURE_CODE_BAD_REQUEST) {
+		t.Errorf("a run with a NUL byte answered %v", r)
 	}
 	before := []*messages.FrontierStateReply{state(&messages.FrontierStateRequest{Run: "run-a"}), state(&messages.FrontierStateRequest{Run: "run-b"})}
 	if err := sys.Root.PoisonFuture(pid).Wait(); err != nil {

@@ -11,8 +11,9 @@
 // The answer is a stream of JSON lines, one per message the actor sends
 // back: {"type": "frognano.messages.v1.EnvProgress", "message": {...}}
 // for progress (a type whose name ends in "Progress"), then the final one
-// (the reply, or a frognano.messages.v1.Failure), or {"error": "..."} when
-// none came within the timeout.
+// (the reply, or a frognano.messages.v1.Failure, its code by name:
+// {"code": "FAILURE_CODE_NOT_FOUND", "message": "..."}), or {"error": "..."}
+// when none came within the timeout.
 package gateway
 
 import (
@@ -187,12 +188,15 @@ func httpError(w http.ResponseWriter, code int, err error) {
 }
 
 // FailureError is the Failure an actor answered with.
-type FailureError struct{ Code, Message string }
+type FailureError struct {
+	Code    messages.FailureCode
+	Message string
+}
 
 func (e *FailureError) Error() string { return e.Message }
 
 // HasCode says whether err is an actor's Failure with this code.
-func HasCode(err error, code string) bool {
+func HasCode(err error, code messages.FailureCode) bool {
 	var f *FailureError
 	return errors.As(err, &f) && f.Code == code
 }

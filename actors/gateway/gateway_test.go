@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -29,7 +30,7 @@ func stager() *actor.Props {
 			c.Send(c.Sender(), &messages.EnvProgress{Stage: "two"})
 			c.Respond(&messages.EnvAddReply{Environment: &messages.Environment{Name: m.GetSource()}})
 		case *messages.EnvGetRequest:
-			c.Respond(&messages.Failure{Code: "not_found", Message: "no environment " + m.GetName()})
+			c.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_NOT_FOUND, errors.New("no environment "+m.GetName())))
 		}
 	})
 }
@@ -64,7 +65,7 @@ func TestGatewayCarriesProgressRepliesAndFailures(t *testing.T) {
 	if err != nil || res.(*messages.EnvAddReply).GetEnvironment().GetName() != "six" || strings.Join(stages, ",") != "one,two" {
 		t.Fatalf("add: %v, %v, stages %v", res, err, stages)
 	}
-	if _, err := c.Ask(ctx, "stager", &messages.EnvGetRequest{Name: "x"}, time.Minute, nil); !HasCode(err, "not_found") || err.Error() != "no environment x" {
+	if _, err := c.Ask(ctx, "stager", &messages.EnvGetRequest{Name: "x"}, time.Minute, nil); !HasCode(err, messages.FailureCode_FAILURE_CODE_NOT_FOUND) || err.Error() != "no environment x" {
 		t.Fatalf("a Failure: %v", err)
 	}
 	if res, err := c.Ask(ctx, node.ManagerName, &messages.Ping{Seq: 7}, time.Minute, nil); err != nil || res.(*messages.Pong).GetSeq() != 7 {

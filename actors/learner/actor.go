@@ -75,20 +75,16 @@ type jobDone struct {
 	status *messages.LearnerStatus
 }
 
-func failure(code string, err error) *messages.Failure {
-	return &messages.Failure{Code: code, Message: err.Error()}
-}
-
-func code(err error) string {
+func code(err error) messages.FailureCode {
 	switch {
 	case errors.Is(err, ErrBadBatch):
-		return "bad_request"
+		return messages.FailureCode_FAILURE_CODE_BAD_REQUEST
 	case errors.Is(err, ErrModelMismatch):
-		return "model_mismatch"
+		return messages.FailureCode_FAILURE_CODE_MODEL_MISMATCH
 	case errors.Is(err, ErrCorrupt), errors.Is(err, persistence.ErrCorrupt):
-		return "corrupt"
+		return messages.FailureCode_FAILURE_CODE_CORRUPT
 	}
-	return "error"
+	return messages.FailureCode_FAILURE_CODE_ERROR
 }
 
 func (a *learnerActor) Receive(ctx actor.Context) {
@@ -117,7 +113,7 @@ func (a *learnerActor) Receive(ctx actor.Context) {
 		}
 	case *messages.LearnerStatusRequest:
 		if a.err != nil {
-			ctx.Respond(failure("unavailable", a.err))
+			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_UNAVAILABLE, a.err))
 			return
 		}
 		st := proto.Clone(a.status).(*messages.LearnerStatus)
@@ -151,14 +147,14 @@ func (a *learnerActor) start(ctx actor.Context) {
 
 func (a *learnerActor) enqueue(ctx actor.Context, j job) {
 	if a.err != nil {
-		ctx.Respond(failure("unavailable", a.err))
+		ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_UNAVAILABLE, a.err))
 		return
 	}
 	select {
 	case a.jobs <- j:
 		a.queued++
 	default:
-		ctx.Respond(&messages.Failure{Code: "busy", Message: "learner: too many batches queued"})
+		ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_BUSY, errors.New("learner: too many batches queued")))
 	}
 }
 
@@ -181,7 +177,7 @@ func (a *learnerActor) run(j job) *jobDone {
 			nll, n, err = l.SFTEvaluate(seqs)
 		}
 		if err != nil {
-			done.reply = failure(code(err), err)
+			done.reply = messages.Fail(code(err), err)
 		} else {
 			done.reply = &messages.LearnerSFTLoss{BatchId: j.eval.GetBatchId(), Nll: nll, PolicyTokens: int64(n),
 				PolicyVersion: l.PolicyVersion(), Seconds: time.Since(start).Seconds()}
@@ -190,7 +186,7 @@ func (a *learnerActor) run(j job) *jobDone {
 		return done
 	case j.batch == nil:
 		if err := l.Checkpoint(bctx); err != nil {
-			done.reply = failure(code(err), err)
+			done.reply = messages.Fail(code(err), err)
 		} else {
 			done.reply = &messages.LearnerCheckpointed{RunId: TrainRunID(l.RunID()), Step: l.Step(), PolicyVersion: l.PolicyVersion()}
 		}
@@ -204,7 +200,7 @@ func (a *learnerActor) run(j job) *jobDone {
 	}
 	if err != nil {
 		a.log.Warn("learner: step failed", "batch", j.batch.GetBatchId(), "err", err)
-		done.reply = failure(code(err), err)
+		done.reply = messages.Fail(code(err), err)
 	} else {
 		done.reply = res.Proto(j.batch.GetBatchId())
 	}
@@ -222,7 +218,7 @@ func (a *learnerActor) runSFT(j job, done *jobDone) *jobDone {
 	}
 	if err != nil {
 		a.log.Warn("learner: SFT step failed", "batch", j.sft.GetBatchId(), "err", err)
-		done.reply = failure(code(err), err)
+		done.reply = messages.Fail(code(err), err)
 	} else {
 		done.reply = res.Proto(j.sft.GetBatchId())
 	}

@@ -111,14 +111,14 @@ func TestActor(t *testing.T) {
 	}
 	published(st)
 	res, _ = sys.Root.RequestFuture(pid, &messages.LearnerSFTBatch{BatchId: "s2", Trajectories: demoTrajs}, 10*time.Second).Result()
-	if f, ok := res.(*messages.Failure); !ok || f.Code != "bad_request" {
+	if !messages.IsFailure(res, messages.FailureCode_FAILURE_CODE_BAD_REQUEST) {
 		t.Fatalf("SFT batch without a learning rate: reply %v", res)
 	}
 
 	bad := toProto(batch(t, base, 2))
 	bad[0].Trajectories[0].PolicyMask = bad[0].Trajectories[0].PolicyMask[:1]
 	res, _ = sys.Root.RequestFuture(pid, &messages.LearnerTrainBatch{BatchId: "bad", Groups: bad}, 10*time.Second).Result()
-	if f, ok := res.(*messages.Failure); !ok || f.Code != "bad_request" {
+	if !messages.IsFailure(res, messages.FailureCode_FAILURE_CODE_BAD_REQUEST) {
 		t.Fatalf("bad batch: reply %v", res)
 	}
 	res, _ = sys.Root.RequestFuture(pid, &messages.LearnerStatusRequest{}, 5*time.Second).Result()

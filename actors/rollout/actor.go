@@ -26,7 +26,7 @@ type ActorConfig struct {
 	// Runner runs episodes. When it is nil the actor makes its own on the
 	// first rollout request, from Policy and Sandboxes; with no Policy
 	// either (a node without a policy), rollout requests fail with code
-	// "no_policy" (trajectories are still served).
+	// FAILURE_CODE_NO_POLICY (trajectories are still served).
 	Runner *Runner
 	// Policy returns the policy and its tokenizer (loading a model may
 	// take a while: it is called off the actor's goroutine, once it
@@ -94,22 +94,18 @@ type groupDone struct {
 	reply any
 }
 
-func failure(code string, err error) *messages.Failure {
-	return &messages.Failure{Code: code, Message: err.Error()}
-}
-
-func code(err error) string {
+func code(err error) messages.FailureCode {
 	switch {
 	case errors.Is(err, persistence.ErrNotFound):
-		return "not_found"
+		return messages.FailureCode_FAILURE_CODE_NOT_FOUND
 	case errors.Is(err, ErrImageGone):
-		return "image_gone"
+		return messages.FailureCode_FAILURE_CODE_IMAGE_GONE
 	case errors.Is(err, ErrNoEnvironment):
-		return "no_environment"
+		return messages.FailureCode_FAILURE_CODE_NO_ENVIRONMENT
 	case errors.Is(err, persistence.ErrInvalid):
-		return "bad_request"
+		return messages.FailureCode_FAILURE_CODE_BAD_REQUEST
 	}
-	return "error"
+	return messages.FailureCode_FAILURE_CODE_ERROR
 }
 
 func (a *rolloutActor) Receive(ctx actor.Context) {
@@ -124,12 +120,12 @@ func (a *rolloutActor) Receive(ctx actor.Context) {
 		ctx.Send(m.to, m.reply)
 	case *messages.TrajectoryGetRequest:
 		if a.cfg.Trajectories == nil {
-			ctx.Respond(failure("no_store", errors.New("this node keeps no trajectories")))
+			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_NO_STORE, errors.New("this node keeps no trajectories")))
 			return
 		}
 		t, err := a.cfg.Trajectories.Get(context.Background(), m.Id)
 		if err != nil {
-			ctx.Respond(failure(code(err), err))
+			ctx.Respond(messages.Fail(code(err), err))
 			return
 		}
 		ctx.Respond(&messages.TrajectoryGetReply{Trajectory: t})
@@ -137,11 +133,11 @@ func (a *rolloutActor) Receive(ctx actor.Context) {
 		ctx.Respond(a.list(m))
 	case *messages.TrajectoryAppendRequest:
 		if a.cfg.Trajectories == nil {
-			ctx.Respond(failure("no_store", errors.New("this node keeps no trajectories")))
+			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_NO_STORE, errors.New("this node keeps no trajectories")))
 			return
 		}
 		if err := a.cfg.Trajectories.Append(context.Background(), m.Trajectory); err != nil {
-			ctx.Respond(failure(code(err), err))
+			ctx.Respond(messages.Fail(code(err), err))
 			return
 		}
 		ctx.Respond(&messages.TrajectoryAppended{Id: m.Trajectory.GetId()})
@@ -178,10 +174,10 @@ func (s *ActorStore) ask(msg any) (any, error) {
 	}
 	if f, ok := res.(*messages.Failure); ok {
 		err := errors.New(f.Message)
-		switch f.Code {
-		case "not_found":
+		switch f.GetCode() {
+		case messages.FailureCode_FAILURE_CODE_NOT_FOUND:
 			err = fmt.Errorf("%s: %w", f.Message, persistence.ErrNotFound)
-		case "bad_request":
+		case messages.FailureCode_FAILURE_CODE_BAD_REQUEST:
 			err = fmt.Errorf("%s: %w", f.Message, persistence.ErrInvalid)
 		}
 		return nil, err
@@ -229,7 +225,7 @@ func (s *ActorStore) list(req *messages.TrajectoryListRequest) ([]*messages.Traj
 
 func (a *rolloutActor) list(m *messages.TrajectoryListRequest) any {
 	if a.cfg.Trajectories == nil {
-		return failure("no_store", errors.New("this node keeps no trajectories"))
+		return messages.Fail(messages.FailureCode_FAILURE_CODE_NO_STORE, errors.New("this node keeps no trajectories"))
 	}
 	var (
 		ts  []*messages.Trajectory
@@ -241,10 +237,10 @@ func (a *rolloutActor) list(m *messages.TrajectoryListRequest) any {
 	case m.TaskId != "" && m.RunId == "":
 		ts, err = a.cfg.Trajectories.ListByTask(context.Background(), m.TaskId)
 	default:
-		return failure("bad_request", errors.New("list trajectories by run id or by task id (one of the two)"))
+		return messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("list trajectories by run id or by task id (one of the two)"))
 	}
 	if err != nil {
-		return failure(code(err), err)
+		return messages.Fail(code(err), err)
 	}
 	out := &messages.TrajectoryList{}
 	for _, t := range ts {
@@ -294,12 +290,12 @@ func RequestFromProto(m *messages.RolloutGroupRequest) (Request, error) {
 // and the actor keeps serving meanwhile.
 func (a *rolloutActor) rollout(ctx actor.Context, m *messages.RolloutGroupRequest) {
 	if a.cfg.Runner == nil && a.cfg.Policy == nil {
-		ctx.Respond(failure("no_policy", errors.New("this node's rollout actor has no policy to run episodes with")))
+		ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_NO_POLICY, errors.New("this node's rollout actor has no policy to run episodes with")))
 		return
 	}
 	req, err := RequestFromProto(m)
 	if err != nil {
-		ctx.Respond(failure("bad_request", err))
+		ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, err))
 		return
 	}
 	requester, self, system := ctx.Sender(), ctx.Self(), ctx.ActorSystem()
@@ -307,9 +303,9 @@ func (a *rolloutActor) rollout(ctx actor.Context, m *messages.RolloutGroupReques
 		var reply any
 		runner, err := a.getRunner(a.ctx)
 		if err != nil {
-			reply = failure("no_policy", err)
+			reply = messages.Fail(messages.FailureCode_FAILURE_CODE_NO_POLICY, err)
 		} else if res, err := runner.Run(a.ctx, req, nil); err != nil {
-			reply = failure(code(err), err)
+			reply = messages.Fail(code(err), err)
 		} else {
 			reply = res.Proto()
 		}

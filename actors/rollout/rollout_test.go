@@ -334,7 +334,7 @@ func TestActor(t *testing.T) {
 	bare := system.Root.Spawn(Props(ActorConfig{Trajectories: store}))
 	defer system.Root.Stop(bare)
 	res, err = system.Root.RequestFuture(bare, &messages.RolloutRequest{Task: task, GroupSize: 1, RunId: "x"}, time.Minute).Result()
-	if f, ok := res.(*messages.Failure); err != nil || !ok || f.Code != "no_policy" {
+	if err != nil || !messages.IsFailure(res, messages.FailureCode_FAILURE_CODE_NO_POLICY) {
 		t.Fatalf("%v %v", res, err)
 	}
 	// A policy that cannot be loaded fails the request with its reason.
@@ -344,7 +344,7 @@ func TestActor(t *testing.T) {
 		}}))
 	defer system.Root.Stop(broken)
 	res, err = system.Root.RequestFuture(broken, &messages.RolloutRequest{Task: task, GroupSize: 1, RunId: "x"}, time.Minute).Result()
-	if f, ok := res.(*messages.Failure); err != nil || !ok || f.Code != "no_policy" || !strings.Contains(f.Message, "no model smollm2-135m") {
+	if f, ok := res.(*messages.Failure); err != nil || !ok || f.GetCode() != messages.FailureCode_FAILURE_CODE_NO_POLICY || !strings.Contains(f.Message, "no model smollm2-135m") {
 		t.Fatalf("%v %v", res, err)
 	}
 }

@@ -38,10 +38,13 @@ var _ harness.Sandbox = (*WorkerSandbox)(nil)
 var ErrWorker = errors.New("sandbox worker failed")
 
 // workerFailure is a Failure the worker answered that is not the tool's.
-type workerFailure struct{ code, message string }
+type workerFailure struct {
+	code    messages.FailureCode
+	message string
+}
 
 func (f *workerFailure) Error() string {
-	return fmt.Sprintf("%v: %s: %s", ErrWorker, f.code, f.message)
+	return fmt.Sprintf("%v: %s: %s", ErrWorker, f.code.Short(), f.message)
 }
 func (f *workerFailure) Unwrap() error { return ErrWorker }
 
@@ -84,13 +87,13 @@ func (w *WorkerSandbox) ask(ctx context.Context, msg any, timeout time.Duration,
 		return nil, fmt.Errorf("%w: %s: %w", ErrWorker, w.PID, err)
 	}
 	if f, ok := res.(*messages.Failure); ok {
-		switch f.Code {
-		case "file_error":
+		switch f.GetCode() {
+		case messages.FailureCode_FAILURE_CODE_FILE_ERROR:
 			return nil, &fs.PathError{Op: op, Path: path, Err: errors.New(f.Message)}
-		case "sandbox_broken":
+		case messages.FailureCode_FAILURE_CODE_SANDBOX_BROKEN:
 			return nil, fmt.Errorf("%w: %s", sandbox.ErrSandboxDead, f.Message)
 		}
-		return nil, &workerFailure{code: f.Code, message: f.Message}
+		return nil, &workerFailure{code: f.GetCode(), message: f.GetMessage()}
 	}
 	return res, nil
 }

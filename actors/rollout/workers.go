@@ -131,7 +131,7 @@ func (c *ClusterWorkers) Spawn(ctx context.Context) (*actor.PID, error) {
 			case *messages.SpawnReply:
 				return actor.NewPID(r.Address, r.Id), nil
 			case *messages.Failure:
-				err = fmt.Errorf("%s: %s", r.Code, r.Message)
+				err = fmt.Errorf("%s: %s", r.GetCode().Short(), r.GetMessage())
 			default:
 				err = fmt.Errorf("answered %T", res)
 			}
@@ -225,9 +225,9 @@ func (ws *workerWorkspace) setup(ctx context.Context, task *messages.Task) error
 		var f *workerFailure
 		if errors.As(err, &f) {
 			switch f.code {
-			case "no_environment":
+			case messages.FailureCode_FAILURE_CODE_NO_ENVIRONMENT:
 				return fmt.Errorf("%w: %q on %s (register it with frognano env add): %s", ErrNoEnvironment, task.GetEnvironment(), ws.PID.Address, f.message)
-			case "image_gone":
+			case messages.FailureCode_FAILURE_CODE_IMAGE_GONE:
 				return fmt.Errorf("%w: %s (rebuild the environment %q with frognano env add)", ErrImageGone, f.message, task.GetEnvironment())
 			}
 		}

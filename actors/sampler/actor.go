@@ -59,19 +59,18 @@ type generateDone struct{ key string }
 
 func pidKey(address, id string) string { return address + "/" + id }
 
-func failure(err error) *messages.Failure {
-	code := "error"
+func code(err error) messages.FailureCode {
 	switch {
 	case errors.Is(err, ErrBadRequest), errors.Is(err, ErrPromptTooLong):
-		code = "bad_request"
+		return messages.FailureCode_FAILURE_CODE_BAD_REQUEST
 	case errors.Is(err, ErrStaleVersion):
-		code = "stale_version"
+		return messages.FailureCode_FAILURE_CODE_STALE_VERSION
 	case errors.Is(err, ErrClosed):
-		code = "closed"
+		return messages.FailureCode_FAILURE_CODE_CLOSED
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		code = "cancelled"
+		return messages.FailureCode_FAILURE_CODE_CANCELLED
 	}
-	return &messages.Failure{Code: code, Message: err.Error()}
+	return messages.FailureCode_FAILURE_CODE_ERROR
 }
 
 func (a *samplerActor) Receive(ctx actor.Context) {
@@ -116,7 +115,7 @@ func (a *samplerActor) generate(ctx actor.Context, m *messages.GenerateRequest) 
 			}
 		}
 		if err != nil {
-			reply = failure(err)
+			reply = messages.Fail(code(err), err)
 		}
 		root.Send(sender, reply)
 		root.Send(self, &generateDone{key: key})
@@ -142,7 +141,7 @@ func (a *samplerActor) update(ctx actor.Context, m *messages.WeightsPublished) {
 			reply = &messages.WeightsApplied{RunId: u.RunID, Step: u.Step, PolicyVersion: e.Version()}
 		case err != nil:
 			log.Error("weight update failed", "run", u.RunID, "step", u.Step, "version", u.Version, "err", err)
-			reply = failure(err)
+			reply = messages.Fail(code(err), err)
 		}
 		if sender != nil {
 			root.Send(sender, reply)
@@ -158,7 +157,7 @@ func (a *samplerActor) status(ctx actor.Context) {
 	go func() {
 		e, err := a.cfg.Engine(a.ctx)
 		if err != nil {
-			root.Send(sender, failure(err))
+			root.Send(sender, messages.Fail(code(err), err))
 			return
 		}
 		root.Send(sender, e.Status())
@@ -266,10 +265,10 @@ func (c *Client) Generate(ctx context.Context, req policy.GenerateRequest) (poli
 			return ResultFromProto(m), nil
 		case *messages.Failure:
 			err := errors.New(m.Message)
-			switch m.Code {
-			case "bad_request":
+			switch m.GetCode() {
+			case messages.FailureCode_FAILURE_CODE_BAD_REQUEST:
 				err = fmt.Errorf("%w: %s", ErrBadRequest, m.Message)
-			case "closed":
+			case messages.FailureCode_FAILURE_CODE_CLOSED:
 				err = fmt.Errorf("%w: %s", ErrClosed, m.Message)
 			}
 			return policy.GenerateResult{}, fmt.Errorf("sampler %s: %w", c.PID, err)

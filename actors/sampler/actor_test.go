@@ -110,7 +110,7 @@ func TestActor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f, ok := res.(*messages.Failure); !ok || f.Code != "bad_request" {
+	if !messages.IsFailure(res, messages.FailureCode_FAILURE_CODE_BAD_REQUEST) {
 		t.Fatalf("WeightsPublished to an engine without a checkpoint store: %v", res)
 	}
 	res, err = system.Root.RequestFuture(pid, &messages.SamplerStatusRequest{}, 10*time.Second).Result()

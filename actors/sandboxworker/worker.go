@@ -11,7 +11,7 @@
 //
 // A tool error (a file that does not exist, a patch that does not apply) is
 // an ordinary reply with a Failure; a sandbox that broke answers Failure
-// code "sandbox_broken", which ends the episode and keeps it out of the
+// FAILURE_CODE_SANDBOX_BROKEN, which ends the episode and keeps it out of the
 // reward statistics. However the actor ends — destroyed, stopped, crashed
 // and restarted — its container is destroyed with it; and when the cluster
 // member that asked for the sandbox leaves the cluster (its process died),
@@ -61,23 +61,19 @@ type worker struct {
 	owner *ownerWatch
 }
 
-func fail(code string, err error) *messages.Failure {
-	return &messages.Failure{Code: code, Message: err.Error()}
-}
-
 // toolFailure classifies an error from a sandbox call.
 func toolFailure(err error) *messages.Failure {
 	var pathErr *fs.PathError
 	var patchErr *sandbox.PatchError
 	switch {
 	case errors.Is(err, sandbox.ErrSandboxDead):
-		return fail("sandbox_broken", err)
+		return messages.Fail(messages.FailureCode_FAILURE_CODE_SANDBOX_BROKEN, err)
 	case errors.As(err, &patchErr):
-		return fail("patch_failed", err)
+		return messages.Fail(messages.FailureCode_FAILURE_CODE_PATCH_FAILED, err)
 	case errors.As(err, &pathErr):
-		return fail("file_error", err)
+		return messages.Fail(messages.FailureCode_FAILURE_CODE_FILE_ERROR, err)
 	}
-	return fail("error", err)
+	return messages.Fail(messages.FailureCode_FAILURE_CODE_ERROR, err)
 }
 
 func (w *worker) Receive(ctx actor.Context) {
@@ -87,12 +83,12 @@ func (w *worker) Receive(ctx actor.Context) {
 		w.destroy()
 	case *messages.SandboxCreate:
 		if w.sb != nil {
-			ctx.Respond(fail("bad_request", errors.New("this worker already owns a sandbox; destroy it first")))
+			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("this worker already owns a sandbox; destroy it first")))
 			return
 		}
 		rt, err := w.cfg.Runtime(bctx)
 		if err != nil {
-			ctx.Respond(fail("containerd", err))
+			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_CONTAINERD, err))
 			return
 		}
 		image, opts := m.Image, sandbox.Options{Labels: m.Labels}
@@ -103,11 +99,11 @@ func (w *worker) Receive(ctx actor.Context) {
 				env, err = m.GetEnvironmentRecord(), nil
 			}
 			if errors.Is(err, persistence.ErrNotFound) {
-				ctx.Respond(fail("no_environment", fmt.Errorf("environment %q is not registered on this node: %w", m.Environment, err)))
+				ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_NO_ENVIRONMENT, fmt.Errorf("environment %q is not registered on this node: %w", m.Environment, err)))
 				return
 			}
 			if err != nil {
-				ctx.Respond(fail("bad_request", err))
+				ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, err))
 				return
 			}
 			if image == "" {
@@ -117,16 +113,16 @@ func (w *worker) Receive(ctx actor.Context) {
 			w.spec = environment.Spec(env)
 		}
 		if image == "" {
-			ctx.Respond(fail("bad_request", errors.New("SandboxCreate needs an image or an environment")))
+			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("SandboxCreate needs an image or an environment")))
 			return
 		}
 		if ok, err := rt.Images().Exists(bctx, image); err == nil && !ok {
-			ctx.Respond(fail("image_gone", fmt.Errorf("image %s is not in containerd namespace %s", image, rt.Namespace())))
+			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_IMAGE_GONE, fmt.Errorf("image %s is not in containerd namespace %s", image, rt.Namespace())))
 			return
 		}
 		sb, err := rt.Create(bctx, image, opts)
 		if err != nil {
-			ctx.Respond(fail("create_failed", err))
+			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_CREATE_FAILED, err))
 			return
 		}
 		w.sb = sb
@@ -157,7 +153,7 @@ func (w *worker) call(ctx context.Context, msg any) (any, bool) {
 		return nil, false
 	}
 	if w.sb == nil {
-		return fail("bad_request", errors.New("no sandbox: send SandboxCreate first")), true
+		return messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("no sandbox: send SandboxCreate first")), true
 	}
 	switch m := msg.(type) {
 	case *messages.SandboxExec:
@@ -196,7 +192,7 @@ func (w *worker) call(ctx context.Context, msg any) (any, bool) {
 		return &messages.SandboxOK{}, true
 	case *messages.SandboxRunTests:
 		if w.spec.Framework == "" {
-			return fail("bad_request", errors.New("running tests needs a sandbox created from an environment")), true
+			return messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("running tests needs a sandbox created from an environment")), true
 		}
 		spec := w.spec
 		if m.TimeoutSeconds > 0 {
@@ -211,7 +207,7 @@ func (w *worker) call(ctx context.Context, msg any) (any, bool) {
 		return w.prepare(ctx, m), true
 	case *messages.SandboxGrade:
 		if w.ws == nil {
-			return fail("bad_request", errors.New("no episode to grade: send SandboxPrepareEpisode first")), true
+			return messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("no episode to grade: send SandboxPrepareEpisode first")), true
 		}
 		g, err := w.ws.Grade(ctx)
 		if err != nil {
@@ -219,22 +215,22 @@ func (w *worker) call(ctx context.Context, msg any) (any, bool) {
 		}
 		return &messages.SandboxGraded{Report: g.Report, Resolved: g.Resolved, Reward: g.Reward, Reason: g.Reason}, true
 	}
-	return fail("error", fmt.Errorf("unhandled %T", msg)), true
+	return messages.Fail(messages.FailureCode_FAILURE_CODE_ERROR, fmt.Errorf("unhandled %T", msg)), true
 }
 
 // prepare makes the sandbox ready for an episode (harness.NewWorkspace).
 func (w *worker) prepare(ctx context.Context, m *messages.SandboxPrepareEpisode) any {
 	switch {
 	case w.ws != nil:
-		return fail("bad_request", errors.New("this sandbox is already prepared for an episode; an episode needs a fresh sandbox"))
+		return messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("this sandbox is already prepared for an episode; an episode needs a fresh sandbox"))
 	case w.spec.Framework == "":
-		return fail("bad_request", errors.New("an episode needs a sandbox created from an environment"))
+		return messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("an episode needs a sandbox created from an environment"))
 	case m.Task == nil:
-		return fail("bad_request", errors.New("SandboxPrepareEpisode has no task"))
+		return messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("SandboxPrepareEpisode has no task"))
 	case len(m.Task.GetFailToPass()) == 0:
-		return fail("bad_request", fmt.Errorf("task %s names no FAIL_TO_PASS test", m.Task.GetId()))
+		return messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, fmt.Errorf("task %s names no FAIL_TO_PASS test", m.Task.GetId()))
 	case m.TestTimeoutSeconds < 0:
-		return fail("bad_request", fmt.Errorf("test timeout %vs is negative", m.TestTimeoutSeconds))
+		return messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, fmt.Errorf("test timeout %vs is negative", m.TestTimeoutSeconds))
 	}
 	ws, err := harness.NewWorkspace(ctx, w.sb, w.spec, m.Task, harness.WorkspaceOptions{
 		TestPatch:   m.TestPatch,

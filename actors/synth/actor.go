@@ -66,10 +66,6 @@ type synthDone struct {
 	reply any
 }
 
-func failure(code string, err error) *messages.Failure {
-	return &messages.Failure{Code: code, Message: err.Error()}
-}
-
 func (a *synthActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Stopping:
@@ -85,14 +81,14 @@ func (a *synthActor) Receive(ctx actor.Context) {
 	case *messages.TaskListRequest:
 		tasks, err := a.cfg.Tasks.List(context.Background(), persistence.TaskFilter{Environment: m.Environment})
 		if err != nil {
-			ctx.Respond(failure("store", err))
+			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_STORE, err))
 			return
 		}
 		ctx.Respond(&messages.TaskList{Tasks: tasks})
 	case *messages.TaskGetRequest:
 		t, err := a.cfg.Tasks.Get(context.Background(), m.Id)
 		if err != nil {
-			ctx.Respond(failure(code(err), err))
+			ctx.Respond(messages.Fail(code(err), err))
 			return
 		}
 		ctx.Respond(&messages.TaskGetReply{Task: t})
@@ -105,7 +101,7 @@ func (a *synthActor) synthesize(ctx actor.Context, m *messages.SynthesizeRequest
 	requester, self, system := ctx.Sender(), ctx.Self(), ctx.ActorSystem()
 	env, err := a.cfg.Environments.Get(context.Background(), m.Environment)
 	if err != nil {
-		ctx.Respond(failure(code(err), err))
+		ctx.Respond(messages.Fail(code(err), err))
 		return
 	}
 	req := RequestFromProto(m)
@@ -121,7 +117,7 @@ func (a *synthActor) synthesize(ctx actor.Context, m *messages.SynthesizeRequest
 		})
 		var reply any = res.Proto()
 		if err != nil {
-			reply = failure(code(err), err)
+			reply = messages.Fail(code(err), err)
 		}
 		if requester != nil {
 			system.Root.Send(self, &synthDone{to: requester, reply: reply})
@@ -154,18 +150,18 @@ func RequestFromProto(m *messages.SynthesizeRequest) Request {
 	}
 }
 
-func code(err error) string {
+func code(err error) messages.FailureCode {
 	switch {
 	case errors.Is(err, persistence.ErrNotFound):
-		return "not_found"
+		return messages.FailureCode_FAILURE_CODE_NOT_FOUND
 	case errors.Is(err, ErrBadRequest):
-		return "bad_request"
+		return messages.FailureCode_FAILURE_CODE_BAD_REQUEST
 	case errors.Is(err, ErrNoPassingTests):
-		return "no_passing_tests"
+		return messages.FailureCode_FAILURE_CODE_NO_PASSING_TESTS
 	case errors.Is(err, ErrCoverage):
-		return "coverage"
+		return messages.FailureCode_FAILURE_CODE_COVERAGE
 	case errors.Is(err, sandbox.ErrContainerdNotRunning):
-		return "containerd"
+		return messages.FailureCode_FAILURE_CODE_CONTAINERD
 	}
-	return "error"
+	return messages.FailureCode_FAILURE_CODE_ERROR
 }

@@ -483,12 +483,12 @@ func TestActor(t *testing.T) {
 			t.Fatal(err)
 		}
 		f, ok := r.(*messages.Failure)
-		if !ok || (bad.Environment == "no-such-env") != (f.Code == "not_found") {
+		if !ok || (bad.Environment == "no-such-env") != (f.GetCode() == messages.FailureCode_FAILURE_CODE_NOT_FOUND) {
 			t.Errorf("request %v: reply %v", bad, r)
 		}
 	}
 	r, _ := system.Root.RequestFuture(pid, &messages.TaskGetRequest{Id: "missing"}, 10*time.Second).Result()
-	if f, ok := r.(*messages.Failure); !ok || f.Code != "not_found" {
+	if !messages.IsFailure(r, messages.FailureCode_FAILURE_CODE_NOT_FOUND) {
 		t.Errorf("TaskGet(missing) = %v", r)
 	}
 }

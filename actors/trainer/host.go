@@ -62,10 +62,6 @@ type host struct {
 // that the next LearnerOpen tries again.
 type openFailed struct{ pid *actor.PID }
 
-func failure(code string, err error) *messages.Failure {
-	return &messages.Failure{Code: code, Message: err.Error()}
-}
-
 func (h *host) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *messages.LearnerOpen:
@@ -81,17 +77,17 @@ func (h *host) Receive(ctx actor.Context) {
 func (h *host) openRun(ctx actor.Context, m *messages.LearnerOpen) {
 	switch {
 	case m.GetRunId() == "":
-		ctx.Respond(failure("bad_request", errors.New("learner host: LearnerOpen without a run id")))
+		ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("learner host: LearnerOpen without a run id")))
 		return
 	case !(m.GetLr() > 0):
-		ctx.Respond(failure("bad_request", fmt.Errorf("learner host: learning rate %v: want > 0", m.GetLr())))
+		ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, fmt.Errorf("learner host: learning rate %v: want > 0", m.GetLr())))
 		return
 	case m.GetCheckpointEvery() < 0 || m.GetMicroBatchTokens() < 0 || m.GetTrainLayers() < 0:
-		ctx.Respond(failure("bad_request", errors.New("learner host: negative checkpoint interval, micro-batch size or trained layers")))
+		ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("learner host: negative checkpoint interval, micro-batch size or trained layers")))
 		return
 	}
 	if h.open != nil && h.open.GetRunId() == m.GetRunId() && !proto.Equal(h.open, m) {
-		ctx.Respond(failure("conflict", fmt.Errorf("learner host: run %s is open with other settings (%v); stop the node to change them", m.GetRunId(), h.open)))
+		ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_CONFLICT, fmt.Errorf("learner host: run %s is open with other settings (%v); stop the node to change them", m.GetRunId(), h.open)))
 		return
 	}
 	if h.open == nil || h.open.GetRunId() != m.GetRunId() {
@@ -140,7 +136,7 @@ func (h *host) openRun(ctx actor.Context, m *messages.LearnerOpen) {
 			if err == nil {
 				err = fmt.Errorf("the Learner answered %T", res)
 			}
-			reply = failure("error", fmt.Errorf("learner host: run %s: %w", m.GetRunId(), err))
+			reply = messages.Fail(messages.FailureCode_FAILURE_CODE_ERROR, fmt.Errorf("learner host: run %s: %w", m.GetRunId(), err))
 			root.Send(self, &openFailed{pid: pid})
 		}
 		root.Send(sender, reply)

@@ -207,7 +207,7 @@ type envBenchNode struct{ c *client }
 func (n envBenchNode) Environment(_ context.Context, name string) (*messages.Environment, error) {
 	res, err := n.c.askActor(n.c.pid(environment.ActorName), &messages.EnvGetRequest{Name: name}, time.Minute)
 	if err != nil {
-		if gateway.HasCode(err, "not_found") {
+		if gateway.HasCode(err, messages.FailureCode_FAILURE_CODE_NOT_FOUND) {
 			return nil, nil
 		}
 		return nil, err

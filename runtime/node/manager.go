@@ -42,7 +42,7 @@ func (m *manager) Receive(ctx actor.Context) {
 		// A request no one answers would keep its asker waiting until its
 		// timeout.
 		if ctx.Sender() != nil {
-			ctx.Respond(&messages.Failure{Code: "unknown_request", Message: fmt.Sprintf("the node's manager does not answer %T", req)})
+			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_UNKNOWN_REQUEST, fmt.Errorf("the node's manager does not answer %T", req)))
 		}
 	}
 }
@@ -58,7 +58,7 @@ func (m *manager) spawn(ctx actor.Context, req *messages.SpawnRequest) {
 		m.spawned++
 	}
 	if member == "" || !m.n.offers(member, req.Kind) {
-		ctx.Respond(&messages.Failure{Code: "unknown_kind", Message: m.n.unknownKind(req.Kind, req.Member).Error()})
+		ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_UNKNOWN_KIND, m.n.unknownKind(req.Kind, req.Member)))
 		return
 	}
 	sender := ctx.Sender()
@@ -71,7 +71,7 @@ func (m *manager) spawn(ctx actor.Context, req *messages.SpawnRequest) {
 			if err == nil {
 				err = fmt.Errorf("member %s refused to spawn kind %q", member, req.Kind)
 			}
-			reply = &messages.Failure{Code: "spawn_failed", Message: err.Error()}
+			reply = messages.Fail(messages.FailureCode_FAILURE_CODE_SPAWN_FAILED, err)
 		}
 		ctx.Send(sender, reply)
 	})

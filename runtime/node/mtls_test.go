@@ -358,7 +358,7 @@ func TestNodeOfAnotherCACannotSpawn(t *testing.T) {
 			x := startWith(t, cfg, Options{Version: "test", Logger: quiet})
 			waitMembers(t, 2, x)
 			res := ask(t, x, &messages.SpawnRequest{Kind: canaryKind, Member: a.Address()})
-			if f, ok := res.(*messages.Failure); !ok || f.Code != "spawn_failed" {
+			if !messages.IsFailure(res, messages.FailureCode_FAILURE_CODE_SPAWN_FAILED) {
 				t.Fatalf("spawn on the TLS node from a node with %s answered %v", tc.name, res)
 			}
 		})

@@ -80,7 +80,7 @@ type Handler struct {
 // SpawnRequest; lifecycle messages reach no handler) and reports whether
 // it took it. It runs in the manager's Receive, so a request that takes
 // long is answered by a child it spawns (ctx.Spawn). A request no handler
-// takes is answered with the Failure "unknown_request".
+// takes is answered with a Failure FAILURE_CODE_UNKNOWN_REQUEST.
 type ManagerHandler func(n *Node, ctx actor.Context) bool
 
 // NamedActor is a long-lived actor of the node.

@@ -132,7 +132,7 @@ func TestUnknownKindIsAClearError(t *testing.T) {
 	n := startNode(t, testConfig(t))
 	res := ask(t, n, &messages.SpawnRequest{Kind: "no-such-kind"})
 	f, ok := res.(*messages.Failure)
-	if !ok || f.Code != "unknown_kind" || !strings.Contains(f.Message, `"no-such-kind"`) || !strings.Contains(f.Message, echoKind) {
+	if !ok || f.GetCode() != messages.FailureCode_FAILURE_CODE_UNKNOWN_KIND || !strings.Contains(f.Message, `"no-such-kind"`) || !strings.Contains(f.Message, echoKind) {
 		t.Fatalf("spawn of an unknown kind answered %v", res)
 	}
 	res = ask(t, n, &messages.SpawnRequest{Kind: echoKind})
@@ -156,7 +156,7 @@ func waitMembers(t testing.TB, want int, nodes ...*Node) {
 
 // TestManagerHandsOtherRequestsOn: the manager asks Options.Manager, in
 // order, about what it does not answer itself (actors/diag answers
-// DigestBatchRequest so); what none takes is answered "unknown_request",
+// DigestBatchRequest so); what none takes is answered UNKNOWN_REQUEST,
 // not left to the asker's timeout.
 func TestManagerHandsOtherRequestsOn(t *testing.T) {
 	var asked []string
@@ -189,7 +189,7 @@ func TestManagerHandsOtherRequestsOn(t *testing.T) {
 		t.Errorf("Ping: handlers asked %v, want none (the manager answers it)", asked)
 	}
 	res := ask(t, n, &messages.DigestJob{Id: "x"})
-	if f, ok := res.(*messages.Failure); !ok || f.Code != "unknown_request" || !strings.Contains(f.Message, "DigestJob") {
+	if f, ok := res.(*messages.Failure); !ok || f.GetCode() != messages.FailureCode_FAILURE_CODE_UNKNOWN_REQUEST || !strings.Contains(f.Message, "DigestJob") {
 		t.Fatalf("a request no handler takes answered %v", res)
 	}
 }

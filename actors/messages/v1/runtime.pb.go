@@ -23,6 +23,139 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// FailureCode says what kind of failure a Failure reports, so that a
+// requester can act on it (retry, report, give up) without reading the
+// message. FailureCode.Short (failure.go) is the name used in logs.
+type FailureCode int32
+
+const (
+	FailureCode_FAILURE_CODE_UNSPECIFIED      FailureCode = 0
+	FailureCode_FAILURE_CODE_ERROR            FailureCode = 1  // none of the others: an unexpected error
+	FailureCode_FAILURE_CODE_BAD_REQUEST      FailureCode = 2  // the request is malformed or not allowed as it stands
+	FailureCode_FAILURE_CODE_NOT_FOUND        FailureCode = 3  // what it names does not exist
+	FailureCode_FAILURE_CODE_CONFLICT         FailureCode = 4  // it contradicts what is already in place
+	FailureCode_FAILURE_CODE_EXISTS           FailureCode = 5  // what it would create is already there
+	FailureCode_FAILURE_CODE_BUSY             FailureCode = 6  // too much queued: try again later
+	FailureCode_FAILURE_CODE_UNAVAILABLE      FailureCode = 7  // the actor could not open (its error follows)
+	FailureCode_FAILURE_CODE_CLOSED           FailureCode = 8  // the actor is shutting down
+	FailureCode_FAILURE_CODE_CANCELLED        FailureCode = 9  // the request was cancelled or timed out
+	FailureCode_FAILURE_CODE_STORE            FailureCode = 10 // the node's store failed
+	FailureCode_FAILURE_CODE_NO_STORE         FailureCode = 11 // this node keeps no such records
+	FailureCode_FAILURE_CODE_CONTAINERD       FailureCode = 12 // containerd is unreachable or failed
+	FailureCode_FAILURE_CODE_UNKNOWN_REQUEST  FailureCode = 13 // the actor does not answer this message
+	FailureCode_FAILURE_CODE_UNKNOWN_KIND     FailureCode = 14 // no actor kind of that name here
+	FailureCode_FAILURE_CODE_SPAWN_FAILED     FailureCode = 15 // spawning the actor failed
+	FailureCode_FAILURE_CODE_BAD_SOURCE       FailureCode = 16 // an environment's source is unusable
+	FailureCode_FAILURE_CODE_REJECTED         FailureCode = 17 // an environment failed its checks
+	FailureCode_FAILURE_CODE_NO_ENVIRONMENT   FailureCode = 18 // the environment is not registered on this node
+	FailureCode_FAILURE_CODE_IMAGE_GONE       FailureCode = 19 // the environment's image is gone from containerd
+	FailureCode_FAILURE_CODE_CREATE_FAILED    FailureCode = 20 // creating a sandbox failed
+	FailureCode_FAILURE_CODE_SANDBOX_BROKEN   FailureCode = 21 // the sandbox's container died
+	FailureCode_FAILURE_CODE_PATCH_FAILED     FailureCode = 22 // a patch did not apply
+	FailureCode_FAILURE_CODE_FILE_ERROR       FailureCode = 23 // a file operation in the sandbox failed
+	FailureCode_FAILURE_CODE_NO_POLICY        FailureCode = 24 // no policy to run episodes with
+	FailureCode_FAILURE_CODE_STALE_VERSION    FailureCode = 25 // weights not newer than the sampler's
+	FailureCode_FAILURE_CODE_MODEL_MISMATCH   FailureCode = 26 // a checkpoint is of another model or setting
+	FailureCode_FAILURE_CODE_CORRUPT          FailureCode = 27 // a checkpoint or record is damaged
+	FailureCode_FAILURE_CODE_NO_PASSING_TESTS FailureCode = 28 // the environment has no passing test at baseline
+	FailureCode_FAILURE_CODE_COVERAGE         FailureCode = 29 // coverage could not be measured
+)
+
+// Enum value maps for FailureCode.
+var (
+	FailureCode_name = map[int32]string{
+		0:  "FAILURE_CODE_UNSPECIFIED",
+		1:  "FAILURE_CODE_ERROR",
+		2:  "FAILURE_CODE_BAD_REQUEST",
+		3:  "FAILURE_CODE_NOT_FOUND",
+		4:  "FAILURE_CODE_CONFLICT",
+		5:  "FAILURE_CODE_EXISTS",
+		6:  "FAILURE_CODE_BUSY",
+		7:  "FAILURE_CODE_UNAVAILABLE",
+		8:  "FAILURE_CODE_CLOSED",
+		9:  "FAILURE_CODE_CANCELLED",
+		10: "FAILURE_CODE_STORE",
+		11: "FAILURE_CODE_NO_STORE",
+		12: "FAILURE_CODE_CONTAINERD",
+		13: "FAILURE_CODE_UNKNOWN_REQUEST",
+		14: "FAILURE_CODE_UNKNOWN_KIND",
+		15: "FAILURE_CODE_SPAWN_FAILED",
+		16: "FAILURE_CODE_BAD_SOURCE",
+		17: "FAILURE_CODE_REJECTED",
+		18: "FAILURE_CODE_NO_ENVIRONMENT",
+		19: "FAILURE_CODE_IMAGE_GONE",
+		20: "FAILURE_CODE_CREATE_FAILED",
+		21: "FAILURE_CODE_SANDBOX_BROKEN",
+		22: "FAILURE_CODE_PATCH_FAILED",
+		23: "FAILURE_CODE_FILE_ERROR",
+		24: "FAILURE_CODE_NO_POLICY",
+		25: "FAILURE_CODE_STALE_VERSION",
+		26: "FAILURE_CODE_MODEL_MISMATCH",
+		27: "FAILURE_CODE_CORRUPT",
+		28: "FAILURE_CODE_NO_PASSING_TESTS",
+		29: "FAILURE_CODE_COVERAGE",
+	}
+	FailureCode_value = map[string]int32{
+		"FAILURE_CODE_UNSPECIFIED":      0,
+		"FAILURE_CODE_ERROR":            1,
+		"FAILURE_CODE_BAD_REQUEST":      2,
+		"FAILURE_CODE_NOT_FOUND":        3,
+		"FAILURE_CODE_CONFLICT":         4,
+		"FAILURE_CODE_EXISTS":           5,
+		"FAILURE_CODE_BUSY":             6,
+		"FAILURE_CODE_UNAVAILABLE":      7,
+		"FAILURE_CODE_CLOSED":           8,
+		"FAILURE_CODE_CANCELLED":        9,
+		"FAILURE_CODE_STORE":            10,
+		"FAILURE_CODE_NO_STORE":         11,
+		"FAILURE_CODE_CONTAINERD":       12,
+		"FAILURE_CODE_UNKNOWN_REQUEST":  13,
+		"FAILURE_CODE_UNKNOWN_KIND":     14,
+		"FAILURE_CODE_SPAWN_FAILED":     15,
+		"FAILURE_CODE_BAD_SOURCE":       16,
+		"FAILURE_CODE_REJECTED":         17,
+		"FAILURE_CODE_NO_ENVIRONMENT":   18,
+		"FAILURE_CODE_IMAGE_GONE":       19,
+		"FAILURE_CODE_CREATE_FAILED":    20,
+		"FAILURE_CODE_SANDBOX_BROKEN":   21,
+		"FAILURE_CODE_PATCH_FAILED":     22,
+		"FAILURE_CODE_FILE_ERROR":       23,
+		"FAILURE_CODE_NO_POLICY":        24,
+		"FAILURE_CODE_STALE_VERSION":    25,
+		"FAILURE_CODE_MODEL_MISMATCH":   26,
+		"FAILURE_CODE_CORRUPT":          27,
+		"FAILURE_CODE_NO_PASSING_TESTS": 28,
+		"FAILURE_CODE_COVERAGE":         29,
+	}
+)
+
+func (x FailureCode) Enum() *FailureCode {
+	p := new(FailureCode)
+	*p = x
+	return p
+}
+
+func (x FailureCode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FailureCode) Descriptor() protoreflect.EnumDescriptor {
+	return file_runtime_proto_enumTypes[0].Descriptor()
+}
+
+func (FailureCode) Type() protoreflect.EnumType {
+	return &file_runtime_proto_enumTypes[0]
+}
+
+func (x FailureCode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FailureCode.Descriptor instead.
+func (FailureCode) EnumDescriptor() ([]byte, []int) {
+	return file_runtime_proto_rawDescGZIP(), []int{0}
+}
+
 type Ping struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
@@ -650,7 +783,7 @@ func (x *DigestResult) GetNode() string {
 // Failure is a typed error reply.
 type Failure struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Code          FailureCode            `protobuf:"varint,3,opt,name=code,proto3,enum=frognano.messages.v1.FailureCode" json:"code,omitempty"`
 	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -686,11 +819,11 @@ func (*Failure) Descriptor() ([]byte, []int) {
 	return file_runtime_proto_rawDescGZIP(), []int{9}
 }
 
-func (x *Failure) GetCode() string {
+func (x *Failure) GetCode() FailureCode {
 	if x != nil {
 		return x.Code
 	}
-	return ""
+	return FailureCode_FAILURE_CODE_UNSPECIFIED
 }
 
 func (x *Failure) GetMessage() string {
@@ -1150,10 +1283,10 @@ const file_runtime_proto_rawDesc = "" +
 	"\fDigestResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\fR\x06digest\x12\x12\n" +
-	"\x04node\x18\x03 \x01(\tR\x04node\"7\n" +
-	"\aFailure\x12\x12\n" +
-	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\":\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\"`\n" +
+	"\aFailure\x125\n" +
+	"\x04code\x18\x03 \x01(\x0e2!.frognano.messages.v1.FailureCodeR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessageJ\x04\b\x01\x10\x02\":\n" +
 	"\fSpawnRequest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
 	"\x06member\x18\x02 \x01(\tR\x06member\"6\n" +
@@ -1178,7 +1311,39 @@ const file_runtime_proto_rawDesc = "" +
 	"\aseconds\x18\x02 \x01(\x01R\aseconds\"\x10\n" +
 	"\x0eMembersRequest\"H\n" +
 	"\fMembersReply\x128\n" +
-	"\amembers\x18\x01 \x03(\v2\x1e.frognano.messages.v1.NodeInfoR\amembersB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
+	"\amembers\x18\x01 \x03(\v2\x1e.frognano.messages.v1.NodeInfoR\amembers*\xf3\x06\n" +
+	"\vFailureCode\x12\x1c\n" +
+	"\x18FAILURE_CODE_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12FAILURE_CODE_ERROR\x10\x01\x12\x1c\n" +
+	"\x18FAILURE_CODE_BAD_REQUEST\x10\x02\x12\x1a\n" +
+	"\x16FAILURE_CODE_NOT_FOUND\x10\x03\x12\x19\n" +
+	"\x15FAILURE_CODE_CONFLICT\x10\x04\x12\x17\n" +
+	"\x13FAILURE_CODE_EXISTS\x10\x05\x12\x15\n" +
+	"\x11FAILURE_CODE_BUSY\x10\x06\x12\x1c\n" +
+	"\x18FAILURE_CODE_UNAVAILABLE\x10\a\x12\x17\n" +
+	"\x13FAILURE_CODE_CLOSED\x10\b\x12\x1a\n" +
+	"\x16FAILURE_CODE_CANCELLED\x10\t\x12\x16\n" +
+	"\x12FAILURE_CODE_STORE\x10\n" +
+	"\x12\x19\n" +
+	"\x15FAILURE_CODE_NO_STORE\x10\v\x12\x1b\n" +
+	"\x17FAILURE_CODE_CONTAINERD\x10\f\x12 \n" +
+	"\x1cFAILURE_CODE_UNKNOWN_REQUEST\x10\r\x12\x1d\n" +
+	"\x19FAILURE_CODE_UNKNOWN_KIND\x10\x0e\x12\x1d\n" +
+	"\x19FAILURE_CODE_SPAWN_FAILED\x10\x0f\x12\x1b\n" +
+	"\x17FAILURE_CODE_BAD_SOURCE\x10\x10\x12\x19\n" +
+	"\x15FAILURE_CODE_REJECTED\x10\x11\x12\x1f\n" +
+	"\x1bFAILURE_CODE_NO_ENVIRONMENT\x10\x12\x12\x1b\n" +
+	"\x17FAILURE_CODE_IMAGE_GONE\x10\x13\x12\x1e\n" +
+	"\x1aFAILURE_CODE_CREATE_FAILED\x10\x14\x12\x1f\n" +
+	"\x1bFAILURE_CODE_SANDBOX_BROKEN\x10\x15\x12\x1d\n" +
+	"\x19FAILURE_CODE_PATCH_FAILED\x10\x16\x12\x1b\n" +
+	"\x17FAILURE_CODE_FILE_ERROR\x10\x17\x12\x1a\n" +
+	"\x16FAILURE_CODE_NO_POLICY\x10\x18\x12\x1e\n" +
+	"\x1aFAILURE_CODE_STALE_VERSION\x10\x19\x12\x1f\n" +
+	"\x1bFAILURE_CODE_MODEL_MISMATCH\x10\x1a\x12\x18\n" +
+	"\x14FAILURE_CODE_CORRUPT\x10\x1b\x12!\n" +
+	"\x1dFAILURE_CODE_NO_PASSING_TESTS\x10\x1c\x12\x19\n" +
+	"\x15FAILURE_CODE_COVERAGE\x10\x1dB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
 
 var (
 	file_runtime_proto_rawDescOnce sync.Once
@@ -1192,39 +1357,42 @@ func file_runtime_proto_rawDescGZIP() []byte {
 	return file_runtime_proto_rawDescData
 }
 
+var file_runtime_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_runtime_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_runtime_proto_goTypes = []any{
-	(*Ping)(nil),               // 0: frognano.messages.v1.Ping
-	(*Pong)(nil),               // 1: frognano.messages.v1.Pong
-	(*GPU)(nil),                // 2: frognano.messages.v1.GPU
-	(*Capabilities)(nil),       // 3: frognano.messages.v1.Capabilities
-	(*NodeInfoRequest)(nil),    // 4: frognano.messages.v1.NodeInfoRequest
-	(*NodeInfo)(nil),           // 5: frognano.messages.v1.NodeInfo
-	(*Load)(nil),               // 6: frognano.messages.v1.Load
-	(*DigestJob)(nil),          // 7: frognano.messages.v1.DigestJob
-	(*DigestResult)(nil),       // 8: frognano.messages.v1.DigestResult
-	(*Failure)(nil),            // 9: frognano.messages.v1.Failure
-	(*SpawnRequest)(nil),       // 10: frognano.messages.v1.SpawnRequest
-	(*SpawnReply)(nil),         // 11: frognano.messages.v1.SpawnReply
-	(*DigestBatchRequest)(nil), // 12: frognano.messages.v1.DigestBatchRequest
-	(*DigestOutcome)(nil),      // 13: frognano.messages.v1.DigestOutcome
-	(*DigestBatchReport)(nil),  // 14: frognano.messages.v1.DigestBatchReport
-	(*MembersRequest)(nil),     // 15: frognano.messages.v1.MembersRequest
-	(*MembersReply)(nil),       // 16: frognano.messages.v1.MembersReply
-	nil,                        // 17: frognano.messages.v1.Load.KindActorsEntry
+	(FailureCode)(0),           // 0: frognano.messages.v1.FailureCode
+	(*Ping)(nil),               // 1: frognano.messages.v1.Ping
+	(*Pong)(nil),               // 2: frognano.messages.v1.Pong
+	(*GPU)(nil),                // 3: frognano.messages.v1.GPU
+	(*Capabilities)(nil),       // 4: frognano.messages.v1.Capabilities
+	(*NodeInfoRequest)(nil),    // 5: frognano.messages.v1.NodeInfoRequest
+	(*NodeInfo)(nil),           // 6: frognano.messages.v1.NodeInfo
+	(*Load)(nil),               // 7: frognano.messages.v1.Load
+	(*DigestJob)(nil),          // 8: frognano.messages.v1.DigestJob
+	(*DigestResult)(nil),       // 9: frognano.messages.v1.DigestResult
+	(*Failure)(nil),            // 10: frognano.messages.v1.Failure
+	(*SpawnRequest)(nil),       // 11: frognano.messages.v1.SpawnRequest
+	(*SpawnReply)(nil),         // 12: frognano.messages.v1.SpawnReply
+	(*DigestBatchRequest)(nil), // 13: frognano.messages.v1.DigestBatchRequest
+	(*DigestOutcome)(nil),      // 14: frognano.messages.v1.DigestOutcome
+	(*DigestBatchReport)(nil),  // 15: frognano.messages.v1.DigestBatchReport
+	(*MembersRequest)(nil),     // 16: frognano.messages.v1.MembersRequest
+	(*MembersReply)(nil),       // 17: frognano.messages.v1.MembersReply
+	nil,                        // 18: frognano.messages.v1.Load.KindActorsEntry
 }
 var file_runtime_proto_depIdxs = []int32{
-	2,  // 0: frognano.messages.v1.Capabilities.gpus:type_name -> frognano.messages.v1.GPU
-	3,  // 1: frognano.messages.v1.NodeInfo.capabilities:type_name -> frognano.messages.v1.Capabilities
-	6,  // 2: frognano.messages.v1.NodeInfo.load:type_name -> frognano.messages.v1.Load
-	17, // 3: frognano.messages.v1.Load.kind_actors:type_name -> frognano.messages.v1.Load.KindActorsEntry
-	13, // 4: frognano.messages.v1.DigestBatchReport.outcomes:type_name -> frognano.messages.v1.DigestOutcome
-	5,  // 5: frognano.messages.v1.MembersReply.members:type_name -> frognano.messages.v1.NodeInfo
-	6,  // [6:6] is the sub-list for method output_type
-	6,  // [6:6] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	3,  // 0: frognano.messages.v1.Capabilities.gpus:type_name -> frognano.messages.v1.GPU
+	4,  // 1: frognano.messages.v1.NodeInfo.capabilities:type_name -> frognano.messages.v1.Capabilities
+	7,  // 2: frognano.messages.v1.NodeInfo.load:type_name -> frognano.messages.v1.Load
+	18, // 3: frognano.messages.v1.Load.kind_actors:type_name -> frognano.messages.v1.Load.KindActorsEntry
+	0,  // 4: frognano.messages.v1.Failure.code:type_name -> frognano.messages.v1.FailureCode
+	14, // 5: frognano.messages.v1.DigestBatchReport.outcomes:type_name -> frognano.messages.v1.DigestOutcome
+	6,  // 6: frognano.messages.v1.MembersReply.members:type_name -> frognano.messages.v1.NodeInfo
+	7,  // [7:7] is the sub-list for method output_type
+	7,  // [7:7] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_runtime_proto_init() }
@@ -1238,13 +1406,14 @@ func file_runtime_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runtime_proto_rawDesc), len(file_runtime_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_runtime_proto_goTypes,
 		DependencyIndexes: file_runtime_proto_depIdxs,
+		EnumInfos:         file_runtime_proto_enumTypes,
 		MessageInfos:      file_runtime_proto_msgTypes,
 	}.Build()
 	File_runtime_proto = out.File
