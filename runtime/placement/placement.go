@@ -207,7 +207,7 @@ func (p *pool) send(ctx actor.Context, w *worker, j *job) {
 		}
 		if fail, ok := res.(*messages.Failure); ok && err == nil {
 			// The worker ran the job and refused it: another member would too.
-			p.finish(ctx, j, &Failed{ID: j.submit.ID, Err: fmt.Errorf("%s: %s", fail.Code, fail.Message), Attempts: j.attempt})
+			p.finish(ctx, j, &Failed{ID: j.submit.ID, Err: fmt.Errorf("%s: %s", fail.GetCode().Short(), fail.GetMessage()), Attempts: j.attempt})
 			return
 		}
 		if err != nil {
