@@ -13,11 +13,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/frognano/frognano/actors/environment"
 	"github.com/frognano/frognano/actors/harness"
@@ -89,10 +92,31 @@ func DefaultJob() Job {
 		MaxContext: harness.DefaultLimits.MaxContext, WallSeconds: harness.DefaultLimits.WallTime.Seconds()}
 }
 
-// IsURL says whether model names an OpenAI-compatible server.
+// IsURL says whether model names an OpenAI-compatible server (a scheme is
+// case-insensitive: "HTTP://" is a URL too, not a path).
 func IsURL(model string) bool {
-	return strings.HasPrefix(model, "http://") || strings.HasPrefix(model, "https://")
+	m := strings.ToLower(model[:min(len(model), len("https://"))])
+	return strings.HasPrefix(m, "http://") || strings.HasPrefix(m, "https://")
 }
+
+// Bounds of a job's settings: far past any evaluation worth running, short
+// of what would exhaust the node that runs it. Every episode waiting to run
+// is a goroutine, every one running a sandbox, every sequence of the
+// engine's batch a KV cache of up to the context's length, and the record
+// is rewritten as episodes end.
+const (
+	MaxK           = 1024      // -k
+	MaxParallel    = 1024      // --parallel, as for training runs
+	MaxBatch       = 256       // --batch
+	MaxTurns       = 1000      // --max-turns
+	MaxTokens      = 1 << 20   // --max-turn-tokens and --max-context
+	MaxWallSeconds = 24 * 3600 // --wall-time
+	MinWallSeconds = 1e-3
+	MaxEnvs        = 64     // --env, as for training runs
+	MaxInstances   = 100000 // --tasks
+	MaxIDBytes     = 128    // --run, as for training runs
+	maxQuotedInput = 80     // of a refused value in a message
+)
 
 // Check refuses a job whose settings are out of range, with the flag's
 // name in the message.
@@ -117,12 +141,101 @@ func (j *Job) Check() error {
 		return errors.New("--parallel and --batch must be at least 1")
 	case j.Temperature < 0 || j.TopP < 0 || j.TopP > 1 || j.TopK < 0:
 		return errors.New("--temperature and --top-k must not be negative, --top-p must be in [0, 1]")
-	case j.MaxTurns < 1 || j.MaxTurnTokens < 1 || j.MaxContext < 1 || j.WallSeconds <= 0:
+	case j.MaxTurns < 1 || j.MaxTurnTokens < 1 || j.MaxContext < 1 || !(j.WallSeconds > 0):
 		return errors.New("--max-turns, --max-turn-tokens, --max-context and --wall-time must be positive")
-	case strings.ContainsAny(j.ID, "\x00/") || strings.HasPrefix(j.ID, "."):
-		return fmt.Errorf("--run %q: an id must not contain a NUL or a slash, nor start with a dot", j.ID)
+	case j.K > MaxK:
+		return fmt.Errorf("-k %d: at most %d episodes per task", j.K, MaxK)
+	case j.Parallel > MaxParallel:
+		return fmt.Errorf("--parallel %d: at most %d episodes at once", j.Parallel, MaxParallel)
+	case j.Batch > MaxBatch:
+		return fmt.Errorf("--batch %d: at most %d sequences in the engine's batch", j.Batch, MaxBatch)
+	case j.MaxTurns > MaxTurns:
+		return fmt.Errorf("--max-turns %d: at most %d", j.MaxTurns, MaxTurns)
+	case j.MaxTurnTokens > MaxTokens || j.MaxContext > MaxTokens:
+		return fmt.Errorf("--max-turn-tokens %d, --max-context %d: at most %d tokens each", j.MaxTurnTokens, j.MaxContext, MaxTokens)
+	case j.WallSeconds < MinWallSeconds || j.WallSeconds > MaxWallSeconds:
+		return fmt.Errorf("--wall-time %gs: want 1ms to 24h", j.WallSeconds)
+	case len(j.Envs) > MaxEnvs:
+		return fmt.Errorf("--env: %d environments, at most %d", len(j.Envs), MaxEnvs)
+	case len(j.Instances) > MaxInstances:
+		return fmt.Errorf("--tasks: %d instances, at most %d", len(j.Instances), MaxInstances)
+	}
+	if j.ID != "" { // "": the node names it
+		if err := CheckID(j.ID); err != nil {
+			return err
+		}
+	}
+	if err := j.checkURLs(); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, e := range j.Envs {
+		if e == "" || seen[e] {
+			return fmt.Errorf("--env %q: empty or given twice", clip(e))
+		}
+		seen[e] = true
+	}
+	clear(seen)
+	for i, in := range j.Instances {
+		// As ReadInstances reads them: a client may send what no file held.
+		switch {
+		case in.InstanceID == "":
+			return fmt.Errorf("--tasks: instance %d has no instance_id", i+1)
+		case seen[in.InstanceID]:
+			return fmt.Errorf("--tasks: instance_id %q twice", clip(in.InstanceID))
+		case len(in.FailToPass) == 0:
+			return fmt.Errorf("--tasks: instance %s has no FAIL_TO_PASS tests", clip(in.InstanceID))
+		case strings.TrimSpace(in.ProblemStatement) == "":
+			return fmt.Errorf("--tasks: instance %s has no problem_statement", clip(in.InstanceID))
+		}
+		seen[in.InstanceID] = true
 	}
 	return nil
+}
+
+// CheckID refuses an evaluation id that could not name a directory under
+// the node's data directory (DATA_DIR/evals/ID), or that would print as
+// something else in a listing: at most MaxIDBytes of printable UTF-8, no
+// space, slash, backslash or NUL, not starting with a dot.
+func CheckID(id string) error {
+	bad := id == "" || len(id) > MaxIDBytes || !utf8.ValidString(id) || strings.HasPrefix(id, ".") ||
+		strings.IndexFunc(id, func(r rune) bool { return r == '/' || r == '\\' || r == ' ' || !unicode.IsPrint(r) }) >= 0
+	if bad {
+		return fmt.Errorf("--run %q: an id must not contain a NUL or a slash, nor start with a dot; it is 1 to %d bytes of printable characters without spaces or backslashes", clip(id), MaxIDBytes)
+	}
+	return nil
+}
+
+// checkURLs refuses a URL model the policy could not use as a server's
+// base URL, or that carries a credential (the key goes in APIKey, which
+// is never stored), and a URL tokenizer (it names a model in the store).
+func (j *Job) checkURLs() error {
+	if IsURL(j.Tokenizer) {
+		return errors.New("--tokenizer names a model whose tokenizer renders prompts (a model store name), not a URL")
+	}
+	if !IsURL(j.Model) {
+		return nil
+	}
+	u, err := url.Parse(j.Model)
+	switch {
+	case err != nil:
+		return errors.New("--model: not a URL (want http[s]://host[:port][/path])")
+	case u.User != nil:
+		// (Not echoed, not even redacted: a user name may be the key.)
+		return fmt.Errorf("--model %s://%s: give the server's key as OPENAI_API_KEY (api_key), not in the URL", u.Scheme, clip(u.Host))
+	case u.Host == "" || u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		// (Not echoed: a query may hold a key.)
+		return fmt.Errorf("--model %s://%s%s…: want http[s]://host[:port][/path], without a query or fragment", u.Scheme, clip(u.Host), clip(u.Path))
+	}
+	return nil
+}
+
+// clip shortens a refused value for a message.
+func clip(s string) string {
+	if len(s) <= maxQuotedInput {
+		return s
+	}
+	return s[:maxQuotedInput] + "…"
 }
 
 // checkNames refuses what a node that serves others does not open: a
@@ -277,9 +390,20 @@ func Execute(ctx context.Context, d *Deps, job Job, out io.Writer, progress Prog
 		outcomes[t.Id] = &rollout.TaskOutcome{TaskID: t.Id, Environment: t.Environment, HintLevel: int(t.GetDifficulty().GetHintLevel()), Mode: string(mode)}
 	}
 	start := time.Now()
+	// Tasks start as slots free up, not all at once: each waiting episode
+	// is a goroutine, and tasks × k of them can be millions. A few more
+	// tasks than fill Parallel keep the slots busy past a group's stragglers.
+	inFlight := make(chan struct{}, max(job.Parallel, 1)/max(job.K, 1)+2)
+launch:
 	for i, t := range tasks {
+		select {
+		case inFlight <- struct{}{}:
+		case <-ctx.Done():
+			break launch
+		}
 		wg.Add(1)
 		go func() {
+			defer func() { <-inFlight }()
 			defer wg.Done()
 			_, err := runner.Run(ctx, rollout.Request{Task: t, Group: job.K, Mode: mode, Limits: lim, Sampling: samp, Seed: job.Seed + uint64(i), RunID: job.ID},
 				func(ep *rollout.Episode) {

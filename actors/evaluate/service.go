@@ -55,11 +55,20 @@ const (
 type Service struct {
 	deps Deps
 	jobs joblog.Registry
+	// reading bounds the submitted bodies read at once: each may be
+	// MaxJobBytes, several times that once decoded.
+	reading chan struct{}
 }
+
+// maxReading is how many submissions a node reads at once (it runs one);
+// another waits readingWait for its turn, then is refused.
+const maxReading = 2
+
+var readingWait = 2 * time.Second
 
 // NewService is the evaluation service of a node; d.Node is set when the
 // node spawns the service's actor.
-func NewService(d Deps) *Service { return &Service{deps: d} }
+func NewService(d Deps) *Service { return &Service{deps: d, reading: make(chan struct{}, maxReading)} }
 
 // Actor is the service's actor, for node.Options.Actors.
 func (s *Service) Actor() node.NamedActor {
@@ -135,7 +144,7 @@ func (a *serviceActor) start(c actor.Context, job Job) *evalReply {
 		}
 	}
 	for id := range a.children {
-		return &evalReply{code: http.StatusConflict, err: fmt.Errorf("evaluation %s is running on this node, which runs one at a time: wait for it, or stop it (frognano evals stop %s)", id, id)}
+		return busy(id)
 	}
 	now := time.Now()
 	if job.ID == "" {
@@ -147,6 +156,13 @@ func (a *serviceActor) start(c actor.Context, job Job) *evalReply {
 	ctx := context.Background()
 	if _, err := a.s.store().Get(ctx, job.ID); err == nil {
 		return &evalReply{code: http.StatusConflict, err: fmt.Errorf("evaluation %s exists already: give another id (--run)", job.ID)}
+	} else if !errors.Is(err, persistence.ErrNotFound) {
+		return &evalReply{code: joblog.StatusOf(err), err: err}
+	}
+	// Its trajectories are stored under its id: a training run's would
+	// have an evaluation's mixed in.
+	if _, err := a.s.deps.Node.DB().Runs().Get(ctx, job.ID); err == nil {
+		return &evalReply{code: http.StatusConflict, err: fmt.Errorf("%s is a training run's id, which its trajectories are stored under: give the evaluation another id (--run)", job.ID)}
 	} else if !errors.Is(err, persistence.ErrNotFound) {
 		return &evalReply{code: joblog.StatusOf(err), err: err}
 	}
@@ -171,6 +187,11 @@ func (a *serviceActor) start(c actor.Context, job Job) *evalReply {
 	a.children[job.ID] = pid
 	a.s.jobs.SetActive(job.ID, true)
 	return &evalReply{id: job.ID, logOffset: logOffset}
+}
+
+// busy is the answer to a submission while evaluation id runs.
+func busy(id string) *evalReply {
+	return &evalReply{code: http.StatusConflict, err: fmt.Errorf("evaluation %s is running on this node, which runs one at a time: wait for it, or stop it (frognano evals stop %s)", id, id)}
 }
 
 // failUnfinished records failed the evaluations the store says are
@@ -253,9 +274,15 @@ func (e *evalActor) launch(c actor.Context) {
 						err = fmt.Errorf("the evaluation failed: %v (the node's log has the stack)", v)
 					}
 				}()
+				// The record holds the job (up to MaxJobBytes): it is
+				// rewritten at most once a second, not at every episode's end.
+				var saved time.Time
 				rep, err = Execute(ctx, &s.deps, job, log, func(done, total, solved int) {
 					rec.EpisodesDone, rec.EpisodesTotal, rec.Solved = int64(done), int64(total), int64(solved)
-					put()
+					if time.Since(saved) >= progressEvery || done == total {
+						put()
+						saved = time.Now()
+					}
 				})
 			}()
 		}
@@ -287,6 +314,9 @@ func (e *evalActor) launch(c actor.Context) {
 		root.Send(self, &evalEnded{})
 	}()
 }
+
+// progressEvery is how often a running evaluation's record is rewritten.
+const progressEvery = time.Second
 
 // EvalInfo is a line of GET /v1/evals.
 type EvalInfo struct {
@@ -320,7 +350,10 @@ const MaxJobBytes = 32 << 20
 //	                           until the evaluation's actor ends
 //	POST /v1/evals/{id}/stop   stop it (recorded "stopped")
 //
-// Errors are JSON {"error": "..."} with a 4xx or 5xx status.
+// Errors are JSON {"error": "..."} with a 4xx or 5xx status: 400 for a
+// job out of range (Check) or an id no evaluation can have (CheckID), 409
+// for a job while one runs (answered before its body is read), 503 with
+// Retry-After while maxReading other submissions are being read.
 func (s *Service) Handlers() []node.Handler {
 	ask := func(n *node.Node, msg any) *evalReply {
 		res, err := n.System().Root.RequestFuture(actor.NewPID(n.Address(), ServiceName), msg, 30*time.Second).Result()
@@ -339,6 +372,24 @@ func (s *Service) Handlers() []node.Handler {
 	return []node.Handler{
 		{Pattern: "POST " + EvalsPath, MaxBody: MaxJobBytes, Handler: func(n *node.Node) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				// Refused before its body is read: a job while one runs,
+				// or past the bodies this node reads at once.
+				if id, ok := s.jobs.AnyActive(); ok {
+					reply(w, busy(id))
+					return
+				}
+				wait := time.NewTimer(readingWait)
+				defer wait.Stop()
+				select {
+				case s.reading <- struct{}{}:
+					defer func() { <-s.reading }()
+				case <-r.Context().Done():
+					return
+				case <-wait.C:
+					w.Header().Set("Retry-After", "1")
+					joblog.WriteError(w, http.StatusServiceUnavailable, fmt.Errorf("the node is reading %d other submissions: retry", maxReading))
+					return
+				}
 				var job Job
 				if code, err := node.DecodeJSON(r.Body, &job); err != nil {
 					joblog.WriteError(w, code, fmt.Errorf("the body is not an evaluation job (JSON of evaluate.Job): %w", err))
@@ -365,6 +416,10 @@ func (s *Service) Handlers() []node.Handler {
 		}},
 		{Pattern: "GET " + EvalsPath + "/{id}", Handler: func(n *node.Node) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if err := CheckID(r.PathValue("id")); err != nil {
+					joblog.WriteError(w, http.StatusBadRequest, err)
+					return
+				}
 				e, err := n.DB().Evaluations().Get(r.Context(), r.PathValue("id"))
 				if err != nil {
 					joblog.WriteError(w, joblog.StatusOf(err), fmt.Errorf("evaluation %s: %w", r.PathValue("id"), err))
@@ -383,6 +438,12 @@ func (s *Service) Handlers() []node.Handler {
 		{Pattern: "GET " + EvalsPath + "/{id}/logs", Handler: func(n *node.Node) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				id := r.PathValue("id")
+				// The id names a directory: none but a valid one is looked
+				// up, whatever the store holds.
+				if err := CheckID(id); err != nil {
+					joblog.WriteError(w, http.StatusBadRequest, err)
+					return
+				}
 				if _, err := n.DB().Evaluations().Get(r.Context(), id); err != nil {
 					joblog.WriteError(w, joblog.StatusOf(err), fmt.Errorf("evaluation %s: %w", id, err))
 					return
@@ -392,6 +453,10 @@ func (s *Service) Handlers() []node.Handler {
 		}},
 		{Pattern: "POST " + EvalsPath + "/{id}/stop", Handler: func(n *node.Node) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if err := CheckID(r.PathValue("id")); err != nil {
+					joblog.WriteError(w, http.StatusBadRequest, err)
+					return
+				}
 				reply(w, ask(n, &stopEval{id: r.PathValue("id")}))
 			})
 		}},

@@ -84,6 +84,16 @@ func (r *Registry) Active(id string) bool {
 	return r.active[id]
 }
 
+// AnyActive is a job whose actor is alive, if there is one.
+func (r *Registry) AnyActive() (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id := range r.active {
+		return id, true
+	}
+	return "", false
+}
+
 // SetActive records job id's actor alive or ended.
 func (r *Registry) SetActive(id string, on bool) {
 	r.mu.Lock()
