@@ -183,8 +183,17 @@ func TestCheckConsistencyFindsBrokenIndexes(t *testing.T) {
 		{"trajectory missing from task index", func(t *testing.T, db *DB) { rawDelete(t, db, trajTaskKey("t1", "r", "j1")) }, "task index"},
 		{"successes above attempts", func(t *testing.T, db *DB) {
 			raw, _ := marshal(&messages.TaskStats{TaskId: "t1", Attempts: 1, Successes: 2})
-			rawSet(t, db, statsKey("t1"), raw)
+			rawSet(t, db, frontierStatsKey(DefaultFrontier, "t1"), raw)
 		}, "successes"},
+		{"stats under another task's key", func(t *testing.T, db *DB) {
+			raw, _ := marshal(&messages.TaskStats{TaskId: "t2"})
+			rawSet(t, db, frontierStatsKey("run-1", "t1"), raw)
+		}, "are for task"},
+		{"a version-1 stats record", func(t *testing.T, db *DB) {
+			raw, _ := marshal(&messages.TaskStats{TaskId: "t1"})
+			rawSet(t, db, []byte(prefixStatsV1+"t1"), raw)
+		}, "schema-version-1 record"},
+		{"an unfinished migration", func(t *testing.T, db *DB) { rawSet(t, db, migrationKey, []byte("1")) }, "did not finish"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := openTestDB(t)

@@ -12,12 +12,13 @@ import (
 
 // CheckConsistency reads the whole database and reports every broken
 // invariant: an index entry without its record or a record without its index
-// entry, a record that does not decode, curriculum counters that contradict
-// each other, a checkpoint manifest whose tensors are not fully readable with
-// matching checksums. Run it after a crash (the fault-injection suite does) or
-// from an operator's "fsck". The error wraps ErrCorrupt and lists each
-// problem. Chunks no manifest names are not a problem: an interrupted Save
-// leaves them, and Save or Prune removes them.
+// entry, a record that does not decode, task stats whose counters contradict
+// each other, a record an unfinished schema migration left, a checkpoint
+// manifest whose tensors are not fully readable with matching checksums. Run
+// it after a crash (the fault-injection suite does) or from an operator's
+// "fsck". The error wraps ErrCorrupt and lists each problem. Chunks no
+// manifest names are not a problem: an interrupted Save leaves them, and Save
+// or Prune removes them.
 func (db *DB) CheckConsistency(ctx context.Context) error {
 	var problems []error
 	report := func(format string, args ...any) {
@@ -41,13 +42,13 @@ func (db *DB) CheckConsistency(ctx context.Context) error {
 				report("stats under %q: %d successes in %d attempts", key, st.GetSuccesses(), st.GetAttempts())
 			}
 		}
-		err := scan(ctx, txn, []byte(prefixStats), false, func(item *badger.Item) error {
-			st := &messages.TaskStats{}
-			if err := item.Value(func(v []byte) error { return unmarshal(item.Key(), v, st) }); err != nil {
-				report("%v", err)
-				return nil
-			}
-			checkStatsAt(item.Key(), st, statsKey(st.GetTaskId()))
+		// Open migrates a database before anyone can check it, so a
+		// version-1 record or a migration marker is a broken migration.
+		if _, err := txn.Get(migrationKey); err == nil {
+			report("%q is set: a schema migration did not finish", migrationKey)
+		}
+		err := scan(ctx, txn, []byte(prefixStatsV1), true, func(item *badger.Item) error {
+			report("%q is a schema-version-1 record the migration left", item.Key())
 			return nil
 		})
 		if err != nil {

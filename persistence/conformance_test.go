@@ -33,9 +33,6 @@ var conformanceCases = []struct {
 	{"TaskListOrderAndFilter", testTaskListOrderAndFilter},
 	{"TaskDelete", testTaskDelete},
 	{"TaskPutMany", testTaskPutMany},
-	{"CurriculumGetPutList", testCurriculumGetPutList},
-	{"CurriculumUpdate", testCurriculumUpdate},
-	{"CurriculumConcurrentUpdates", testCurriculumConcurrentUpdates},
 	{"Runs", testRuns},
 	{"Evaluations", testEvaluations},
 	{"Environments", testEnvironments},
@@ -242,104 +239,6 @@ func testTaskPutMany(t *testing.T, s Stores) {
 	}
 	if n, _ := s.Tasks().Count(ctx, TaskFilter{Environment: "env-1"}); n != 50 {
 		t.Errorf("Count(env-1) = %d, want 50", n)
-	}
-}
-
-func testCurriculumGetPutList(t *testing.T, s Stores) {
-	ctx := context.Background()
-	c := s.Curriculum()
-	if _, err := c.Get(ctx, "t1"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("Get(missing) = %v, want ErrNotFound", err)
-	}
-	if err := c.Put(ctx, &messages.TaskStats{}); !errors.Is(err, ErrInvalid) {
-		t.Errorf("Put without task id = %v, want ErrInvalid", err)
-	}
-	for _, id := range []string{"t3", "t1", "t2"} {
-		if err := c.Put(ctx, &messages.TaskStats{TaskId: id, Alpha: 1, Beta: 2, Attempts: 3, Successes: 1}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, err := c.Get(ctx, "t2")
-	if err != nil || got.GetAttempts() != 3 || got.GetBeta() != 2 {
-		t.Errorf("Get = %v, %v", got, err)
-	}
-	all, err := c.List(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var order []string
-	for _, st := range all {
-		order = append(order, st.GetTaskId())
-	}
-	if !slices.Equal(order, []string{"t1", "t2", "t3"}) {
-		t.Errorf("List order = %v", order)
-	}
-}
-
-func testCurriculumUpdate(t *testing.T, s Stores) {
-	ctx := context.Background()
-	c := s.Curriculum()
-	got, err := c.Update(ctx, "t1", func(st *messages.TaskStats) error {
-		if st.GetTaskId() != "t1" || st.GetAttempts() != 0 {
-			return fmt.Errorf("fresh stats = %v", st)
-		}
-		st.Attempts, st.Successes, st.Alpha = 1, 1, 2
-		return nil
-	})
-	if err != nil || got.GetAttempts() != 1 {
-		t.Fatalf("Update of missing stats = %v, %v", got, err)
-	}
-	errStop := errors.New("stop")
-	if _, err := c.Update(ctx, "t1", func(st *messages.TaskStats) error {
-		st.Attempts = 100
-		return errStop
-	}); err != errStop {
-		t.Errorf("Update returned %v, want fn's error unchanged", err)
-	}
-	if _, err := c.Update(ctx, "t1", func(st *messages.TaskStats) error {
-		st.TaskId = "other"
-		return nil
-	}); !errors.Is(err, ErrInvalid) {
-		t.Errorf("Update that renames = %v, want ErrInvalid", err)
-	}
-	stored, err := c.Get(ctx, "t1")
-	if err != nil || stored.GetAttempts() != 1 || stored.GetAlpha() != 2 {
-		t.Errorf("after aborted updates, stats = %v, %v; want attempts 1", stored, err)
-	}
-	if _, err := c.Get(ctx, "other"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("a rejected rename stored stats under the new id")
-	}
-}
-
-func testCurriculumConcurrentUpdates(t *testing.T, s Stores) {
-	ctx := context.Background()
-	const workers, each = 4, 10
-	var wg sync.WaitGroup
-	errs := make(chan error, workers*each)
-	for w := range workers {
-		wg.Go(func() {
-			for range each {
-				_, err := s.Curriculum().Update(ctx, "hot", func(st *messages.TaskStats) error {
-					st.Attempts++
-					if w%2 == 0 {
-						st.Successes++
-					}
-					return nil
-				})
-				errs <- err
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatalf("Update: %v", err)
-		}
-	}
-	got, err := s.Curriculum().Get(ctx, "hot")
-	if err != nil || got.GetAttempts() != workers*each || got.GetSuccesses() != workers*each/2 {
-		t.Errorf("after %d concurrent updates: %v, %v; a lost update", workers*each, got, err)
 	}
 }
 
@@ -665,12 +564,8 @@ func testCanceledContext(t *testing.T, s Stores) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	calls := map[string]func() error{
-		"Tasks.Put":  func() error { return s.Tasks().Put(ctx, sampleTask("t", "e")) },
-		"Tasks.List": func() error { _, err := s.Tasks().List(ctx, TaskFilter{}); return err },
-		"Curriculum.Update": func() error {
-			_, err := s.Curriculum().Update(ctx, "t", func(*messages.TaskStats) error { return nil })
-			return err
-		},
+		"Tasks.Put":           func() error { return s.Tasks().Put(ctx, sampleTask("t", "e")) },
+		"Tasks.List":          func() error { _, err := s.Tasks().List(ctx, TaskFilter{}); return err },
 		"Runs.Get":            func() error { _, err := s.Runs().Get(ctx, "r"); return err },
 		"Trajectories.Append": func() error { return s.Trajectories().Append(ctx, sampleTrajectory("j", "r", "t")) },
 		"Checkpoints.Save": func() error {
@@ -700,7 +595,7 @@ func testCanceledContext(t *testing.T, s Stores) {
 	if names, err := s.Frontier().Names(bg); err != nil || len(names) != 0 {
 		t.Errorf("a canceled Commit stored a frontier state: %v, %v", names, err)
 	}
-	if st, err := s.Curriculum().List(bg); err != nil || len(st) != 0 {
+	if st, err := s.Frontier().Stats(bg, DefaultFrontier); err != nil || len(st) != 0 {
 		t.Errorf("a canceled Commit stored task stats: %v, %v", st, err)
 	}
 	if ds, err := s.SandboxDestroys().List(bg, "ns"); err != nil || len(ds) != 0 {
@@ -776,12 +671,22 @@ func testCoverage(t *testing.T, s Stores) {
 	}
 }
 
-func testFrontier(t *testing.T, s Stores) { checkFrontier(t, s.Frontier(), s.Curriculum()) }
-
-// checkFrontier checks a FrontierStore whose default estimator writes its
-// task stats into cur.
-func checkFrontier(t *testing.T, s FrontierStore, cur CurriculumStore) {
+func testFrontier(t *testing.T, stores Stores) {
 	ctx := context.Background()
+	s := stores.Frontier()
+	// statsOf returns the named estimator's stats of one task.
+	statsOf := func(name, taskID string) (*messages.TaskStats, error) {
+		all, err := s.Stats(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		for _, st := range all {
+			if st.GetTaskId() == taskID {
+				return st, nil
+			}
+		}
+		return nil, fmt.Errorf("stats of %s by %s: %w", taskID, name, ErrNotFound)
+	}
 	if _, err := s.Get(ctx, DefaultFrontier); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Get(missing) = %v, want ErrNotFound", err)
 	}
@@ -815,7 +720,7 @@ func checkFrontier(t *testing.T, s FrontierStore, cur CurriculumStore) {
 	if names, err := s.Names(ctx); err != nil || len(names) != 0 {
 		t.Errorf("refused commits stored states: %v, %v", names, err)
 	}
-	if all, err := cur.List(ctx); err != nil || len(all) != 0 {
+	if all, err := s.Stats(ctx, DefaultFrontier); err != nil || len(all) != 0 {
 		t.Errorf("refused commits stored task stats: %v, %v", all, err)
 	}
 	if st, err := s.Stats(ctx, "run-x"); err != nil || len(st) != 0 {
@@ -843,7 +748,7 @@ func checkFrontier(t *testing.T, s FrontierStore, cur CurriculumStore) {
 		t.Errorf("Get = %v, want %v", got, wantState)
 	}
 	for _, want := range wantStats {
-		st, err := cur.Get(ctx, want.GetTaskId())
+		st, err := statsOf(DefaultFrontier, want.GetTaskId())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -866,15 +771,11 @@ func checkFrontier(t *testing.T, s FrontierStore, cur CurriculumStore) {
 	if got, _ := s.Get(ctx, DefaultFrontier); got.GetPolicyVersion() != 7 {
 		t.Errorf("state after stats-only commit: version %d, want 7", got.GetPolicyVersion())
 	}
-	if st, _ := cur.Get(ctx, "a"); st.GetAlpha() != 9 {
+	if st, _ := statsOf(DefaultFrontier, "a"); st.GetAlpha() != 9 {
 		t.Errorf("stats a after commit: alpha %v, want 9", st.GetAlpha())
 	}
-	// The default estimator's stats are the curriculum's.
-	if err := cur.Put(ctx, &messages.TaskStats{TaskId: "c", Attempts: 1}); err != nil {
-		t.Fatal(err)
-	}
-	if defStats, err := s.Stats(ctx, DefaultFrontier); err != nil || !slices.Equal(statsIDs(defStats), []string{"a", "b", "c"}) {
-		t.Errorf("Stats(default) after a curriculum Put = %v, %v", statsIDs(defStats), err)
+	if defStats, err := s.Stats(ctx, DefaultFrontier); err != nil || !slices.Equal(statsIDs(defStats), []string{"a", "b"}) {
+		t.Errorf("Stats(default) after a stats-only commit = %v, %v", statsIDs(defStats), err)
 	}
 	// Another estimator (a training run's) keeps its own stats of the
 	// same task; the default one's are untouched.
@@ -884,11 +785,11 @@ func checkFrontier(t *testing.T, s FrontierStore, cur CurriculumStore) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := cur.Get(ctx, "a"); st.GetAlpha() != 9 {
+	if st, _ := statsOf(DefaultFrontier, "a"); st.GetAlpha() != 9 {
 		t.Errorf("the default estimator's stats of a: alpha %v after another's commit, want 9", st.GetAlpha())
 	}
-	if _, err := cur.Get(ctx, "z"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("another estimator's stats of z are in the curriculum: %v", err)
+	if _, err := statsOf(DefaultFrontier, "z"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("another estimator's stats of z are the default one's: %v", err)
 	}
 	runStats, err := s.Stats(ctx, run)
 	if err != nil || !slices.Equal(statsIDs(runStats), []string{"a", "z"}) || runStats[0].GetAlpha() != 3 {

@@ -17,7 +17,7 @@ import (
 // kept. A map whose Image is not the environment's current image is stale,
 // and the Synthesizer measures it again and replaces it.
 //
-// Key layout (schema version 1, beside those in keys.go):
+// Key layout (since schema version 1, beside those in keys.go):
 //
 //	v1/coverage/<environment name>   CoverageMap
 type CoverageStore interface {

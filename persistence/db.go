@@ -20,9 +20,11 @@ import (
 )
 
 // SchemaVersion is the key layout this build reads and writes. Bump it (and
-// add a migration) whenever the meaning of an existing key changes; older
-// builds then refuse the directory instead of misreading it.
-const SchemaVersion = 1
+// add a migration, migrate.go) whenever the meaning of an existing key
+// changes; older builds then refuse the directory instead of misreading it.
+// Version 2 moved the default estimator's task stats out of v1/stats/
+// (keys.go).
+const SchemaVersion = 2
 
 // DefaultChunkSize is how many tensor bytes go into one Badger value. 1 MiB
 // keeps values in the value log (out of the LSM tree) while a 1.5 GB
@@ -50,6 +52,9 @@ type config struct {
 	vlogFileSize int64
 	// diskReserve is the free space writes must leave (WithDiskReserve).
 	diskReserve int64
+	// migrateBatch is how many records one migration transaction moves;
+	// tests shrink it to interrupt a migration between transactions.
+	migrateBatch int
 }
 
 // WithLogger sends the database's warnings and Badger's own warnings and
@@ -89,6 +94,7 @@ type DB struct {
 	chunkSize    int
 	ckptTxnBytes int
 	vlogFileSize int64
+	migrateBatch int
 	// ckptMu serialises checkpoint saves and prunes, so a prune never
 	// mistakes the chunks of an in-flight save for orphans.
 	ckptMu sync.Mutex
@@ -98,7 +104,6 @@ type DB struct {
 // both *DB and *Memory provide it.
 type Stores interface {
 	Tasks() TaskStore
-	Curriculum() CurriculumStore
 	Runs() RunStore
 	Evaluations() EvaluationStore
 	Environments() EnvironmentStore
@@ -116,7 +121,9 @@ var _ Stores = (*DB)(nil)
 // that is not a Badger database or whose MANIFEST is damaged (ErrCorrupt). It
 // refuses a database written by a newer schema (ErrSchemaVersion) only after
 // Badger has opened it, so Badger's crash recovery may have run, but no record
-// is changed. The one repair Open makes is deleting the empty log files a
+// is changed. A database of an older schema is migrated before Open returns
+// (migrate.go); a migration a crash or an error interrupted is finished by the
+// next Open. The one repair Open makes is deleting the empty log files a
 // crash can leave (see removeEmptyLogs); any other recovery after a crash is
 // Badger's own.
 //
@@ -124,7 +131,8 @@ var _ Stores = (*DB)(nil)
 // or replacing the directory while the DB is open cannot make it touch the
 // files of another database, and its writes then fail with ErrRemoved.
 func Open(dir string, opts ...Option) (_ *DB, err error) {
-	cfg := config{logger: slog.Default(), chunkSize: DefaultChunkSize, vlogFileSize: 256 << 20, diskReserve: DefaultDiskReserve}
+	cfg := config{logger: slog.Default(), chunkSize: DefaultChunkSize, vlogFileSize: 256 << 20,
+		diskReserve: DefaultDiskReserve, migrateBatch: defaultMigrateBatch}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -181,6 +189,7 @@ func Open(dir string, opts ...Option) (_ *DB, err error) {
 		chunkSize:    cfg.chunkSize,
 		ckptTxnBytes: defaultCkptTxnBytes,
 		vlogFileSize: cfg.vlogFileSize,
+		migrateBatch: cfg.migrateBatch,
 		disk:         disk,
 	}
 	if err := db.checkSchema(); err != nil {
@@ -269,9 +278,6 @@ func (db *DB) CollectGarbage(ctx context.Context) error {
 
 // Tasks returns the task store backed by this database.
 func (db *DB) Tasks() TaskStore { return &badgerTaskStore{db: db} }
-
-// Curriculum returns the curriculum store backed by this database.
-func (db *DB) Curriculum() CurriculumStore { return &badgerCurriculumStore{db: db} }
 
 // Environments returns the environment store backed by this database.
 func (db *DB) Environments() EnvironmentStore { return &badgerEnvironmentStore{db: db} }
@@ -437,43 +443,6 @@ func classifyOpenError(dir string, err error) error {
 		return fmt.Errorf("open database %q: %v: %w", dir, err, ErrCorrupt)
 	}
 	return fmt.Errorf("open database %q: %w", dir, err)
-}
-
-var schemaKey = []byte("meta/schema")
-
-// checkSchema records SchemaVersion in a new database and refuses a database
-// whose recorded version this build does not know.
-func (db *DB) checkSchema() error {
-	return db.update(context.Background(), func(txn *badger.Txn) error {
-		item, err := txn.Get(schemaKey)
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			it := txn.NewIterator(badger.IteratorOptions{})
-			it.Rewind()
-			empty := !it.Valid()
-			it.Close()
-			if !empty {
-				return fmt.Errorf("open database %q: it holds data but no %q key, so it was not written by frognano: %w",
-					db.dir, schemaKey, ErrCorrupt)
-			}
-			return txn.Set(schemaKey, []byte(strconv.Itoa(SchemaVersion)))
-		}
-		if err != nil {
-			return fmt.Errorf("read schema version: %w", err)
-		}
-		raw, err := item.ValueCopy(nil)
-		if err != nil {
-			return fmt.Errorf("read schema version: %w", err)
-		}
-		v, err := strconv.Atoi(string(raw))
-		switch {
-		case err != nil || v < 1:
-			return fmt.Errorf("open database %q: schema version %q is not a version: %w", db.dir, raw, ErrCorrupt)
-		case v > SchemaVersion:
-			return fmt.Errorf("open database %q: schema version %d, this build understands up to %d: %w",
-				db.dir, v, SchemaVersion, ErrSchemaVersion)
-		}
-		return nil
-	})
 }
 
 // usable reports ErrClosed or the context's error before any Badger call.

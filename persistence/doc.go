@@ -1,6 +1,6 @@
 // Package persistence keeps the state that must outlive a process — tasks, the
-// curriculum, runs, trajectories and checkpoints — in Badger, behind small typed
-// stores.
+// frontier estimators' posteriors, runs, trajectories and checkpoints — in
+// Badger, behind small typed stores.
 //
 // Actors depend on the store interfaces, never on Badger: a supervisor that
 // restarts a crashed actor hands it the same *DB, and tests hand it a *Memory.
@@ -25,7 +25,7 @@
 // store's file system keeps a reserve free, and fails with ErrDiskFull
 // otherwise (diskspace.go).
 //
-// Keys carry a format version ("v1/...") and the database records its schema
-// version under "meta/schema", so a newer layout is refused by older code
-// instead of being misread.
+// The database records its schema version under "meta/schema" (keys.go), so a
+// newer layout is refused by older code instead of being misread, and Open
+// migrates an older one (migrate.go).
 package persistence

@@ -3,9 +3,6 @@ package persistence
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
-	"sync"
 
 	badger "github.com/dgraph-io/badger/v4"
 
@@ -21,11 +18,14 @@ import (
 // in one transaction, so a crash never leaves the model having learned from
 // outcomes the posteriors have not (or the reverse).
 //
-// Key layout (schema version 1, beside those in keys.go):
+// Key layout (schema version 2, beside those in keys.go):
 //
 //	v1/frontier/<estimator name>                      FrontierState
-//	v1/stats/<task id>                                TaskStats of the default estimator
-//	v1/frontier-stats/<estimator name>\x00<task id>   TaskStats of any other
+//	v1/frontier-stats/<estimator name>\x00<task id>   TaskStats
+//
+// Schema version 1 kept the default estimator's TaskStats under
+// v1/stats/<task id> instead, where the CurriculumStore (since removed) read
+// them; Open moves them (migrate.go).
 type FrontierStore interface {
 	// Get returns the state of the named estimator, or an error wrapping
 	// ErrNotFound.
@@ -40,8 +40,7 @@ type FrontierStore interface {
 	Names(ctx context.Context) ([]string, error)
 }
 
-// DefaultFrontier is the estimator whose task posteriors live under
-// v1/stats/, where the Curriculum store reads them.
+// DefaultFrontier is the estimator of requests that name no training run.
 const DefaultFrontier = "default"
 
 const (
@@ -52,12 +51,7 @@ const (
 func frontierKey(name string) []byte { return join(prefixFrontier, name) }
 
 // frontierStatsPrefix is where the named estimator's TaskStats live.
-func frontierStatsPrefix(name string) []byte {
-	if name == DefaultFrontier {
-		return []byte(prefixStats)
-	}
-	return join(prefixFrontierStats, name, sep)
-}
+func frontierStatsPrefix(name string) []byte { return join(prefixFrontierStats, name, sep) }
 
 func frontierStatsKey(name, taskID string) []byte {
 	return append(frontierStatsPrefix(name), taskID...)
@@ -69,6 +63,13 @@ func (db *DB) Frontier() FrontierStore { return &badgerFrontierStore{db: db} }
 type badgerFrontierStore struct{ db *DB }
 
 var _ FrontierStore = (*badgerFrontierStore)(nil)
+
+func checkStats(s *messages.TaskStats) error {
+	if s == nil {
+		return fmt.Errorf("nil task stats: %w", ErrInvalid)
+	}
+	return checkID("task id", s.GetTaskId())
+}
 
 func checkCommit(name string, stats []*messages.TaskStats) error {
 	if err := checkID("estimator name", name); err != nil {
@@ -158,93 +159,18 @@ func (s *badgerFrontierStore) Names(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// NewMemoryFrontier returns an in-memory FrontierStore that writes the
-// default estimator's task stats into curriculum (normally the Curriculum
-// of a Memory) and keeps other estimators' to itself, for tests and
-// simulations. Writes are atomic with respect to its own readers only: a
-// reader of curriculum may see part of a Commit, and a failing curriculum
-// may leave part of one written. Memory.Frontier has neither flaw.
-func NewMemoryFrontier(curriculum CurriculumStore) FrontierStore {
-	return &linkedFrontierStore{curriculum: curriculum, states: map[string]*messages.FrontierState{},
-		stats: map[string]map[string]*messages.TaskStats{}}
-}
-
-type linkedFrontierStore struct {
-	mu         sync.Mutex
-	curriculum CurriculumStore
-	states     map[string]*messages.FrontierState
-	stats      map[string]map[string]*messages.TaskStats // estimator → task → stats, but the default's
-}
-
-var _ FrontierStore = (*linkedFrontierStore)(nil)
-
-func (s *linkedFrontierStore) Get(ctx context.Context, name string) (*messages.FrontierState, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := checkID("estimator name", name); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st, ok := s.states[name]
-	if !ok {
-		return nil, fmt.Errorf("get frontier state %q: %w", name, ErrNotFound)
-	}
-	return clone(st), nil
-}
-
-func (s *linkedFrontierStore) Commit(ctx context.Context, name string, state *messages.FrontierState, stats []*messages.TaskStats) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := checkCommit(name, stats); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, st := range stats {
-		if name != DefaultFrontier {
-			if s.stats[name] == nil {
-				s.stats[name] = map[string]*messages.TaskStats{}
-			}
-			s.stats[name][st.GetTaskId()] = clone(st)
-			continue
-		}
-		if err := s.curriculum.Put(ctx, st); err != nil {
-			return fmt.Errorf("commit frontier state %q: %w", name, err)
-		}
-	}
-	if state != nil {
-		s.states[name] = clone(state)
-	}
-	return nil
-}
-
-func (s *linkedFrontierStore) Stats(ctx context.Context, name string) ([]*messages.TaskStats, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := checkID("estimator name", name); err != nil {
-		return nil, err
-	}
-	if name == DefaultFrontier {
-		return s.curriculum.List(ctx)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// listStats reads every TaskStats under prefix.
+func (db *DB) listStats(ctx context.Context, prefix []byte) ([]*messages.TaskStats, error) {
 	var out []*messages.TaskStats
-	for _, id := range slices.Sorted(maps.Keys(s.stats[name])) {
-		out = append(out, clone(s.stats[name][id]))
-	}
-	return out, nil
-}
-
-func (s *linkedFrontierStore) Names(ctx context.Context) ([]string, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Sorted(maps.Keys(s.states)), nil
+	err := db.view(ctx, func(txn *badger.Txn) error {
+		return scan(ctx, txn, prefix, false, func(item *badger.Item) error {
+			st := &messages.TaskStats{}
+			if err := item.Value(func(v []byte) error { return unmarshal(item.Key(), v, st) }); err != nil {
+				return err
+			}
+			out = append(out, st)
+			return nil
+		})
+	})
+	return out, err
 }

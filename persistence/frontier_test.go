@@ -7,14 +7,6 @@ import (
 	messages "github.com/frognano/frognano/actors/messages/v1"
 )
 
-// TestMemoryFrontierLinked runs the frontier conformance case against the
-// stand-alone in-memory store that NewMemoryFrontier links to a curriculum
-// (TestConformance runs it against Badger's and Memory's own).
-func TestMemoryFrontierLinked(t *testing.T) {
-	m := NewMemory()
-	checkFrontier(t, NewMemoryFrontier(m.Curriculum()), m.Curriculum())
-}
-
 // TestFrontierSurvivesReopen checks the state and stats of one commit are
 // read back after the database is closed and opened again.
 func TestFrontierSurvivesReopen(t *testing.T) {
@@ -46,7 +38,7 @@ func TestFrontierSurvivesReopen(t *testing.T) {
 	if !sameProto(t, got, state) {
 		t.Errorf("after reopen: %v, want %v", got, state)
 	}
-	if st, err := db.Curriculum().Get(ctx, "x"); err != nil || st.GetAttempts() != 2 {
+	if st, err := db.Frontier().Stats(ctx, DefaultFrontier); err != nil || len(st) != 1 || st[0].GetAttempts() != 2 {
 		t.Errorf("stats after reopen: %v, %v", st, err)
 	}
 	if err := db.CheckConsistency(ctx); err != nil {
@@ -60,7 +52,7 @@ func TestFrontierSurvivesReopen(t *testing.T) {
 	if st, err := db.Frontier().Stats(ctx, "run-1"); err != nil || len(st) != 1 || st[0].GetAttempts() != 5 {
 		t.Errorf("run-1 stats after reopen: %v, %v", st, err)
 	}
-	if st, err := db.Curriculum().Get(ctx, "x"); err != nil || st.GetAttempts() != 2 {
+	if st, err := db.Frontier().Stats(ctx, DefaultFrontier); err != nil || len(st) != 1 || st[0].GetAttempts() != 2 {
 		t.Errorf("default stats after run-1's commit: %v, %v", st, err)
 	}
 	if err := db.CheckConsistency(ctx); err != nil {

@@ -6,14 +6,17 @@ import (
 	"strings"
 )
 
-// Key layout, schema version 1. Composite keys separate their parts with a
-// NUL byte, which ids and names may not contain, so a prefix scan over
-// "<a>\x00" never matches "<a>x\x00...". Steps and chunk indexes are
-// big-endian so that byte order is numeric order.
+// Key layout, schema version 2 (SchemaVersion). Composite keys separate their
+// parts with a NUL byte, which ids and names may not contain, so a prefix
+// scan over "<a>\x00" never matches "<a>x\x00...". Steps and chunk indexes
+// are big-endian so that byte order is numeric order. The "v1/" that starts
+// the record keys names the first layout's key space, not the schema
+// version, and stays when the version changes.
 //
+//	meta/schema                                    schema version, decimal
+//	meta/migration                                 version the data is in, while a migration is unfinished (migrate.go)
 //	v1/task/<task id>                              Task
 //	v1/task-env/<environment>\x00<task id>          (empty) index by environment
-//	v1/stats/<task id>                             TaskStats
 //	v1/run/<run id>                                Run
 //	v1/eval/<evaluation id>                        Evaluation
 //	v1/env/<environment name>                      Environment
@@ -22,10 +25,23 @@ import (
 //	v1/traj-task/<task id>\x00<run id>\x00<traj id> (empty) index by task
 //	v1/ckpt/<run id>\x00<step u64>                  Checkpoint manifest
 //	v1/chunk/<run id>\x00<step u64>\x00<tensor>\x00<chunk u32>   tensor bytes
+//
+// Each store's file lists its own keys: v1/frontier/, v1/frontier-stats/
+// (frontier.go), v1/coverage/ (coverage.go), v1/sandbox-destroy/
+// (sandboxes.go).
+//
+// History:
+//
+//	1  the default FrontierEstimator's TaskStats under v1/stats/<task id>,
+//	   where the CurriculumStore read and wrote them; other estimators'
+//	   under v1/frontier-stats/<estimator name>\x00<task id>.
+//	2  every estimator's TaskStats under v1/frontier-stats/, the default's
+//	   as v1/frontier-stats/default\x00<task id>; v1/stats/ is gone, with the
+//	   CurriculumStore. Open moves a version-1 database's records
+//	   (migrateDefaultStats); all other keys are unchanged.
 const (
 	prefixTask     = "v1/task/"
 	prefixTaskEnv  = "v1/task-env/"
-	prefixStats    = "v1/stats/"
 	prefixRun      = "v1/run/"
 	prefixEval     = "v1/eval/"
 	prefixEnv      = "v1/env/"
@@ -55,8 +71,6 @@ func taskKey(id string) []byte { return join(prefixTask, id) }
 func taskEnvKey(env, id string) []byte { return join(prefixTaskEnv, env, sep, id) }
 
 func taskEnvPrefix(env string) []byte { return join(prefixTaskEnv, env, sep) }
-
-func statsKey(taskID string) []byte { return join(prefixStats, taskID) }
 
 func runKey(id string) []byte { return join(prefixRun, id) }
 

@@ -20,18 +20,16 @@ import (
 type Memory struct {
 	mu    sync.Mutex
 	tasks map[string]*messages.Task
-	stats map[string]*messages.TaskStats
 	runs  map[string]*messages.Run
 	evals map[string]*messages.Evaluation
 	envs  map[string]*messages.Environment
 	trajs map[string]*messages.Trajectory
 	ckpts map[string]map[int64]*memCheckpoint
 	cover map[string]*messages.CoverageMap
-	// front holds the estimators' state records; runStats the task stats
-	// of every estimator but the default one, whose stats are in stats
-	// (the curriculum), as in Badger.
-	front    map[string]*messages.FrontierState
-	runStats map[string]map[string]*messages.TaskStats
+	// front holds the estimators' state records, frontStats their task
+	// stats (estimator name → task id → stats).
+	front      map[string]*messages.FrontierState
+	frontStats map[string]map[string]*messages.TaskStats
 	// destroys holds each pending destruction (namespace → sandbox id) as
 	// the JSON Badger keeps, so that it reads back exactly as from Badger.
 	destroys map[string]map[string][]byte
@@ -47,25 +45,21 @@ var _ Stores = (*Memory)(nil)
 // NewMemory returns empty in-memory stores.
 func NewMemory() *Memory {
 	return &Memory{
-		tasks:    map[string]*messages.Task{},
-		stats:    map[string]*messages.TaskStats{},
-		runs:     map[string]*messages.Run{},
-		evals:    map[string]*messages.Evaluation{},
-		envs:     map[string]*messages.Environment{},
-		trajs:    map[string]*messages.Trajectory{},
-		ckpts:    map[string]map[int64]*memCheckpoint{},
-		cover:    map[string]*messages.CoverageMap{},
-		front:    map[string]*messages.FrontierState{},
-		runStats: map[string]map[string]*messages.TaskStats{},
-		destroys: map[string]map[string][]byte{},
+		tasks:      map[string]*messages.Task{},
+		runs:       map[string]*messages.Run{},
+		evals:      map[string]*messages.Evaluation{},
+		envs:       map[string]*messages.Environment{},
+		trajs:      map[string]*messages.Trajectory{},
+		ckpts:      map[string]map[int64]*memCheckpoint{},
+		cover:      map[string]*messages.CoverageMap{},
+		front:      map[string]*messages.FrontierState{},
+		frontStats: map[string]map[string]*messages.TaskStats{},
+		destroys:   map[string]map[string][]byte{},
 	}
 }
 
 // Tasks returns the in-memory task store.
 func (m *Memory) Tasks() TaskStore { return memTaskStore{m} }
-
-// Curriculum returns the in-memory curriculum store.
-func (m *Memory) Curriculum() CurriculumStore { return memCurriculumStore{m} }
 
 // Environments returns the in-memory environment store.
 func (m *Memory) Environments() EnvironmentStore { return memEnvironmentStore{m} }
@@ -85,9 +79,8 @@ func (m *Memory) Checkpoints() CheckpointStore { return memCheckpointStore{m} }
 // Coverage returns the in-memory coverage store.
 func (m *Memory) Coverage() CoverageStore { return memCoverageStore{m} }
 
-// Frontier returns the in-memory frontier store. The default estimator's
-// task stats are the Memory's curriculum, and a Commit holds the Memory's
-// lock throughout, so no reader sees half of it.
+// Frontier returns the in-memory frontier store. A Commit holds the
+// Memory's lock throughout, so no reader sees half of it.
 func (m *Memory) Frontier() FrontierStore { return memFrontierStore{m} }
 
 // SandboxDestroys returns the in-memory store of pending sandbox
@@ -183,71 +176,6 @@ func (s memTaskStore) List(ctx context.Context, f TaskFilter) ([]*messages.Task,
 func (s memTaskStore) Count(ctx context.Context, f TaskFilter) (int, error) {
 	ts, err := s.List(ctx, f)
 	return len(ts), err
-}
-
-type memCurriculumStore struct{ m *Memory }
-
-var _ CurriculumStore = memCurriculumStore{}
-
-func (s memCurriculumStore) Get(ctx context.Context, taskID string) (*messages.TaskStats, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := checkID("task id", taskID); err != nil {
-		return nil, err
-	}
-	s.m.mu.Lock()
-	defer s.m.mu.Unlock()
-	st, ok := s.m.stats[taskID]
-	if !ok {
-		return nil, fmt.Errorf("get stats of task %q: %w", taskID, ErrNotFound)
-	}
-	return clone(st), nil
-}
-
-func (s memCurriculumStore) Put(ctx context.Context, st *messages.TaskStats) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := checkStats(st); err != nil {
-		return err
-	}
-	s.m.mu.Lock()
-	defer s.m.mu.Unlock()
-	s.m.stats[st.GetTaskId()] = clone(st)
-	return nil
-}
-
-func (s memCurriculumStore) Update(ctx context.Context, taskID string, fn func(*messages.TaskStats) error) (*messages.TaskStats, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := checkID("task id", taskID); err != nil {
-		return nil, err
-	}
-	s.m.mu.Lock()
-	defer s.m.mu.Unlock()
-	st := &messages.TaskStats{TaskId: taskID}
-	if old, ok := s.m.stats[taskID]; ok {
-		st = clone(old)
-	}
-	if err := fn(st); err != nil {
-		return nil, err
-	}
-	if st.GetTaskId() != taskID {
-		return nil, fmt.Errorf("update changed task id %q to %q: %w", taskID, st.GetTaskId(), ErrInvalid)
-	}
-	s.m.stats[taskID] = st
-	return clone(st), nil
-}
-
-func (s memCurriculumStore) List(ctx context.Context) ([]*messages.TaskStats, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	s.m.mu.Lock()
-	defer s.m.mu.Unlock()
-	return sortedValues(s.m.stats, nil), nil
 }
 
 type memRunStore struct{ m *Memory }
@@ -626,12 +554,10 @@ func (s memFrontierStore) Commit(ctx context.Context, name string, state *messag
 	}
 	s.m.mu.Lock()
 	defer s.m.mu.Unlock()
-	dst := s.m.stats
-	if name != DefaultFrontier {
-		if s.m.runStats[name] == nil {
-			s.m.runStats[name] = map[string]*messages.TaskStats{}
-		}
-		dst = s.m.runStats[name]
+	dst := s.m.frontStats[name]
+	if dst == nil && len(copies) > 0 {
+		dst = map[string]*messages.TaskStats{}
+		s.m.frontStats[name] = dst
 	}
 	for _, st := range copies {
 		dst[st.GetTaskId()] = st
@@ -651,10 +577,7 @@ func (s memFrontierStore) Stats(ctx context.Context, name string) ([]*messages.T
 	}
 	s.m.mu.Lock()
 	defer s.m.mu.Unlock()
-	if name == DefaultFrontier {
-		return sortedValues(s.m.stats, nil), nil
-	}
-	return sortedValues(s.m.runStats[name], nil), nil
+	return sortedValues(s.m.frontStats[name], nil), nil
 }
 
 func (s memFrontierStore) Names(ctx context.Context) ([]string, error) {

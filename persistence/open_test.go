@@ -231,8 +231,8 @@ func TestOpenSchema(t *testing.T) {
 				v = string(b)
 				return err
 			})
-			if err != nil || v != "1" {
-				t.Errorf("schema key = %q, %v; want \"1\"", v, err)
+			if err != nil || v != "2" {
+				t.Errorf("schema key = %q, %v; want \"2\"", v, err)
 			}
 			if err := db.Close(); err != nil {
 				t.Fatal(err)
@@ -244,7 +244,10 @@ func TestOpenSchema(t *testing.T) {
 		kvs  map[string]string
 		want error
 	}{
-		{"newer schema", map[string]string{"meta/schema": "2", "v2/task/x": "future"}, ErrSchemaVersion},
+		{"newer schema", map[string]string{"meta/schema": "3", "v3/task/x": "future"}, ErrSchemaVersion},
+		{"newer schema mid-migration", map[string]string{"meta/schema": "3", "meta/migration": "2", "v1/stats/t": "x"}, ErrSchemaVersion},
+		{"migration marker not a version", map[string]string{"meta/schema": "2", "meta/migration": "x"}, ErrCorrupt},
+		{"migration marker not older", map[string]string{"meta/schema": "2", "meta/migration": "2"}, ErrCorrupt},
 		{"much newer schema", map[string]string{"meta/schema": "99"}, ErrSchemaVersion},
 		{"schema not a number", map[string]string{"meta/schema": "one"}, ErrCorrupt},
 		{"schema zero", map[string]string{"meta/schema": "0"}, ErrCorrupt},

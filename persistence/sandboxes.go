@@ -15,7 +15,7 @@ import (
 // the next one to open the node's store. A sandbox is recorded only once its
 // destruction has been asked for: everything it names is to be removed.
 //
-// Key layout (schema version 1, beside those in keys.go):
+// Key layout (since schema version 1, beside those in keys.go):
 //
 //	v1/sandbox-destroy/<containerd namespace>\x00<sandbox id>   PendingDestroy as JSON
 type SandboxDestroyStore interface {

@@ -36,24 +36,6 @@ type TaskFilter struct {
 	Environment string
 }
 
-// CurriculumStore holds the FrontierEstimator's per-task posteriors. Update
-// is the way to change them: concurrent rollouts report results for the same
-// task, and a read-then-Put would lose one of them.
-type CurriculumStore interface {
-	// Get returns the stats of a task, or an error wrapping ErrNotFound.
-	Get(ctx context.Context, taskID string) (*messages.TaskStats, error)
-	// Put replaces the stats of stats.TaskId.
-	Put(ctx context.Context, stats *messages.TaskStats) error
-	// Update applies fn to the current stats (a zero TaskStats with TaskId
-	// set if there are none) and stores the result atomically. fn may run
-	// more than once when it races another update, so it must only modify
-	// its argument, and it must not call the store. An error from fn aborts
-	// the update and is returned as is. Update returns the stored stats.
-	Update(ctx context.Context, taskID string, fn func(*messages.TaskStats) error) (*messages.TaskStats, error)
-	// List returns all stats ordered by task id.
-	List(ctx context.Context) ([]*messages.TaskStats, error)
-}
-
 // EnvironmentStore holds the registered environments by name. An
 // environment is put only once its image is built and its baseline recorded,
 // so a listed environment is always usable.

@@ -120,7 +120,7 @@ func TestActorSynthesizerCannotDeliver(t *testing.T) {
 			}
 			sys := actor.NewActorSystem()
 			pid := sys.Root.Spawn(Props(ActorConfig{
-				Tasks: mem.Tasks(), State: persistence.NewMemoryFrontier(mem.Curriculum()),
+				Tasks: mem.Tasks(), State: mem.Frontier(),
 				Synthesis: true, Synthesizer: tc.synth(sys), Logger: quiet,
 				Params: Params{TargetFrontier: 4, Operators: []string{"off_by_one"}},
 			}))

@@ -37,7 +37,7 @@ type fixture struct {
 func newFixture(t *testing.T, tasks ...*messages.Task) *fixture {
 	t.Helper()
 	f := &fixture{mem: persistence.NewMemory(), clock: time.Unix(1_700_000_000, 0)}
-	f.state = persistence.NewMemoryFrontier(f.mem.Curriculum())
+	f.state = f.mem.Frontier()
 	if len(tasks) > 0 {
 		if err := f.mem.Tasks().PutMany(context.Background(), tasks); err != nil {
 			t.Fatal(err)

@@ -108,7 +108,7 @@ func TestPoolReachesThePoint(t *testing.T) {
 	if err := mem.Tasks().PutMany(ctx, tasks); err != nil {
 		t.Fatal(err)
 	}
-	e, err := frontier.Open(ctx, frontier.Config{Tasks: mem.Tasks(), State: persistence.NewMemoryFrontier(mem.Curriculum()),
+	e, err := frontier.Open(ctx, frontier.Config{Tasks: mem.Tasks(), State: mem.Frontier(),
 		Params: frontier.Params{MinRetireEvidence: 8, MinHopelessAttempts: 16}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -367,7 +367,7 @@ func runFrontier(ctx context.Context, cfg Config) (Arm, error) {
 	}
 	clock := time.Unix(1_700_000_000, 0)
 	est, err := frontier.Open(ctx, frontier.Config{
-		Name: "sim", Tasks: mem.Tasks(), State: persistence.NewMemoryFrontier(mem.Curriculum()),
+		Name: "sim", Tasks: mem.Tasks(), State: mem.Frontier(),
 		Params: cfg.Params, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Now: func() time.Time { return clock },
 	})
