@@ -165,6 +165,11 @@ func (a *serviceActor) start(c actor.Context, job Job, resume bool) *jobReply {
 	} else if !errors.Is(err, persistence.ErrNotFound) {
 		return &jobReply{code: http.StatusInternalServerError, err: err}
 	}
+	// An evaluation's trajectories are stored under its id: a run of the
+	// same id would mix its episodes with them.
+	if _, err := a.s.deps.Node.DB().Evaluations().Get(context.Background(), job.RunID); err == nil {
+		return &jobReply{code: http.StatusConflict, err: fmt.Errorf("run %s: an evaluation has this id (frognano evals show %s): give the run another", job.RunID, job.RunID)}
+	}
 	if !resumed {
 		// A new run's settings are checked now, so that the client hears
 		// what is wrong with them rather than a run that failed at once.

@@ -521,3 +521,20 @@ func TestAttackAFollowerThatNeverReads(t *testing.T) {
 		t.Errorf("a follower that stopped reading still got the whole log (%d bytes)", got)
 	}
 }
+
+// TestAttackARunCannotTakeAnEvaluationsID: an evaluation's trajectories are
+// stored under its id, so a run of that id would mix its episodes with
+// them: refused (the evaluation service refuses the reverse).
+func TestAttackARunCannotTakeAnEvaluationsID(t *testing.T) {
+	n, base, _ := attackNode(t, "", node.HTTPLimits{}, nil)
+	if err := n.DB().Evaluations().Put(context.Background(), &messages.Evaluation{Id: "eval-1", Status: "done"}); err != nil {
+		t.Fatal(err)
+	}
+	code, body := call(t, http.MethodPost, base+RunsPath, digestJob("eval-1", 1, 10))
+	if code != http.StatusConflict || !strings.Contains(body, "an evaluation has this id") {
+		t.Fatalf("a run with an evaluation's id: %d %s", code, body)
+	}
+	if _, err := n.DB().Runs().Get(context.Background(), "eval-1"); err == nil {
+		t.Error("the refused run was recorded")
+	}
+}
