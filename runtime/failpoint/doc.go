@@ -23,6 +23,8 @@
 // The points in the product (a hook is one call):
 //
 //	store/run-put            persistence: a run record written
+//	store/eval-put           persistence: an evaluation record written
+//	store/schema-migrate     persistence: before each transaction of a schema migration
 //	store/trajectory-append  persistence: a trajectory appended
 //	store/frontier-commit    persistence: the frontier's state committed
 //	learner/checkpoint       actors/learner: a full training checkpoint
