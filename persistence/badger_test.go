@@ -9,7 +9,8 @@ import (
 	"testing"
 
 	badger "github.com/dgraph-io/badger/v4"
-	messages "github.com/frognano/frognano/actors/messages/v1"
+
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // countKeys counts the keys under prefix.
@@ -56,7 +57,7 @@ func TestCheckpointChunks(t *testing.T) {
 			db := openTestDB(t)
 			db.ckptTxnBytes = tc.txnBytes
 			w := f32Tensor("w", 1, tc.elems)
-			if err := db.Checkpoints().Save(ctx, &messages.Checkpoint{RunId: "r", Step: 1}, []Tensor{w}, nil); err != nil {
+			if err := db.Checkpoints().Save(ctx, &records.Checkpoint{RunId: "r", Step: 1}, []Tensor{w}, nil); err != nil {
 				t.Fatalf("Save: %v", err)
 			}
 			m, err := db.Checkpoints().Load(ctx, "r", 1)
@@ -111,7 +112,7 @@ func TestReadTensorDetectsCorruption(t *testing.T) {
 			db := openTestDB(t)
 			// 4800 bytes: chunks 0-3 full, chunk 4 partial.
 			w := f32Tensor("w", 1, 1200)
-			if err := db.Checkpoints().Save(ctx, &messages.Checkpoint{RunId: "r", Step: 1}, []Tensor{w}, nil); err != nil {
+			if err := db.Checkpoints().Save(ctx, &records.Checkpoint{RunId: "r", Step: 1}, []Tensor{w}, nil); err != nil {
 				t.Fatal(err)
 			}
 			if err := db.CheckConsistency(ctx); err != nil {
@@ -143,13 +144,13 @@ func TestCheckpointOrphanChunks(t *testing.T) {
 		t.Fatalf("orphan chunks made a checkpoint visible: %v", err)
 	}
 	w := f32Tensor("w", 5, 600)
-	if err := cs.Save(ctx, &messages.Checkpoint{RunId: "r", Step: 5}, []Tensor{w}, nil); err != nil {
+	if err := cs.Save(ctx, &records.Checkpoint{RunId: "r", Step: 5}, []Tensor{w}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := cs.ReadTensor(ctx, "r", 5, "w"); err != nil || !bytes.Equal(got, w.Data) {
 		t.Fatalf("ReadTensor after saving over orphans: %v", err)
 	}
-	if err := cs.Save(ctx, &messages.Checkpoint{RunId: "r", Step: 6}, []Tensor{f32Tensor("w", 6, 600)}, nil); err != nil {
+	if err := cs.Save(ctx, &records.Checkpoint{RunId: "r", Step: 6}, []Tensor{f32Tensor("w", 6, 600)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := countKeys(t, db, chunkStepPrefix("r", 3)); n != 1 {
@@ -182,22 +183,22 @@ func TestCheckConsistencyFindsBrokenIndexes(t *testing.T) {
 		{"trajectory missing from id index", func(t *testing.T, db *DB) { rawDelete(t, db, trajIDKey("j1")) }, "id index"},
 		{"trajectory missing from task index", func(t *testing.T, db *DB) { rawDelete(t, db, trajTaskKey("t1", "r", "j1")) }, "task index"},
 		{"successes above attempts", func(t *testing.T, db *DB) {
-			raw, _ := marshal(&messages.TaskStats{TaskId: "t1", Attempts: 1, Successes: 2})
+			raw, _ := marshal(&records.TaskStats{TaskId: "t1", Attempts: 1, Successes: 2})
 			rawSet(t, db, frontierStatsKey(DefaultFrontier, "t1"), raw)
 		}, "successes"},
 		{"stats under another task's key", func(t *testing.T, db *DB) {
-			raw, _ := marshal(&messages.TaskStats{TaskId: "t2"})
+			raw, _ := marshal(&records.TaskStats{TaskId: "t2"})
 			rawSet(t, db, frontierStatsKey("run-1", "t1"), raw)
 		}, "are for task"},
 		{"a version-1 stats record", func(t *testing.T, db *DB) {
-			raw, _ := marshal(&messages.TaskStats{TaskId: "t1"})
+			raw, _ := marshal(&records.TaskStats{TaskId: "t1"})
 			rawSet(t, db, []byte(prefixStatsV1+"t1"), raw)
 		}, "schema-version-1 record"},
 		{"an unfinished migration", func(t *testing.T, db *DB) { rawSet(t, db, migrationKey, []byte("1")) }, "did not finish"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := openTestDB(t)
-			if err := db.Tasks().PutMany(ctx, []*messages.Task{sampleTask("t1", "env"), sampleTask("t2", "env")}); err != nil {
+			if err := db.Tasks().PutMany(ctx, []*records.Task{sampleTask("t1", "env"), sampleTask("t2", "env")}); err != nil {
 				t.Fatal(err)
 			}
 			if err := db.Trajectories().Append(ctx, sampleTrajectory("j1", "r", "t1")); err != nil {
@@ -219,7 +220,7 @@ func TestPutManySplitsLargeBatches(t *testing.T) {
 	ctx := context.Background()
 	db := openTestDB(t)
 	// 3000 tasks of ~3 KB: ~9 MB, well over one 2.4 MB Badger batch.
-	var tasks []*messages.Task
+	var tasks []*records.Task
 	for i := range 3000 {
 		task := sampleTask(fmt.Sprintf("t%04d", i), fmt.Sprintf("env-%d", i%3))
 		task.GoldPatch = strings.Repeat("+", 3000)
@@ -251,7 +252,7 @@ func TestCollectGarbageKeepsLiveData(t *testing.T) {
 	cs := db.Checkpoints()
 	// 64 KiB chunks go to the value log; pruning leaves most of it garbage.
 	for step := range int64(6) {
-		if err := cs.Save(ctx, &messages.Checkpoint{RunId: "r", Step: step}, []Tensor{f32Tensor("w", uint64(step), 300_000)}, nil); err != nil {
+		if err := cs.Save(ctx, &records.Checkpoint{RunId: "r", Step: step}, []Tensor{f32Tensor("w", uint64(step), 300_000)}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // openBenchDB opens a database with production settings (1 MiB chunks,
@@ -23,7 +23,7 @@ func openBenchDB(b *testing.B) *DB {
 	return db
 }
 
-func benchTask(i int) *messages.Task {
+func benchTask(i int) *records.Task {
 	return sampleTask(fmt.Sprintf("task-%08d", i), fmt.Sprintf("env-%d", i%4))
 }
 
@@ -41,7 +41,7 @@ func reportRecords(b *testing.B, records int) {
 
 func preload(b *testing.B, db *DB, n int) {
 	b.Helper()
-	tasks := make([]*messages.Task, n)
+	tasks := make([]*records.Task, n)
 	for i := range tasks {
 		tasks[i] = benchTask(i)
 	}
@@ -74,7 +74,7 @@ func BenchmarkTaskPutBatch(b *testing.B) {
 	db := openBenchDB(b)
 	b.SetBytes(batch * taskBytes(b))
 	n := 0
-	tasks := make([]*messages.Task, batch)
+	tasks := make([]*records.Task, batch)
 	for b.Loop() {
 		for i := range tasks {
 			tasks[i] = benchTask(n + i)
@@ -145,7 +145,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 		b.SetBytes(int64(len(tensor.Data)))
 		step := int64(0)
 		for b.Loop() {
-			if err := db.Checkpoints().Save(ctx, &messages.Checkpoint{RunId: "r", Step: step}, []Tensor{tensor}, nil); err != nil {
+			if err := db.Checkpoints().Save(ctx, &records.Checkpoint{RunId: "r", Step: step}, []Tensor{tensor}, nil); err != nil {
 				b.Fatal(err)
 			}
 			b.StopTimer()
@@ -158,7 +158,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 	})
 	b.Run("ReadTensor", func(b *testing.B) {
 		db := openBenchDB(b)
-		if err := db.Checkpoints().Save(ctx, &messages.Checkpoint{RunId: "r", Step: 1}, []Tensor{tensor}, nil); err != nil {
+		if err := db.Checkpoints().Save(ctx, &records.Checkpoint{RunId: "r", Step: 1}, []Tensor{tensor}, nil); err != nil {
 			b.Fatal(err)
 		}
 		b.SetBytes(int64(len(tensor.Data)))

@@ -7,7 +7,8 @@ import (
 	"strings"
 
 	badger "github.com/dgraph-io/badger/v4"
-	messages "github.com/frognano/frognano/actors/messages/v1"
+
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // CheckConsistency reads the whole database and reports every broken
@@ -34,7 +35,7 @@ func (db *DB) CheckConsistency(ctx context.Context) error {
 		if err := checkTrajectoryIndexes(ctx, txn, report); err != nil {
 			return err
 		}
-		checkStatsAt := func(key []byte, st *messages.TaskStats, want []byte) {
+		checkStatsAt := func(key []byte, st *records.TaskStats, want []byte) {
 			if string(key) != string(want) {
 				report("stats under %q are for task %q", key, st.GetTaskId())
 			}
@@ -55,7 +56,7 @@ func (db *DB) CheckConsistency(ctx context.Context) error {
 			return err
 		}
 		return scan(ctx, txn, []byte(prefixFrontierStats), false, func(item *badger.Item) error {
-			st := &messages.TaskStats{}
+			st := &records.TaskStats{}
 			if err := item.Value(func(v []byte) error { return unmarshal(item.Key(), v, st) }); err != nil {
 				report("%v", err)
 				return nil
@@ -84,7 +85,7 @@ func (db *DB) CheckConsistency(ctx context.Context) error {
 func checkTaskIndex(ctx context.Context, txn *badger.Txn, report func(string, ...any)) error {
 	err := scan(ctx, txn, []byte(prefixTask), false, func(item *badger.Item) error {
 		id := string(item.Key()[len(prefixTask):])
-		t := &messages.Task{}
+		t := &records.Task{}
 		if err := item.Value(func(v []byte) error { return unmarshal(item.Key(), v, t) }); err != nil {
 			report("%v", err)
 			return nil
@@ -106,7 +107,7 @@ func checkTaskIndex(ctx context.Context, txn *badger.Txn, report func(string, ..
 			report("malformed environment index key %q", item.Key())
 			return nil
 		}
-		t := &messages.Task{}
+		t := &records.Task{}
 		if err := getProto(txn, taskKey(id), t); err != nil {
 			report("environment index %q names task %q: %v", env, id, err)
 		} else if t.GetEnvironment() != env {
@@ -124,7 +125,7 @@ func checkTrajectoryIndexes(ctx context.Context, txn *badger.Txn, report func(st
 			return nil
 		}
 		runID, taskID, id := parts[0], parts[1], parts[2]
-		t := &messages.Trajectory{}
+		t := &records.Trajectory{}
 		if err := item.Value(func(v []byte) error { return unmarshal(item.Key(), v, t) }); err != nil {
 			report("%v", err)
 			return nil
@@ -183,7 +184,7 @@ func (db *DB) checkCheckpoints(ctx context.Context, report func(string, ...any))
 	var refs []ref
 	err := db.view(ctx, func(txn *badger.Txn) error {
 		return scan(ctx, txn, []byte(prefixCkpt), false, func(item *badger.Item) error {
-			m := &messages.Checkpoint{}
+			m := &records.Checkpoint{}
 			if err := item.Value(func(v []byte) error { return unmarshal(item.Key(), v, m) }); err != nil {
 				report("%v", err)
 				return nil
@@ -206,7 +207,7 @@ func (db *DB) checkCheckpoints(ctx context.Context, report func(string, ...any))
 			report("%v", err)
 			continue
 		}
-		for _, group := range [][]*messages.TensorMeta{m.GetTensors(), m.GetOptimizer()} {
+		for _, group := range [][]*records.TensorMeta{m.GetTensors(), m.GetOptimizer()} {
 			for _, t := range group {
 				if _, err := store.ReadTensor(ctx, r.runID, r.step, t.GetName()); err != nil {
 					if ctx.Err() != nil {

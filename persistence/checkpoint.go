@@ -8,8 +8,9 @@ import (
 	"fmt"
 
 	badger "github.com/dgraph-io/badger/v4"
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"google.golang.org/protobuf/proto"
+
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 type badgerCheckpointStore struct{ db *DB }
@@ -20,7 +21,7 @@ var _ CheckpointStore = (*badgerCheckpointStore)(nil)
 // needs, and the manifest last in a transaction of its own. A crash before
 // the manifest commits leaves only orphan chunks, which no reader can reach
 // and which the next Save of that step or the next Prune removes.
-func (s *badgerCheckpointStore) Save(ctx context.Context, manifest *messages.Checkpoint, weights, optimizer []Tensor) error {
+func (s *badgerCheckpointStore) Save(ctx context.Context, manifest *records.Checkpoint, weights, optimizer []Tensor) error {
 	if err := checkManifestArg(manifest); err != nil {
 		return err
 	}
@@ -30,7 +31,7 @@ func (s *badgerCheckpointStore) Save(ctx context.Context, manifest *messages.Che
 		return err
 	}
 	runID, step := manifest.GetRunId(), manifest.GetStep()
-	m := proto.Clone(manifest).(*messages.Checkpoint)
+	m := proto.Clone(manifest).(*records.Checkpoint)
 	m.Tensors, m.Optimizer = wMeta, oMeta
 	raw, err := marshal(m)
 	if err != nil {
@@ -200,11 +201,11 @@ func (s *badgerCheckpointStore) latestStep(ctx context.Context, runID string) (s
 	return step, found, err
 }
 
-func (s *badgerCheckpointStore) Load(ctx context.Context, runID string, step int64) (*messages.Checkpoint, error) {
+func (s *badgerCheckpointStore) Load(ctx context.Context, runID string, step int64) (*records.Checkpoint, error) {
 	if err := checkID("run id", runID); err != nil {
 		return nil, err
 	}
-	m := &messages.Checkpoint{}
+	m := &records.Checkpoint{}
 	err := s.db.view(ctx, func(txn *badger.Txn) error { return getProto(txn, ckptKey(runID, step), m) })
 	if err != nil {
 		return nil, fmt.Errorf("load checkpoint %s@%d: %w", runID, step, err)
@@ -212,7 +213,7 @@ func (s *badgerCheckpointStore) Load(ctx context.Context, runID string, step int
 	return m, nil
 }
 
-func (s *badgerCheckpointStore) Latest(ctx context.Context, runID string) (*messages.Checkpoint, error) {
+func (s *badgerCheckpointStore) Latest(ctx context.Context, runID string) (*records.Checkpoint, error) {
 	if err := checkID("run id", runID); err != nil {
 		return nil, err
 	}
@@ -256,7 +257,7 @@ func (s *badgerCheckpointStore) ReadTensor(ctx context.Context, runID string, st
 	}
 	var data []byte
 	err := s.db.view(ctx, func(txn *badger.Txn) error {
-		m := &messages.Checkpoint{}
+		m := &records.Checkpoint{}
 		if err := getProto(txn, ckptKey(runID, step), m); err != nil {
 			return err
 		}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // implementations lists every Stores implementation; each must pass every
@@ -93,12 +93,12 @@ func testTaskInvalid(t *testing.T, s Stores) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name string
-		task *messages.Task
+		task *records.Task
 	}{
 		{"nil", nil},
-		{"empty id", &messages.Task{Environment: "e"}},
-		{"NUL in id", &messages.Task{Id: "a\x00b"}},
-		{"NUL in environment", &messages.Task{Id: "a", Environment: "e\x00"}},
+		{"empty id", &records.Task{Environment: "e"}},
+		{"NUL in id", &records.Task{Id: "a\x00b"}},
+		{"NUL in environment", &records.Task{Id: "a", Environment: "e\x00"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := s.Tasks().Put(ctx, tc.task); !errors.Is(err, ErrInvalid) {
@@ -215,7 +215,7 @@ func testTaskDelete(t *testing.T, s Stores) {
 
 func testTaskPutMany(t *testing.T, s Stores) {
 	ctx := context.Background()
-	var tasks []*messages.Task
+	var tasks []*records.Task
 	var want []string
 	for i := range 200 {
 		id := fmt.Sprintf("t%03d", i)
@@ -223,7 +223,7 @@ func testTaskPutMany(t *testing.T, s Stores) {
 		want = append(want, id)
 	}
 	bad := slices.Clone(tasks)
-	bad[150] = &messages.Task{}
+	bad[150] = &records.Task{}
 	if err := s.Tasks().PutMany(ctx, bad); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("PutMany with an invalid task = %v, want ErrInvalid", err)
 	}
@@ -248,15 +248,15 @@ func testRuns(t *testing.T, s Stores) {
 	if _, err := r.Get(ctx, "r1"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Get(missing) = %v, want ErrNotFound", err)
 	}
-	if err := r.Put(ctx, &messages.Run{}); !errors.Is(err, ErrInvalid) {
+	if err := r.Put(ctx, &records.Run{}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("Put without id = %v, want ErrInvalid", err)
 	}
 	for _, id := range []string{"r2", "r1"} {
-		if err := r.Put(ctx, &messages.Run{Id: id, Status: "running", Metrics: map[string]float64{"loss": 1.5, "reward": 0.2}}); err != nil {
+		if err := r.Put(ctx, &records.Run{Id: id, Status: "running", Metrics: map[string]float64{"loss": 1.5, "reward": 0.2}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := r.Put(ctx, &messages.Run{Id: "r1", Status: "done", Step: 9}); err != nil {
+	if err := r.Put(ctx, &records.Run{Id: "r1", Status: "done", Step: 9}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := r.Get(ctx, "r1")
@@ -278,18 +278,18 @@ func testEvaluations(t *testing.T, s Stores) {
 	if _, err := e.Get(ctx, "e1"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Get(missing) = %v, want ErrNotFound", err)
 	}
-	if err := e.Put(ctx, &messages.Evaluation{}); !errors.Is(err, ErrInvalid) {
+	if err := e.Put(ctx, &records.Evaluation{}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("Put without id = %v, want ErrInvalid", err)
 	}
-	if err := e.Put(ctx, &messages.Evaluation{Id: "a\x00b"}); !errors.Is(err, ErrInvalid) {
+	if err := e.Put(ctx, &records.Evaluation{Id: "a\x00b"}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("Put with a NUL in its id = %v, want ErrInvalid", err)
 	}
 	for _, id := range []string{"e2", "e1"} {
-		if err := e.Put(ctx, &messages.Evaluation{Id: id, Status: "running", JobJson: `{"k":8}`}); err != nil {
+		if err := e.Put(ctx, &records.Evaluation{Id: id, Status: "running", JobJson: `{"k":8}`}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := e.Put(ctx, &messages.Evaluation{Id: "e1", Status: "done", ReportJson: `{"episodes":8}`, EpisodesDone: 8}); err != nil {
+	if err := e.Put(ctx, &records.Evaluation{Id: "e1", Status: "done", ReportJson: `{"episodes":8}`, EpisodesDone: 8}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := e.Get(ctx, "e1")
@@ -327,7 +327,7 @@ func testTrajectories(t *testing.T, s Stores) {
 	if err := ts.Append(ctx, sampleTrajectory("j1", "r9", "tB")); !errors.Is(err, ErrExists) {
 		t.Errorf("re-append under another run = %v, want ErrExists", err)
 	}
-	for _, bad := range []*messages.Trajectory{nil, {Id: "x", TaskId: "t"}, {Id: "x", RunId: "r"}, {TaskId: "t", RunId: "r"}} {
+	for _, bad := range []*records.Trajectory{nil, {Id: "x", TaskId: "t"}, {Id: "x", RunId: "r"}, {TaskId: "t", RunId: "r"}} {
 		if err := ts.Append(ctx, bad); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Append(%v) = %v, want ErrInvalid", bad, err)
 		}
@@ -341,15 +341,15 @@ func testTrajectories(t *testing.T, s Stores) {
 	}
 	for _, tc := range []struct {
 		name string
-		list func() ([]*messages.Trajectory, error)
+		list func() ([]*records.Trajectory, error)
 		want []string
 	}{
-		{"ByTask tA", func() ([]*messages.Trajectory, error) { return ts.ListByTask(ctx, "tA") }, []string{"j0", "j3", "j2", "j4"}},
-		{"ByTask tB", func() ([]*messages.Trajectory, error) { return ts.ListByTask(ctx, "tB") }, []string{"j1"}},
-		{"ByTask none", func() ([]*messages.Trajectory, error) { return ts.ListByTask(ctx, "t") }, []string{}},
-		{"ByRun r1", func() ([]*messages.Trajectory, error) { return ts.ListByRun(ctx, "r1") }, []string{"j0", "j3", "j1"}},
-		{"ByRun r2", func() ([]*messages.Trajectory, error) { return ts.ListByRun(ctx, "r2") }, []string{"j2", "j4"}},
-		{"ByRun none", func() ([]*messages.Trajectory, error) { return ts.ListByRun(ctx, "r") }, []string{}},
+		{"ByTask tA", func() ([]*records.Trajectory, error) { return ts.ListByTask(ctx, "tA") }, []string{"j0", "j3", "j2", "j4"}},
+		{"ByTask tB", func() ([]*records.Trajectory, error) { return ts.ListByTask(ctx, "tB") }, []string{"j1"}},
+		{"ByTask none", func() ([]*records.Trajectory, error) { return ts.ListByTask(ctx, "t") }, []string{}},
+		{"ByRun r1", func() ([]*records.Trajectory, error) { return ts.ListByRun(ctx, "r1") }, []string{"j0", "j3", "j1"}},
+		{"ByRun r2", func() ([]*records.Trajectory, error) { return ts.ListByRun(ctx, "r2") }, []string{"j2", "j4"}},
+		{"ByRun none", func() ([]*records.Trajectory, error) { return ts.ListByRun(ctx, "r") }, []string{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := tc.list()
@@ -372,9 +372,9 @@ func checkpointTensors(step int64) (weights, optimizer []Tensor) {
 	weights = []Tensor{
 		f32Tensor("embed", seed, 3000), // 12000 bytes: 12 chunks, the last partial
 		f32Tensor("norm", seed, 256),   // exactly one chunk
-		{Name: "bias.bf16", DType: messages.DType_DTYPE_BF16, Shape: []int64{3, 7}, Data: seeded(seed, "bf16", 42)},
-		{Name: "empty", DType: messages.DType_DTYPE_F16, Shape: []int64{0, 4}},
-		{Name: "scalar", DType: messages.DType_DTYPE_F32, Data: seeded(seed, "scalar", 4)},
+		{Name: "bias.bf16", DType: records.DType_DTYPE_BF16, Shape: []int64{3, 7}, Data: seeded(seed, "bf16", 42)},
+		{Name: "empty", DType: records.DType_DTYPE_F16, Shape: []int64{0, 4}},
+		{Name: "scalar", DType: records.DType_DTYPE_F32, Data: seeded(seed, "scalar", 4)},
 	}
 	optimizer = []Tensor{f32Tensor("adam.m.embed", seed+100, 3000), f32Tensor("adam.v.embed", seed+200, 3000)}
 	return weights, optimizer
@@ -387,9 +387,9 @@ func testCheckpointSaveLoad(t *testing.T, s Stores) {
 		t.Errorf("Latest of an empty run = %v, want ErrNotFound", err)
 	}
 	weights, optimizer := checkpointTensors(10)
-	manifest := &messages.Checkpoint{
+	manifest := &records.Checkpoint{
 		RunId: "run", Step: 10, PolicyVersion: 3, RngState: []byte{1, 2, 3},
-		Model: &messages.ModelConfig{Architecture: "llama", HiddenSize: 64, Layers: 2},
+		Model: &records.ModelConfig{Architecture: "llama", HiddenSize: 64, Layers: 2},
 	}
 	if err := cs.Save(ctx, manifest, weights, optimizer); err != nil {
 		t.Fatalf("Save: %v", err)
@@ -399,10 +399,10 @@ func testCheckpointSaveLoad(t *testing.T, s Stores) {
 	}
 	for _, load := range []struct {
 		name string
-		fn   func() (*messages.Checkpoint, error)
+		fn   func() (*records.Checkpoint, error)
 	}{
-		{"Load", func() (*messages.Checkpoint, error) { return cs.Load(ctx, "run", 10) }},
-		{"Latest", func() (*messages.Checkpoint, error) { return cs.Latest(ctx, "run") }},
+		{"Load", func() (*records.Checkpoint, error) { return cs.Load(ctx, "run", 10) }},
+		{"Latest", func() (*records.Checkpoint, error) { return cs.Latest(ctx, "run") }},
 	} {
 		got, err := load.fn()
 		if err != nil {
@@ -451,19 +451,19 @@ func testCheckpointInvalid(t *testing.T, s Stores) {
 	good := f32Tensor("w", 1, 8)
 	for _, tc := range []struct {
 		name     string
-		manifest *messages.Checkpoint
+		manifest *records.Checkpoint
 		tensors  []Tensor
 	}{
 		{"nil manifest", nil, nil},
-		{"no run id", &messages.Checkpoint{Step: 1}, nil},
-		{"negative step", &messages.Checkpoint{RunId: "r", Step: -1}, nil},
-		{"shape too big", &messages.Checkpoint{RunId: "r", Step: 1}, []Tensor{{Name: "w", DType: messages.DType_DTYPE_F32, Shape: []int64{9}, Data: good.Data}}},
-		{"negative dimension", &messages.Checkpoint{RunId: "r", Step: 1}, []Tensor{{Name: "w", DType: messages.DType_DTYPE_F32, Shape: []int64{-1, -8}, Data: good.Data}}},
+		{"no run id", &records.Checkpoint{Step: 1}, nil},
+		{"negative step", &records.Checkpoint{RunId: "r", Step: -1}, nil},
+		{"shape too big", &records.Checkpoint{RunId: "r", Step: 1}, []Tensor{{Name: "w", DType: records.DType_DTYPE_F32, Shape: []int64{9}, Data: good.Data}}},
+		{"negative dimension", &records.Checkpoint{RunId: "r", Step: 1}, []Tensor{{Name: "w", DType: records.DType_DTYPE_F32, Shape: []int64{-1, -8}, Data: good.Data}}},
 		// 4 * (2^62 + 8) wraps to 32 bytes, the length of good.Data.
-		{"shape overflows int64", &messages.Checkpoint{RunId: "r", Step: 1}, []Tensor{{Name: "w", DType: messages.DType_DTYPE_F32, Shape: []int64{1<<62 + 8}, Data: good.Data}}},
-		{"no dtype", &messages.Checkpoint{RunId: "r", Step: 1}, []Tensor{{Name: "w", Shape: []int64{8}, Data: good.Data}}},
-		{"no name", &messages.Checkpoint{RunId: "r", Step: 1}, []Tensor{{DType: messages.DType_DTYPE_F32, Shape: []int64{8}, Data: good.Data}}},
-		{"duplicate name", &messages.Checkpoint{RunId: "r", Step: 1}, []Tensor{good, good}},
+		{"shape overflows int64", &records.Checkpoint{RunId: "r", Step: 1}, []Tensor{{Name: "w", DType: records.DType_DTYPE_F32, Shape: []int64{1<<62 + 8}, Data: good.Data}}},
+		{"no dtype", &records.Checkpoint{RunId: "r", Step: 1}, []Tensor{{Name: "w", Shape: []int64{8}, Data: good.Data}}},
+		{"no name", &records.Checkpoint{RunId: "r", Step: 1}, []Tensor{{DType: records.DType_DTYPE_F32, Shape: []int64{8}, Data: good.Data}}},
+		{"duplicate name", &records.Checkpoint{RunId: "r", Step: 1}, []Tensor{good, good}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := s.Checkpoints().Save(ctx, tc.manifest, tc.tensors, nil); !errors.Is(err, ErrInvalid) {
@@ -472,7 +472,7 @@ func testCheckpointInvalid(t *testing.T, s Stores) {
 		})
 	}
 	// A name shared by a weight and an optimizer tensor is a duplicate too.
-	if err := s.Checkpoints().Save(ctx, &messages.Checkpoint{RunId: "r", Step: 1}, []Tensor{good}, []Tensor{good}); !errors.Is(err, ErrInvalid) {
+	if err := s.Checkpoints().Save(ctx, &records.Checkpoint{RunId: "r", Step: 1}, []Tensor{good}, []Tensor{good}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("Save with a name in both groups = %v, want ErrInvalid", err)
 	}
 	if steps, err := s.Checkpoints().Steps(ctx, "r"); err != nil || len(steps) != 0 {
@@ -485,7 +485,7 @@ func testCheckpointStepsIncrease(t *testing.T, s Stores) {
 	cs := s.Checkpoints()
 	save := func(run string, step int64) error {
 		w := []Tensor{f32Tensor("w", uint64(step), 300)}
-		return cs.Save(ctx, &messages.Checkpoint{RunId: run, Step: step}, w, nil)
+		return cs.Save(ctx, &records.Checkpoint{RunId: run, Step: step}, w, nil)
 	}
 	for _, tc := range []struct {
 		run     string
@@ -523,7 +523,7 @@ func testCheckpointPrune(t *testing.T, s Stores) {
 	cs := s.Checkpoints()
 	for _, step := range []int64{1, 2, 4, 8, 16} {
 		w, o := checkpointTensors(step)
-		if err := cs.Save(ctx, &messages.Checkpoint{RunId: "run", Step: step}, w, o); err != nil {
+		if err := cs.Save(ctx, &records.Checkpoint{RunId: "run", Step: step}, w, o); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -555,7 +555,7 @@ func testCheckpointPrune(t *testing.T, s Stores) {
 	if got, err := cs.ReadTensor(ctx, "run", 16, "embed"); err != nil || !bytes.Equal(got, w[0].Data) {
 		t.Errorf("Prune damaged the kept checkpoint: %v", err)
 	}
-	if err := cs.Save(ctx, &messages.Checkpoint{RunId: "run", Step: 4}, nil, nil); !errors.Is(err, ErrStepNotIncreasing) {
+	if err := cs.Save(ctx, &records.Checkpoint{RunId: "run", Step: 4}, nil, nil); !errors.Is(err, ErrStepNotIncreasing) {
 		t.Errorf("saving a pruned step again = %v, want ErrStepNotIncreasing", err)
 	}
 }
@@ -569,12 +569,12 @@ func testCanceledContext(t *testing.T, s Stores) {
 		"Runs.Get":            func() error { _, err := s.Runs().Get(ctx, "r"); return err },
 		"Trajectories.Append": func() error { return s.Trajectories().Append(ctx, sampleTrajectory("j", "r", "t")) },
 		"Checkpoints.Save": func() error {
-			return s.Checkpoints().Save(ctx, &messages.Checkpoint{RunId: "r", Step: 1}, []Tensor{f32Tensor("w", 1, 8)}, nil)
+			return s.Checkpoints().Save(ctx, &records.Checkpoint{RunId: "r", Step: 1}, []Tensor{f32Tensor("w", 1, 8)}, nil)
 		},
-		"Coverage.Put": func() error { return s.Coverage().Put(ctx, &messages.CoverageMap{Environment: "e"}) },
+		"Coverage.Put": func() error { return s.Coverage().Put(ctx, &records.CoverageMap{Environment: "e"}) },
 		"Coverage.Get": func() error { _, err := s.Coverage().Get(ctx, "e"); return err },
 		"Frontier.Commit": func() error {
-			return s.Frontier().Commit(ctx, DefaultFrontier, &messages.FrontierState{}, []*messages.TaskStats{{TaskId: "t"}})
+			return s.Frontier().Commit(ctx, DefaultFrontier, &records.FrontierState{}, []*records.TaskStats{{TaskId: "t"}})
 		},
 		"Frontier.Names":       func() error { _, err := s.Frontier().Names(ctx); return err },
 		"SandboxDestroys.Put":  func() error { return s.SandboxDestroys().Put(ctx, PendingDestroy{Namespace: "ns", ID: "x"}) },
@@ -618,12 +618,12 @@ func testCoverage(t *testing.T, s Stores) {
 	if err := c.Delete(ctx, "a\x00b"); !errors.Is(err, ErrInvalid) {
 		t.Errorf("Delete with a NUL = %v, want ErrInvalid", err)
 	}
-	for i, m := range []*messages.CoverageMap{
+	for i, m := range []*records.CoverageMap{
 		nil,
 		{},
 		{Environment: "a\x00b"},
-		{Environment: "six", Tests: []string{"t"}, Files: []*messages.FileCoverage{{Path: "six.py", Lines: []*messages.LineCoverage{{Line: 3, Tests: []int32{1}}}}}},
-		{Environment: "six", Tests: []string{"t"}, Files: []*messages.FileCoverage{{Path: "six.py", Lines: []*messages.LineCoverage{{Line: 3, Tests: []int32{-1}}}}}},
+		{Environment: "six", Tests: []string{"t"}, Files: []*records.FileCoverage{{Path: "six.py", Lines: []*records.LineCoverage{{Line: 3, Tests: []int32{1}}}}}},
+		{Environment: "six", Tests: []string{"t"}, Files: []*records.FileCoverage{{Path: "six.py", Lines: []*records.LineCoverage{{Line: 3, Tests: []int32{-1}}}}}},
 	} {
 		if err := c.Put(ctx, m); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Put(bad %d) = %v, want ErrInvalid", i, err)
@@ -632,12 +632,12 @@ func testCoverage(t *testing.T, s Stores) {
 	if _, err := c.Get(ctx, "six"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("an invalid Put stored a map: %v", err)
 	}
-	m := &messages.CoverageMap{Environment: "six", Image: "img:1", Tests: []string{"test_six.py::test_a", "test_six.py::test_b"},
-		Files: []*messages.FileCoverage{{Path: "six.py", Lines: []*messages.LineCoverage{{Line: 3, Tests: []int32{0, 1}}, {Line: 4}}}}}
+	m := &records.CoverageMap{Environment: "six", Image: "img:1", Tests: []string{"test_six.py::test_a", "test_six.py::test_b"},
+		Files: []*records.FileCoverage{{Path: "six.py", Lines: []*records.LineCoverage{{Line: 3, Tests: []int32{0, 1}}, {Line: 4}}}}}
 	if err := c.Put(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	other := &messages.CoverageMap{Environment: "attrs", Image: "img:a"}
+	other := &records.CoverageMap{Environment: "attrs", Image: "img:a"}
 	if err := c.Put(ctx, other); err != nil {
 		t.Fatal(err)
 	}
@@ -675,7 +675,7 @@ func testFrontier(t *testing.T, stores Stores) {
 	ctx := context.Background()
 	s := stores.Frontier()
 	// statsOf returns the named estimator's stats of one task.
-	statsOf := func(name, taskID string) (*messages.TaskStats, error) {
+	statsOf := func(name, taskID string) (*records.TaskStats, error) {
 		all, err := s.Stats(ctx, name)
 		if err != nil {
 			return nil, err
@@ -698,22 +698,22 @@ func testFrontier(t *testing.T, stores Stores) {
 	}
 	bad := []struct {
 		name  string
-		stats []*messages.TaskStats
+		stats []*records.TaskStats
 	}{
 		{"", nil},
 		{"a\x00b", nil},
-		{DefaultFrontier, []*messages.TaskStats{nil}},
-		{DefaultFrontier, []*messages.TaskStats{{}}},
-		{DefaultFrontier, []*messages.TaskStats{{TaskId: "a\x00b"}}},
-		{DefaultFrontier, []*messages.TaskStats{{TaskId: "t", Attempts: 1, Successes: 2}}},
-		{DefaultFrontier, []*messages.TaskStats{{TaskId: "t", Attempts: -1}}},
+		{DefaultFrontier, []*records.TaskStats{nil}},
+		{DefaultFrontier, []*records.TaskStats{{}}},
+		{DefaultFrontier, []*records.TaskStats{{TaskId: "a\x00b"}}},
+		{DefaultFrontier, []*records.TaskStats{{TaskId: "t", Attempts: 1, Successes: 2}}},
+		{DefaultFrontier, []*records.TaskStats{{TaskId: "t", Attempts: -1}}},
 		// One bad record refuses the whole commit, the good ones and the
 		// state included.
-		{DefaultFrontier, []*messages.TaskStats{{TaskId: "ok", Attempts: 1}, {TaskId: "t", Successes: -1}}},
-		{"run-x", []*messages.TaskStats{{TaskId: "ok", Attempts: 1}, nil}},
+		{DefaultFrontier, []*records.TaskStats{{TaskId: "ok", Attempts: 1}, {TaskId: "t", Successes: -1}}},
+		{"run-x", []*records.TaskStats{{TaskId: "ok", Attempts: 1}, nil}},
 	}
 	for i, b := range bad {
-		if err := s.Commit(ctx, b.name, &messages.FrontierState{PolicyVersion: 1}, b.stats); !errors.Is(err, ErrInvalid) {
+		if err := s.Commit(ctx, b.name, &records.FrontierState{PolicyVersion: 1}, b.stats); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Commit(bad %d) = %v, want ErrInvalid", i, err)
 		}
 	}
@@ -727,13 +727,13 @@ func testFrontier(t *testing.T, stores Stores) {
 		t.Errorf("a refused commit stored run-x's task stats: %v, %v", st, err)
 	}
 
-	state := &messages.FrontierState{PolicyVersion: 7, BatchSeq: 3, Counters: map[string]int64{"unknown_task": 2},
-		Model: &messages.DifficultyModel{Weights: map[string]float64{"bias": -0.5}}}
-	stats := []*messages.TaskStats{ // not in id order
+	state := &records.FrontierState{PolicyVersion: 7, BatchSeq: 3, Counters: map[string]int64{"unknown_task": 2},
+		Model: &records.DifficultyModel{Weights: map[string]float64{"bias": -0.5}}}
+	stats := []*records.TaskStats{ // not in id order
 		{TaskId: "b", Alpha: 0, Beta: 8, Attempts: 8, Retired: true, RetiredReason: "hopeless", PolicyVersion: 6},
 		{TaskId: "a", Alpha: 1.5, Beta: 2, Attempts: 4, Successes: 1, PolicyVersion: 7},
 	}
-	wantState, wantStats := clone(state), []*messages.TaskStats{clone(stats[1]), clone(stats[0])}
+	wantState, wantStats := clone(state), []*records.TaskStats{clone(stats[1]), clone(stats[0])}
 	if err := s.Commit(ctx, DefaultFrontier, state, stats); err != nil {
 		t.Fatalf("Commit: %v", err)
 	}
@@ -762,7 +762,7 @@ func testFrontier(t *testing.T, stores Stores) {
 	}
 	// A nil state writes only stats and keeps the stored state; of two
 	// stats of one task, the later wins.
-	if err := s.Commit(ctx, DefaultFrontier, nil, []*messages.TaskStats{
+	if err := s.Commit(ctx, DefaultFrontier, nil, []*records.TaskStats{
 		{TaskId: "a", Alpha: 8, Attempts: 8, Successes: 8},
 		{TaskId: "a", Alpha: 9, Attempts: 9, Successes: 9},
 	}); err != nil {
@@ -780,7 +780,7 @@ func testFrontier(t *testing.T, stores Stores) {
 	// Another estimator (a training run's) keeps its own stats of the
 	// same task; the default one's are untouched.
 	run := "run-20261130-140000.001"
-	if err := s.Commit(ctx, run, &messages.FrontierState{PolicyVersion: 0}, []*messages.TaskStats{
+	if err := s.Commit(ctx, run, &records.FrontierState{PolicyVersion: 0}, []*records.TaskStats{
 		{TaskId: "z", Attempts: 2}, {TaskId: "a", Alpha: 3, Attempts: 1, Successes: 1},
 	}); err != nil {
 		t.Fatal(err)
@@ -807,7 +807,7 @@ func testFrontier(t *testing.T, stores Stores) {
 	}
 	// Stats without a state make no state record: Names lists only
 	// estimators with one, sorted.
-	if err := s.Commit(ctx, "alpha", nil, []*messages.TaskStats{{TaskId: "a"}}); err != nil {
+	if err := s.Commit(ctx, "alpha", nil, []*records.TaskStats{{TaskId: "a"}}); err != nil {
 		t.Fatal(err)
 	}
 	if names, err := s.Names(ctx); err != nil || !slices.Equal(names, []string{DefaultFrontier, run}) {
@@ -816,7 +816,7 @@ func testFrontier(t *testing.T, stores Stores) {
 	if _, err := s.Get(ctx, "alpha"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Get(alpha) after a stats-only commit = %v, want ErrNotFound", err)
 	}
-	if err := s.Commit(ctx, "alpha", &messages.FrontierState{}, nil); err != nil {
+	if err := s.Commit(ctx, "alpha", &records.FrontierState{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if names, err := s.Names(ctx); err != nil || !slices.Equal(names, []string{"alpha", DefaultFrontier, run}) {
@@ -833,7 +833,7 @@ func testFrontier(t *testing.T, stores Stores) {
 	}
 }
 
-func statsIDs(xs []*messages.TaskStats) []string {
+func statsIDs(xs []*records.TaskStats) []string {
 	out := []string{}
 	for _, x := range xs {
 		out = append(out, x.GetTaskId())
@@ -856,7 +856,7 @@ func testFrontierConcurrentCommits(t *testing.T, s Stores) {
 			for i := range each {
 				v := int64(w*each + i + 1)
 				for _, name := range []string{DefaultFrontier, "run-x"} {
-					errs <- s.Frontier().Commit(ctx, name, &messages.FrontierState{PolicyVersion: v}, []*messages.TaskStats{
+					errs <- s.Frontier().Commit(ctx, name, &records.FrontierState{PolicyVersion: v}, []*records.TaskStats{
 						{TaskId: "a", PolicyVersion: v}, {TaskId: "b", PolicyVersion: v},
 					})
 				}
@@ -977,13 +977,13 @@ func testEnvironments(t *testing.T, s Stores) {
 	if err := e.Delete(ctx, "attrs"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Delete(missing) = %v, want ErrNotFound", err)
 	}
-	if err := e.Put(ctx, &messages.Environment{}); !errors.Is(err, ErrInvalid) {
+	if err := e.Put(ctx, &records.Environment{}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("Put without name = %v, want ErrInvalid", err)
 	}
 	for _, name := range []string{"sortedcontainers", "attrs"} {
-		env := &messages.Environment{Name: name, SourceKind: "pypi", Source: name + "==1.0", Language: "python",
+		env := &records.Environment{Name: name, SourceKind: "pypi", Source: name + "==1.0", Language: "python",
 			TestCommand: []string{"python3", "-m", "pytest"}, TestFiles: []string{"tests/test_a.py"},
-			Baseline: &messages.TestReport{Results: []*messages.TestResult{{Name: "tests/test_a.py::test_x", Status: messages.TestStatus_TEST_STATUS_PASS}}}}
+			Baseline: &records.TestReport{Results: []*records.TestResult{{Name: "tests/test_a.py::test_x", Status: records.TestStatus_TEST_STATUS_PASS}}}}
 		if err := e.Put(ctx, env); err != nil {
 			t.Fatal(err)
 		}

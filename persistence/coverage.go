@@ -7,7 +7,7 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // CoverageStore keeps one coverage map per environment: which tests execute
@@ -22,9 +22,9 @@ import (
 //	v1/coverage/<environment name>   CoverageMap
 type CoverageStore interface {
 	// Put replaces the map of m.Environment.
-	Put(ctx context.Context, m *messages.CoverageMap) error
+	Put(ctx context.Context, m *records.CoverageMap) error
 	// Get returns an environment's map, or an error wrapping ErrNotFound.
-	Get(ctx context.Context, environment string) (*messages.CoverageMap, error)
+	Get(ctx context.Context, environment string) (*records.CoverageMap, error)
 	// Delete removes it; deleting a missing map is not an error.
 	Delete(ctx context.Context, environment string) error
 }
@@ -33,7 +33,7 @@ const prefixCoverage = "v1/coverage/"
 
 func coverageKey(env string) []byte { return join(prefixCoverage, env) }
 
-func checkCoverage(m *messages.CoverageMap) error {
+func checkCoverage(m *records.CoverageMap) error {
 	if m == nil {
 		return fmt.Errorf("nil coverage map: %w", ErrInvalid)
 	}
@@ -60,7 +60,7 @@ type badgerCoverageStore struct{ db *DB }
 
 var _ CoverageStore = (*badgerCoverageStore)(nil)
 
-func (s *badgerCoverageStore) Put(ctx context.Context, m *messages.CoverageMap) error {
+func (s *badgerCoverageStore) Put(ctx context.Context, m *records.CoverageMap) error {
 	if err := checkCoverage(m); err != nil {
 		return err
 	}
@@ -74,11 +74,11 @@ func (s *badgerCoverageStore) Put(ctx context.Context, m *messages.CoverageMap) 
 	return nil
 }
 
-func (s *badgerCoverageStore) Get(ctx context.Context, env string) (*messages.CoverageMap, error) {
+func (s *badgerCoverageStore) Get(ctx context.Context, env string) (*records.CoverageMap, error) {
 	if err := checkID("environment name", env); err != nil {
 		return nil, err
 	}
-	m := &messages.CoverageMap{}
+	m := &records.CoverageMap{}
 	if err := s.db.view(ctx, func(txn *badger.Txn) error { return getProto(txn, coverageKey(env), m) }); err != nil {
 		return nil, fmt.Errorf("get coverage of %q: %w", env, err)
 	}

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // The crash test runs a writer in a child process, SIGKILLs it at a random
@@ -60,17 +60,17 @@ func crashTensors(step int64) (weights, optimizer []Tensor) {
 	n := 20_000 + int(step*7919%50_000)
 	weights = []Tensor{
 		f32Tensor("model.embed", uint64(step), n),
-		{Name: "model.norm", DType: messages.DType_DTYPE_BF16, Shape: []int64{64}, Data: seeded(uint64(step), "norm", 128)},
+		{Name: "model.norm", DType: records.DType_DTYPE_BF16, Shape: []int64{64}, Data: seeded(uint64(step), "norm", 128)},
 	}
 	optimizer = []Tensor{f32Tensor("adam.m.embed", uint64(step)+1, n), f32Tensor("adam.v.embed", uint64(step)+2, n)}
 	return weights, optimizer
 }
 
-func crashManifest(step int64) *messages.Checkpoint {
-	return &messages.Checkpoint{
+func crashManifest(step int64) *records.Checkpoint {
+	return &records.Checkpoint{
 		RunId: crashRun, Step: step, PolicyVersion: step,
 		RngState: seeded(uint64(step), "rng", 32),
-		Model:    &messages.ModelConfig{Architecture: "llama", HiddenSize: 576, Layers: 30},
+		Model:    &records.ModelConfig{Architecture: "llama", HiddenSize: 576, Layers: 30},
 	}
 }
 
@@ -100,7 +100,7 @@ func TestCrashChild(t *testing.T) {
 	known := ids(tasks)
 	// The child is the only writer, so what it last committed is what
 	// the store holds.
-	stats := map[string]*messages.TaskStats{}
+	stats := map[string]*records.TaskStats{}
 	committed, err := db.Frontier().Stats(ctx, DefaultFrontier)
 	if err != nil {
 		fail(err)
@@ -140,14 +140,14 @@ func TestCrashChild(t *testing.T) {
 			task, success := fmt.Sprintf("c-%d", rng.IntN(5)), rng.IntN(2)
 			op = []string{"stat", task, strconv.Itoa(success)}
 			write = func() error {
-				st := &messages.TaskStats{TaskId: task}
+				st := &records.TaskStats{TaskId: task}
 				if old := stats[task]; old != nil {
 					st = clone(old)
 				}
 				st.Attempts++
 				st.Successes += int64(success)
 				st.Alpha, st.Beta = float64(1+st.Successes), float64(1+st.Attempts-st.Successes)
-				if err := db.Frontier().Commit(ctx, DefaultFrontier, nil, []*messages.TaskStats{st}); err != nil {
+				if err := db.Frontier().Commit(ctx, DefaultFrontier, nil, []*records.TaskStats{st}); err != nil {
 					return err
 				}
 				stats[task] = st

@@ -8,14 +8,15 @@ import (
 	"slices"
 
 	badger "github.com/dgraph-io/badger/v4"
-	messages "github.com/frognano/frognano/actors/messages/v1"
+
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 type badgerEnvironmentStore struct{ db *DB }
 
 var _ EnvironmentStore = (*badgerEnvironmentStore)(nil)
 
-func (s *badgerEnvironmentStore) Put(ctx context.Context, e *messages.Environment) error {
+func (s *badgerEnvironmentStore) Put(ctx context.Context, e *records.Environment) error {
 	if e == nil {
 		return fmt.Errorf("nil environment: %w", ErrInvalid)
 	}
@@ -32,11 +33,11 @@ func (s *badgerEnvironmentStore) Put(ctx context.Context, e *messages.Environmen
 	return nil
 }
 
-func (s *badgerEnvironmentStore) Get(ctx context.Context, name string) (*messages.Environment, error) {
+func (s *badgerEnvironmentStore) Get(ctx context.Context, name string) (*records.Environment, error) {
 	if err := checkID("environment name", name); err != nil {
 		return nil, err
 	}
-	e := &messages.Environment{}
+	e := &records.Environment{}
 	if err := s.db.view(ctx, func(txn *badger.Txn) error { return getProto(txn, envKey(name), e) }); err != nil {
 		return nil, fmt.Errorf("get environment %q: %w", name, err)
 	}
@@ -61,11 +62,11 @@ func (s *badgerEnvironmentStore) Delete(ctx context.Context, name string) error 
 	return nil
 }
 
-func (s *badgerEnvironmentStore) List(ctx context.Context) ([]*messages.Environment, error) {
-	var out []*messages.Environment
+func (s *badgerEnvironmentStore) List(ctx context.Context) ([]*records.Environment, error) {
+	var out []*records.Environment
 	err := s.db.view(ctx, func(txn *badger.Txn) error {
 		return scan(ctx, txn, []byte(prefixEnv), false, func(item *badger.Item) error {
-			e := &messages.Environment{}
+			e := &records.Environment{}
 			if err := item.Value(func(v []byte) error { return unmarshal(item.Key(), v, e) }); err != nil {
 				return err
 			}
@@ -83,7 +84,7 @@ type memEnvironmentStore struct{ m *Memory }
 
 var _ EnvironmentStore = memEnvironmentStore{}
 
-func (s memEnvironmentStore) Put(ctx context.Context, e *messages.Environment) error {
+func (s memEnvironmentStore) Put(ctx context.Context, e *records.Environment) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -99,7 +100,7 @@ func (s memEnvironmentStore) Put(ctx context.Context, e *messages.Environment) e
 	return nil
 }
 
-func (s memEnvironmentStore) Get(ctx context.Context, name string) (*messages.Environment, error) {
+func (s memEnvironmentStore) Get(ctx context.Context, name string) (*records.Environment, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -131,13 +132,13 @@ func (s memEnvironmentStore) Delete(ctx context.Context, name string) error {
 	return nil
 }
 
-func (s memEnvironmentStore) List(ctx context.Context) ([]*messages.Environment, error) {
+func (s memEnvironmentStore) List(ctx context.Context) ([]*records.Environment, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	s.m.mu.Lock()
 	defer s.m.mu.Unlock()
-	out := make([]*messages.Environment, 0, len(s.m.envs))
+	out := make([]*records.Environment, 0, len(s.m.envs))
 	for _, name := range slices.Sorted(maps.Keys(s.m.envs)) {
 		out = append(out, clone(s.m.envs[name]))
 	}

@@ -6,14 +6,14 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 type badgerEvalStore struct{ db *DB }
 
 var _ EvaluationStore = (*badgerEvalStore)(nil)
 
-func (s *badgerEvalStore) Put(ctx context.Context, e *messages.Evaluation) error {
+func (s *badgerEvalStore) Put(ctx context.Context, e *records.Evaluation) error {
 	if e == nil {
 		return fmt.Errorf("nil evaluation: %w", ErrInvalid)
 	}
@@ -33,22 +33,22 @@ func (s *badgerEvalStore) Put(ctx context.Context, e *messages.Evaluation) error
 	return nil
 }
 
-func (s *badgerEvalStore) Get(ctx context.Context, id string) (*messages.Evaluation, error) {
+func (s *badgerEvalStore) Get(ctx context.Context, id string) (*records.Evaluation, error) {
 	if err := checkID("evaluation id", id); err != nil {
 		return nil, err
 	}
-	e := &messages.Evaluation{}
+	e := &records.Evaluation{}
 	if err := s.db.view(ctx, func(txn *badger.Txn) error { return getProto(txn, evalKey(id), e) }); err != nil {
 		return nil, fmt.Errorf("get evaluation %q: %w", id, err)
 	}
 	return e, nil
 }
 
-func (s *badgerEvalStore) List(ctx context.Context) ([]*messages.Evaluation, error) {
-	var out []*messages.Evaluation
+func (s *badgerEvalStore) List(ctx context.Context) ([]*records.Evaluation, error) {
+	var out []*records.Evaluation
 	err := s.db.view(ctx, func(txn *badger.Txn) error {
 		return scan(ctx, txn, []byte(prefixEval), false, func(item *badger.Item) error {
-			e := &messages.Evaluation{}
+			e := &records.Evaluation{}
 			if err := item.Value(func(v []byte) error { return unmarshal(item.Key(), v, e) }); err != nil {
 				return err
 			}

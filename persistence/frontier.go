@@ -6,7 +6,7 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // FrontierStore keeps the FrontierEstimators' own state (difficulty model,
@@ -29,13 +29,13 @@ import (
 type FrontierStore interface {
 	// Get returns the state of the named estimator, or an error wrapping
 	// ErrNotFound.
-	Get(ctx context.Context, name string) (*messages.FrontierState, error)
+	Get(ctx context.Context, name string) (*records.FrontierState, error)
 	// Commit stores state under name and replaces the named estimator's
 	// TaskStats of each of stats (keyed by their TaskId), atomically. state
 	// may be nil to write only stats.
-	Commit(ctx context.Context, name string, state *messages.FrontierState, stats []*messages.TaskStats) error
+	Commit(ctx context.Context, name string, state *records.FrontierState, stats []*records.TaskStats) error
 	// Stats lists the named estimator's task posteriors (none: empty).
-	Stats(ctx context.Context, name string) ([]*messages.TaskStats, error)
+	Stats(ctx context.Context, name string) ([]*records.TaskStats, error)
 	// Names lists the estimators that have a state record, sorted.
 	Names(ctx context.Context) ([]string, error)
 }
@@ -64,14 +64,14 @@ type badgerFrontierStore struct{ db *DB }
 
 var _ FrontierStore = (*badgerFrontierStore)(nil)
 
-func checkStats(s *messages.TaskStats) error {
+func checkStats(s *records.TaskStats) error {
 	if s == nil {
 		return fmt.Errorf("nil task stats: %w", ErrInvalid)
 	}
 	return checkID("task id", s.GetTaskId())
 }
 
-func checkCommit(name string, stats []*messages.TaskStats) error {
+func checkCommit(name string, stats []*records.TaskStats) error {
 	if err := checkID("estimator name", name); err != nil {
 		return err
 	}
@@ -86,18 +86,18 @@ func checkCommit(name string, stats []*messages.TaskStats) error {
 	return nil
 }
 
-func (s *badgerFrontierStore) Get(ctx context.Context, name string) (*messages.FrontierState, error) {
+func (s *badgerFrontierStore) Get(ctx context.Context, name string) (*records.FrontierState, error) {
 	if err := checkID("estimator name", name); err != nil {
 		return nil, err
 	}
-	st := &messages.FrontierState{}
+	st := &records.FrontierState{}
 	if err := s.db.view(ctx, func(txn *badger.Txn) error { return getProto(txn, frontierKey(name), st) }); err != nil {
 		return nil, fmt.Errorf("get frontier state %q: %w", name, err)
 	}
 	return st, nil
 }
 
-func (s *badgerFrontierStore) Commit(ctx context.Context, name string, state *messages.FrontierState, stats []*messages.TaskStats) error {
+func (s *badgerFrontierStore) Commit(ctx context.Context, name string, state *records.FrontierState, stats []*records.TaskStats) error {
 	if err := checkCommit(name, stats); err != nil {
 		return err
 	}
@@ -134,7 +134,7 @@ func (s *badgerFrontierStore) Commit(ctx context.Context, name string, state *me
 	return nil
 }
 
-func (s *badgerFrontierStore) Stats(ctx context.Context, name string) ([]*messages.TaskStats, error) {
+func (s *badgerFrontierStore) Stats(ctx context.Context, name string) ([]*records.TaskStats, error) {
 	if err := checkID("estimator name", name); err != nil {
 		return nil, err
 	}
@@ -160,11 +160,11 @@ func (s *badgerFrontierStore) Names(ctx context.Context) ([]string, error) {
 }
 
 // listStats reads every TaskStats under prefix.
-func (db *DB) listStats(ctx context.Context, prefix []byte) ([]*messages.TaskStats, error) {
-	var out []*messages.TaskStats
+func (db *DB) listStats(ctx context.Context, prefix []byte) ([]*records.TaskStats, error) {
+	var out []*records.TaskStats
 	err := db.view(ctx, func(txn *badger.Txn) error {
 		return scan(ctx, txn, prefix, false, func(item *badger.Item) error {
-			st := &messages.TaskStats{}
+			st := &records.TaskStats{}
 			if err := item.Value(func(v []byte) error { return unmarshal(item.Key(), v, st) }); err != nil {
 				return err
 			}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // TestFrontierSurvivesReopen checks the state and stats of one commit are
@@ -16,8 +16,8 @@ func TestFrontierSurvivesReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	state := &messages.FrontierState{PolicyVersion: 3, Model: &messages.DifficultyModel{Weights: map[string]float64{"bias": -0.5}}}
-	if err := db.Frontier().Commit(ctx, "default", state, []*messages.TaskStats{{TaskId: "x", Alpha: 1, Beta: 1, Attempts: 2, Successes: 1}}); err != nil {
+	state := &records.FrontierState{PolicyVersion: 3, Model: &records.DifficultyModel{Weights: map[string]float64{"bias": -0.5}}}
+	if err := db.Frontier().Commit(ctx, "default", state, []*records.TaskStats{{TaskId: "x", Alpha: 1, Beta: 1, Attempts: 2, Successes: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	reopen := func() {
@@ -45,7 +45,7 @@ func TestFrontierSurvivesReopen(t *testing.T) {
 		t.Errorf("CheckConsistency: %v", err)
 	}
 	// A run's estimator survives too, apart from the default one.
-	if err := db.Frontier().Commit(ctx, "run-1", &messages.FrontierState{PolicyVersion: 9}, []*messages.TaskStats{{TaskId: "x", Attempts: 5, Successes: 5}}); err != nil {
+	if err := db.Frontier().Commit(ctx, "run-1", &records.FrontierState{PolicyVersion: 9}, []*records.TaskStats{{TaskId: "x", Attempts: 5, Successes: 5}}); err != nil {
 		t.Fatal(err)
 	}
 	reopen()

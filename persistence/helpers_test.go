@@ -12,8 +12,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"google.golang.org/protobuf/proto"
+
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // testLogger shows warnings and errors (Badger's included) in the test log.
@@ -97,8 +98,8 @@ func seeded(seed uint64, label string, n int) []byte {
 	return b
 }
 
-func sampleTask(id, env string) *messages.Task {
-	return &messages.Task{
+func sampleTask(id, env string) *records.Task {
+	return &records.Task{
 		Id:               id,
 		Environment:      env,
 		Language:         "python",
@@ -108,22 +109,22 @@ func sampleTask(id, env string) *messages.Task {
 		FailToPass:       []string{"tests/test_x.py::test_f", "tests/test_x.py::test_" + id},
 		PassToPass:       []string{"tests/test_y.py::test_g"},
 		TestCommand:      "pytest -q",
-		Difficulty:       &messages.DifficultyFeatures{Operators: []string{"swap_return"}, Edits: 1, Files: 1},
-		Provenance:       &messages.Provenance{Operator: "swap_return", Seed: 7, Generator: "procedural/v1"},
+		Difficulty:       &records.DifficultyFeatures{Operators: []string{"swap_return"}, Edits: 1, Files: 1},
+		Provenance:       &records.Provenance{Operator: "swap_return", Seed: 7, Generator: "procedural/v1"},
 	}
 }
 
-func sampleTrajectory(id, runID, taskID string) *messages.Trajectory {
+func sampleTrajectory(id, runID, taskID string) *records.Trajectory {
 	tokens := seeded(1, id, 64)
-	t := &messages.Trajectory{
+	t := &records.Trajectory{
 		Id:          id,
 		TaskId:      taskID,
 		RunId:       runID,
 		Termination: "submitted",
 		Reward:      float64(len(id) % 2),
-		Turns: []*messages.Turn{
-			{Role: messages.Role_ROLE_USER, Content: "fix the bug in " + taskID},
-			{Role: messages.Role_ROLE_ASSISTANT, ToolCalls: []*messages.ToolCall{{Id: "c1", Name: "bash", ArgumentsJson: `{"cmd":"ls"}`}}},
+		Turns: []*records.Turn{
+			{Role: records.Role_ROLE_USER, Content: "fix the bug in " + taskID},
+			{Role: records.Role_ROLE_ASSISTANT, ToolCalls: []*records.ToolCall{{Id: "c1", Name: "bash", ArgumentsJson: `{"cmd":"ls"}`}}},
 		},
 	}
 	for i, b := range tokens {
@@ -136,5 +137,5 @@ func sampleTrajectory(id, runID, taskID string) *messages.Trajectory {
 
 // f32Tensor returns a deterministic float32 tensor of n elements.
 func f32Tensor(name string, seed uint64, n int) Tensor {
-	return Tensor{Name: name, DType: messages.DType_DTYPE_F32, Shape: []int64{int64(n)}, Data: seeded(seed, name, 4*n)}
+	return Tensor{Name: name, DType: records.DType_DTYPE_F32, Shape: []int64{int64(n)}, Data: seeded(seed, name, 4*n)}
 }

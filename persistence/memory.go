@@ -11,7 +11,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Memory holds every store in process memory. Actor tests use it instead of
@@ -19,24 +19,24 @@ import (
 // but nothing survives the process. It does not split tensors into chunks.
 type Memory struct {
 	mu    sync.Mutex
-	tasks map[string]*messages.Task
-	runs  map[string]*messages.Run
-	evals map[string]*messages.Evaluation
-	envs  map[string]*messages.Environment
-	trajs map[string]*messages.Trajectory
+	tasks map[string]*records.Task
+	runs  map[string]*records.Run
+	evals map[string]*records.Evaluation
+	envs  map[string]*records.Environment
+	trajs map[string]*records.Trajectory
 	ckpts map[string]map[int64]*memCheckpoint
-	cover map[string]*messages.CoverageMap
+	cover map[string]*records.CoverageMap
 	// front holds the estimators' state records, frontStats their task
 	// stats (estimator name → task id → stats).
-	front      map[string]*messages.FrontierState
-	frontStats map[string]map[string]*messages.TaskStats
+	front      map[string]*records.FrontierState
+	frontStats map[string]map[string]*records.TaskStats
 	// destroys holds each pending destruction (namespace → sandbox id) as
 	// the JSON Badger keeps, so that it reads back exactly as from Badger.
 	destroys map[string]map[string][]byte
 }
 
 type memCheckpoint struct {
-	manifest *messages.Checkpoint
+	manifest *records.Checkpoint
 	data     map[string][]byte
 }
 
@@ -45,15 +45,15 @@ var _ Stores = (*Memory)(nil)
 // NewMemory returns empty in-memory stores.
 func NewMemory() *Memory {
 	return &Memory{
-		tasks:      map[string]*messages.Task{},
-		runs:       map[string]*messages.Run{},
-		evals:      map[string]*messages.Evaluation{},
-		envs:       map[string]*messages.Environment{},
-		trajs:      map[string]*messages.Trajectory{},
+		tasks:      map[string]*records.Task{},
+		runs:       map[string]*records.Run{},
+		evals:      map[string]*records.Evaluation{},
+		envs:       map[string]*records.Environment{},
+		trajs:      map[string]*records.Trajectory{},
 		ckpts:      map[string]map[int64]*memCheckpoint{},
-		cover:      map[string]*messages.CoverageMap{},
-		front:      map[string]*messages.FrontierState{},
-		frontStats: map[string]map[string]*messages.TaskStats{},
+		cover:      map[string]*records.CoverageMap{},
+		front:      map[string]*records.FrontierState{},
+		frontStats: map[string]map[string]*records.TaskStats{},
 		destroys:   map[string]map[string][]byte{},
 	}
 }
@@ -109,11 +109,11 @@ type memTaskStore struct{ m *Memory }
 
 var _ TaskStore = memTaskStore{}
 
-func (s memTaskStore) Put(ctx context.Context, t *messages.Task) error {
-	return s.PutMany(ctx, []*messages.Task{t})
+func (s memTaskStore) Put(ctx context.Context, t *records.Task) error {
+	return s.PutMany(ctx, []*records.Task{t})
 }
 
-func (s memTaskStore) PutMany(ctx context.Context, tasks []*messages.Task) error {
+func (s memTaskStore) PutMany(ctx context.Context, tasks []*records.Task) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -130,7 +130,7 @@ func (s memTaskStore) PutMany(ctx context.Context, tasks []*messages.Task) error
 	return nil
 }
 
-func (s memTaskStore) Get(ctx context.Context, id string) (*messages.Task, error) {
+func (s memTaskStore) Get(ctx context.Context, id string) (*records.Task, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -159,7 +159,7 @@ func (s memTaskStore) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
-func (s memTaskStore) List(ctx context.Context, f TaskFilter) ([]*messages.Task, error) {
+func (s memTaskStore) List(ctx context.Context, f TaskFilter) ([]*records.Task, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -168,7 +168,7 @@ func (s memTaskStore) List(ctx context.Context, f TaskFilter) ([]*messages.Task,
 	}
 	s.m.mu.Lock()
 	defer s.m.mu.Unlock()
-	return sortedValues(s.m.tasks, func(t *messages.Task) bool {
+	return sortedValues(s.m.tasks, func(t *records.Task) bool {
 		return f.Environment == "" || t.GetEnvironment() == f.Environment
 	}), nil
 }
@@ -182,7 +182,7 @@ type memRunStore struct{ m *Memory }
 
 var _ RunStore = memRunStore{}
 
-func (s memRunStore) Put(ctx context.Context, r *messages.Run) error {
+func (s memRunStore) Put(ctx context.Context, r *records.Run) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -198,7 +198,7 @@ func (s memRunStore) Put(ctx context.Context, r *messages.Run) error {
 	return nil
 }
 
-func (s memRunStore) Get(ctx context.Context, id string) (*messages.Run, error) {
+func (s memRunStore) Get(ctx context.Context, id string) (*records.Run, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -214,7 +214,7 @@ func (s memRunStore) Get(ctx context.Context, id string) (*messages.Run, error) 
 	return clone(r), nil
 }
 
-func (s memRunStore) List(ctx context.Context) ([]*messages.Run, error) {
+func (s memRunStore) List(ctx context.Context) ([]*records.Run, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -225,7 +225,7 @@ func (s memRunStore) List(ctx context.Context) ([]*messages.Run, error) {
 
 type memEvalStore struct{ m *Memory }
 
-func (s memEvalStore) Put(ctx context.Context, e *messages.Evaluation) error {
+func (s memEvalStore) Put(ctx context.Context, e *records.Evaluation) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -241,7 +241,7 @@ func (s memEvalStore) Put(ctx context.Context, e *messages.Evaluation) error {
 	return nil
 }
 
-func (s memEvalStore) Get(ctx context.Context, id string) (*messages.Evaluation, error) {
+func (s memEvalStore) Get(ctx context.Context, id string) (*records.Evaluation, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -257,7 +257,7 @@ func (s memEvalStore) Get(ctx context.Context, id string) (*messages.Evaluation,
 	return clone(e), nil
 }
 
-func (s memEvalStore) List(ctx context.Context) ([]*messages.Evaluation, error) {
+func (s memEvalStore) List(ctx context.Context) ([]*records.Evaluation, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -270,7 +270,7 @@ type memTrajectoryStore struct{ m *Memory }
 
 var _ TrajectoryStore = memTrajectoryStore{}
 
-func (s memTrajectoryStore) Append(ctx context.Context, t *messages.Trajectory) error {
+func (s memTrajectoryStore) Append(ctx context.Context, t *records.Trajectory) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -289,7 +289,7 @@ func (s memTrajectoryStore) Append(ctx context.Context, t *messages.Trajectory) 
 	return nil
 }
 
-func (s memTrajectoryStore) Get(ctx context.Context, id string) (*messages.Trajectory, error) {
+func (s memTrajectoryStore) Get(ctx context.Context, id string) (*records.Trajectory, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -307,7 +307,7 @@ func (s memTrajectoryStore) Get(ctx context.Context, id string) (*messages.Traje
 
 // listTrajs returns the trajectories keep selects, ordered like the Badger
 // key that serves the query.
-func (s memTrajectoryStore) listTrajs(keep func(*messages.Trajectory) bool, order func(a, b *messages.Trajectory) int) []*messages.Trajectory {
+func (s memTrajectoryStore) listTrajs(keep func(*records.Trajectory) bool, order func(a, b *records.Trajectory) int) []*records.Trajectory {
 	s.m.mu.Lock()
 	defer s.m.mu.Unlock()
 	out := sortedValues(s.m.trajs, keep)
@@ -315,7 +315,7 @@ func (s memTrajectoryStore) listTrajs(keep func(*messages.Trajectory) bool, orde
 	return out
 }
 
-func (s memTrajectoryStore) ListByTask(ctx context.Context, taskID string) ([]*messages.Trajectory, error) {
+func (s memTrajectoryStore) ListByTask(ctx context.Context, taskID string) ([]*records.Trajectory, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -323,13 +323,13 @@ func (s memTrajectoryStore) ListByTask(ctx context.Context, taskID string) ([]*m
 		return nil, err
 	}
 	return s.listTrajs(
-		func(t *messages.Trajectory) bool { return t.GetTaskId() == taskID },
-		func(a, b *messages.Trajectory) int {
+		func(t *records.Trajectory) bool { return t.GetTaskId() == taskID },
+		func(a, b *records.Trajectory) int {
 			return cmp.Or(cmp.Compare(a.GetRunId(), b.GetRunId()), cmp.Compare(a.GetId(), b.GetId()))
 		}), nil
 }
 
-func (s memTrajectoryStore) ListByRun(ctx context.Context, runID string) ([]*messages.Trajectory, error) {
+func (s memTrajectoryStore) ListByRun(ctx context.Context, runID string) ([]*records.Trajectory, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -337,8 +337,8 @@ func (s memTrajectoryStore) ListByRun(ctx context.Context, runID string) ([]*mes
 		return nil, err
 	}
 	return s.listTrajs(
-		func(t *messages.Trajectory) bool { return t.GetRunId() == runID },
-		func(a, b *messages.Trajectory) int {
+		func(t *records.Trajectory) bool { return t.GetRunId() == runID },
+		func(a, b *records.Trajectory) int {
 			return cmp.Or(cmp.Compare(a.GetTaskId(), b.GetTaskId()), cmp.Compare(a.GetId(), b.GetId()))
 		}), nil
 }
@@ -347,7 +347,7 @@ type memCheckpointStore struct{ m *Memory }
 
 var _ CheckpointStore = memCheckpointStore{}
 
-func (s memCheckpointStore) Save(ctx context.Context, manifest *messages.Checkpoint, weights, optimizer []Tensor) error {
+func (s memCheckpointStore) Save(ctx context.Context, manifest *records.Checkpoint, weights, optimizer []Tensor) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -381,7 +381,7 @@ func (s memCheckpointStore) Save(ctx context.Context, manifest *messages.Checkpo
 	return nil
 }
 
-func (s memCheckpointStore) Load(ctx context.Context, runID string, step int64) (*messages.Checkpoint, error) {
+func (s memCheckpointStore) Load(ctx context.Context, runID string, step int64) (*records.Checkpoint, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -397,7 +397,7 @@ func (s memCheckpointStore) Load(ctx context.Context, runID string, step int64) 
 	return clone(c.manifest), nil
 }
 
-func (s memCheckpointStore) Latest(ctx context.Context, runID string) (*messages.Checkpoint, error) {
+func (s memCheckpointStore) Latest(ctx context.Context, runID string) (*records.Checkpoint, error) {
 	steps, err := s.Steps(ctx, runID)
 	if err != nil {
 		return nil, err
@@ -473,7 +473,7 @@ type memCoverageStore struct{ m *Memory }
 
 var _ CoverageStore = memCoverageStore{}
 
-func (s memCoverageStore) Put(ctx context.Context, c *messages.CoverageMap) error {
+func (s memCoverageStore) Put(ctx context.Context, c *records.CoverageMap) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -487,7 +487,7 @@ func (s memCoverageStore) Put(ctx context.Context, c *messages.CoverageMap) erro
 	return nil
 }
 
-func (s memCoverageStore) Get(ctx context.Context, env string) (*messages.CoverageMap, error) {
+func (s memCoverageStore) Get(ctx context.Context, env string) (*records.CoverageMap, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -520,7 +520,7 @@ type memFrontierStore struct{ m *Memory }
 
 var _ FrontierStore = memFrontierStore{}
 
-func (s memFrontierStore) Get(ctx context.Context, name string) (*messages.FrontierState, error) {
+func (s memFrontierStore) Get(ctx context.Context, name string) (*records.FrontierState, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -536,7 +536,7 @@ func (s memFrontierStore) Get(ctx context.Context, name string) (*messages.Front
 	return clone(st), nil
 }
 
-func (s memFrontierStore) Commit(ctx context.Context, name string, state *messages.FrontierState, stats []*messages.TaskStats) error {
+func (s memFrontierStore) Commit(ctx context.Context, name string, state *records.FrontierState, stats []*records.TaskStats) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -548,7 +548,7 @@ func (s memFrontierStore) Commit(ctx context.Context, name string, state *messag
 	if state != nil {
 		state = clone(state)
 	}
-	copies := make([]*messages.TaskStats, len(stats))
+	copies := make([]*records.TaskStats, len(stats))
 	for i, st := range stats {
 		copies[i] = clone(st)
 	}
@@ -556,7 +556,7 @@ func (s memFrontierStore) Commit(ctx context.Context, name string, state *messag
 	defer s.m.mu.Unlock()
 	dst := s.m.frontStats[name]
 	if dst == nil && len(copies) > 0 {
-		dst = map[string]*messages.TaskStats{}
+		dst = map[string]*records.TaskStats{}
 		s.m.frontStats[name] = dst
 	}
 	for _, st := range copies {
@@ -568,7 +568,7 @@ func (s memFrontierStore) Commit(ctx context.Context, name string, state *messag
 	return nil
 }
 
-func (s memFrontierStore) Stats(ctx context.Context, name string) ([]*messages.TaskStats, error) {
+func (s memFrontierStore) Stats(ctx context.Context, name string) ([]*records.TaskStats, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

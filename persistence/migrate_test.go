@@ -18,7 +18,7 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // schema1Fixture is every key and value of a version-1 database, written
@@ -27,9 +27,9 @@ const schema1Fixture = "testdata/schema1.kv"
 
 // The default estimator's records in the fixture, as testdata/gen wrote them.
 var (
-	schema1State = &messages.FrontierState{PolicyVersion: 4, BatchSeq: 2, Counters: map[string]int64{"unknown_task": 1},
-		Model: &messages.DifficultyModel{Weights: map[string]float64{"bias": -0.5}}}
-	schema1Stats = []*messages.TaskStats{ // in task id order
+	schema1State = &records.FrontierState{PolicyVersion: 4, BatchSeq: 2, Counters: map[string]int64{"unknown_task": 1},
+		Model: &records.DifficultyModel{Weights: map[string]float64{"bias": -0.5}}}
+	schema1Stats = []*records.TaskStats{ // in task id order
 		{TaskId: "gone", Alpha: 1, Beta: 2, Attempts: 1},
 		{TaskId: "t1", Alpha: 2.5, Beta: 1.5, Attempts: 3, Successes: 2, PolicyVersion: 4},
 		{TaskId: "t2", Alpha: 0.5, Beta: 9, Attempts: 8, Retired: true, RetiredReason: "hopeless", PolicyVersion: 4},
@@ -241,7 +241,7 @@ func TestMigrateSchema1(t *testing.T) {
 	}
 	checkSchema1Migrated(t, db)
 	// New commits of the default estimator go to the new keys only.
-	if err := db.Frontier().Commit(ctx, DefaultFrontier, nil, []*messages.TaskStats{{TaskId: "t3", Attempts: 1}}); err != nil {
+	if err := db.Frontier().Commit(ctx, DefaultFrontier, nil, []*records.TaskStats{{TaskId: "t3", Attempts: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if n := countKeys(t, db, []byte(prefixStatsV1)); n != 0 {
@@ -258,7 +258,7 @@ func TestMigrateManyStats(t *testing.T) {
 	const n = 2500 // three transactions of defaultMigrateBatch
 	v1 := map[string][]byte{string(schemaKey): []byte("1")}
 	for i := range n {
-		raw, err := marshal(&messages.TaskStats{TaskId: fmt.Sprintf("t%04d", i), Attempts: int64(i)})
+		raw, err := marshal(&records.TaskStats{TaskId: fmt.Sprintf("t%04d", i), Attempts: int64(i)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // The replaced-directory test reproduces a lost benchmark run. A script
@@ -58,12 +58,12 @@ func TestReplacedDirChild(t *testing.T) {
 	}
 	for i := range 40 {
 		id := fmt.Sprintf("run-b-%02d", i)
-		if err := db.Runs().Put(ctx, &messages.Run{Id: id, Status: "running", Step: int64(i)}); err != nil {
+		if err := db.Runs().Put(ctx, &records.Run{Id: id, Status: "running", Step: int64(i)}); err != nil {
 			fail(err)
 		}
 		fmt.Println("A", id)
 	}
-	man := &messages.Checkpoint{RunId: "run-b-00", Step: 1, PolicyVersion: 1}
+	man := &records.Checkpoint{RunId: "run-b-00", Step: 1, PolicyVersion: 1}
 	if err := db.Checkpoints().Save(ctx, man, []Tensor{replacedTensor()}, nil); err != nil {
 		fail(err)
 	}
@@ -85,7 +85,7 @@ func TestReplacedDirectoryCannotDestroyNewStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Runs().Put(ctx, &messages.Run{Id: "run-a", Status: "running"}); err != nil {
+	if err := a.Runs().Put(ctx, &records.Run{Id: "run-a", Status: "running"}); err != nil {
 		t.Fatal(err)
 	}
 	// The store is deleted under A, and a new one starts at the same path.
@@ -94,7 +94,7 @@ func TestReplacedDirectoryCannotDestroyNewStore(t *testing.T) {
 	}
 
 	// A write A acknowledges now could never be read back: it must fail.
-	errA := a.Runs().Put(ctx, &messages.Run{Id: "run-a2", Status: "running"})
+	errA := a.Runs().Put(ctx, &records.Run{Id: "run-a2", Status: "running"})
 	t.Logf("A's write after its directory was removed: %v", errA)
 
 	// Process B opens a new store at the same path and writes.
@@ -280,16 +280,16 @@ func TestMovedDirectoryKeepsItsWrites(t *testing.T) {
 	if err := db.Ping(ctx); err != nil {
 		t.Fatalf("Ping of a fresh database: %v", err)
 	}
-	if err := db.Runs().Put(ctx, &messages.Run{Id: "before"}); err != nil {
+	if err := db.Runs().Put(ctx, &records.Run{Id: "before"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(dir, moved); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Runs().Put(ctx, &messages.Run{Id: "after"}); err != nil {
+	if err := db.Runs().Put(ctx, &records.Run{Id: "after"}); err != nil {
 		t.Fatalf("write after the move: %v", err)
 	}
-	man := &messages.Checkpoint{RunId: "after", Step: 1, PolicyVersion: 1}
+	man := &records.Checkpoint{RunId: "after", Step: 1, PolicyVersion: 1}
 	if err := db.Checkpoints().Save(ctx, man, []Tensor{replacedTensor()}, nil); err != nil {
 		t.Fatalf("checkpoint after the move: %v", err)
 	}

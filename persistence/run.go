@@ -5,14 +5,15 @@ import (
 	"fmt"
 
 	badger "github.com/dgraph-io/badger/v4"
-	messages "github.com/frognano/frognano/actors/messages/v1"
+
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 type badgerRunStore struct{ db *DB }
 
 var _ RunStore = (*badgerRunStore)(nil)
 
-func (s *badgerRunStore) Put(ctx context.Context, r *messages.Run) error {
+func (s *badgerRunStore) Put(ctx context.Context, r *records.Run) error {
 	if r == nil {
 		return fmt.Errorf("nil run: %w", ErrInvalid)
 	}
@@ -32,22 +33,22 @@ func (s *badgerRunStore) Put(ctx context.Context, r *messages.Run) error {
 	return nil
 }
 
-func (s *badgerRunStore) Get(ctx context.Context, id string) (*messages.Run, error) {
+func (s *badgerRunStore) Get(ctx context.Context, id string) (*records.Run, error) {
 	if err := checkID("run id", id); err != nil {
 		return nil, err
 	}
-	r := &messages.Run{}
+	r := &records.Run{}
 	if err := s.db.view(ctx, func(txn *badger.Txn) error { return getProto(txn, runKey(id), r) }); err != nil {
 		return nil, fmt.Errorf("get run %q: %w", id, err)
 	}
 	return r, nil
 }
 
-func (s *badgerRunStore) List(ctx context.Context) ([]*messages.Run, error) {
-	var out []*messages.Run
+func (s *badgerRunStore) List(ctx context.Context) ([]*records.Run, error) {
+	var out []*records.Run
 	err := s.db.view(ctx, func(txn *badger.Txn) error {
 		return scan(ctx, txn, []byte(prefixRun), false, func(item *badger.Item) error {
-			r := &messages.Run{}
+			r := &records.Run{}
 			if err := item.Value(func(v []byte) error { return unmarshal(item.Key(), v, r) }); err != nil {
 				return err
 			}

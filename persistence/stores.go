@@ -6,7 +6,7 @@ import (
 	"hash/crc32"
 	"math"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // TaskStore holds validated tasks. Task ids are content hashes, so Put is
@@ -14,18 +14,18 @@ import (
 // the environment index if its environment changed).
 type TaskStore interface {
 	// Put stores one task durably. The id must be non-empty.
-	Put(ctx context.Context, task *messages.Task) error
+	Put(ctx context.Context, task *records.Task) error
 	// PutMany stores tasks in as few transactions as Badger allows. Each task
 	// is stored atomically; the batch as a whole is not, so a failure may
 	// leave a prefix stored. Retrying the batch is safe.
-	PutMany(ctx context.Context, tasks []*messages.Task) error
+	PutMany(ctx context.Context, tasks []*records.Task) error
 	// Get returns the task, or an error wrapping ErrNotFound.
-	Get(ctx context.Context, id string) (*messages.Task, error)
+	Get(ctx context.Context, id string) (*records.Task, error)
 	// Delete removes the task; deleting a missing task is not an error.
 	Delete(ctx context.Context, id string) error
 	// List returns the tasks matching filter, ordered by id. Filtering by
 	// environment reads only that environment's index.
-	List(ctx context.Context, filter TaskFilter) ([]*messages.Task, error)
+	List(ctx context.Context, filter TaskFilter) ([]*records.Task, error)
 	// Count returns how many tasks match filter without decoding them.
 	Count(ctx context.Context, filter TaskFilter) (int, error)
 }
@@ -41,35 +41,35 @@ type TaskFilter struct {
 // so a listed environment is always usable.
 type EnvironmentStore interface {
 	// Put replaces the environment with e.Name.
-	Put(ctx context.Context, e *messages.Environment) error
+	Put(ctx context.Context, e *records.Environment) error
 	// Get returns the environment, or an error wrapping ErrNotFound.
-	Get(ctx context.Context, name string) (*messages.Environment, error)
+	Get(ctx context.Context, name string) (*records.Environment, error)
 	// Delete removes it, or returns an error wrapping ErrNotFound.
 	Delete(ctx context.Context, name string) error
 	// List returns all environments ordered by name.
-	List(ctx context.Context) ([]*messages.Environment, error)
+	List(ctx context.Context) ([]*records.Environment, error)
 }
 
 // RunStore holds training runs, so a restarted node can tell which runs to
 // resume.
 type RunStore interface {
 	// Put replaces the run with run.Id.
-	Put(ctx context.Context, run *messages.Run) error
+	Put(ctx context.Context, run *records.Run) error
 	// Get returns the run, or an error wrapping ErrNotFound.
-	Get(ctx context.Context, id string) (*messages.Run, error)
+	Get(ctx context.Context, id string) (*records.Run, error)
 	// List returns all runs ordered by id.
-	List(ctx context.Context) ([]*messages.Run, error)
+	List(ctx context.Context) ([]*records.Run, error)
 }
 
 // EvaluationStore holds the evaluations a node's evaluation service ran
 // (frognano eval), so that their reports outlive the process.
 type EvaluationStore interface {
 	// Put replaces the evaluation with e.Id.
-	Put(ctx context.Context, e *messages.Evaluation) error
+	Put(ctx context.Context, e *records.Evaluation) error
 	// Get returns the evaluation, or an error wrapping ErrNotFound.
-	Get(ctx context.Context, id string) (*messages.Evaluation, error)
+	Get(ctx context.Context, id string) (*records.Evaluation, error)
 	// List returns all evaluations ordered by id.
-	List(ctx context.Context) ([]*messages.Evaluation, error)
+	List(ctx context.Context) ([]*records.Evaluation, error)
 }
 
 // TrajectoryStore is an append-only log of episodes, keyed by (run, task,
@@ -80,13 +80,13 @@ type TrajectoryStore interface {
 	// Appending an identical trajectory again is a no-op (a retry after a
 	// crash); appending different content under an existing id wraps
 	// ErrExists.
-	Append(ctx context.Context, traj *messages.Trajectory) error
+	Append(ctx context.Context, traj *records.Trajectory) error
 	// Get returns a trajectory by id, or an error wrapping ErrNotFound.
-	Get(ctx context.Context, id string) (*messages.Trajectory, error)
+	Get(ctx context.Context, id string) (*records.Trajectory, error)
 	// ListByTask returns a task's trajectories ordered by (run id, id).
-	ListByTask(ctx context.Context, taskID string) ([]*messages.Trajectory, error)
+	ListByTask(ctx context.Context, taskID string) ([]*records.Trajectory, error)
 	// ListByRun returns a run's trajectories ordered by (task id, id).
-	ListByRun(ctx context.Context, runID string) ([]*messages.Trajectory, error)
+	ListByRun(ctx context.Context, runID string) ([]*records.Trajectory, error)
 }
 
 // CheckpointStore holds training state. A checkpoint is visible only once all
@@ -98,12 +98,12 @@ type CheckpointStore interface {
 	// (any lists already there are replaced); the caller's manifest is not
 	// modified. Tensor names must be unique across both groups. A step that
 	// is not greater than the run's latest step wraps ErrStepNotIncreasing.
-	Save(ctx context.Context, manifest *messages.Checkpoint, weights, optimizer []Tensor) error
+	Save(ctx context.Context, manifest *records.Checkpoint, weights, optimizer []Tensor) error
 	// Load returns the manifest at step, or an error wrapping ErrNotFound.
-	Load(ctx context.Context, runID string, step int64) (*messages.Checkpoint, error)
+	Load(ctx context.Context, runID string, step int64) (*records.Checkpoint, error)
 	// Latest returns the manifest with the highest step of the run, or an
 	// error wrapping ErrNotFound.
-	Latest(ctx context.Context, runID string) (*messages.Checkpoint, error)
+	Latest(ctx context.Context, runID string) (*records.Checkpoint, error)
 	// Steps returns the run's checkpoint steps in increasing order.
 	Steps(ctx context.Context, runID string) ([]int64, error)
 	// ReadTensor returns the bytes of one tensor (weights or optimizer)
@@ -121,7 +121,7 @@ type CheckpointStore interface {
 // times the element size of DType.
 type Tensor struct {
 	Name  string
-	DType messages.DType
+	DType records.DType
 	Shape []int64
 	Data  []byte
 }
@@ -131,11 +131,11 @@ type Tensor struct {
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // elemSize returns the bytes per element of a storable dtype.
-func elemSize(d messages.DType) (int64, bool) {
+func elemSize(d records.DType) (int64, bool) {
 	switch d {
-	case messages.DType_DTYPE_F32:
+	case records.DType_DTYPE_F32:
 		return 4, true
-	case messages.DType_DTYPE_F16, messages.DType_DTYPE_BF16:
+	case records.DType_DTYPE_F16, records.DType_DTYPE_BF16:
 		return 2, true
 	}
 	return 0, false
@@ -143,10 +143,10 @@ func elemSize(d messages.DType) (int64, bool) {
 
 // tensorMetas validates the tensors of a checkpoint and describes them as
 // they will be stored with the given chunk size.
-func tensorMetas(weights, optimizer []Tensor, chunkSize int) (w, o []*messages.TensorMeta, err error) {
+func tensorMetas(weights, optimizer []Tensor, chunkSize int) (w, o []*records.TensorMeta, err error) {
 	seen := map[string]bool{}
-	describe := func(ts []Tensor) ([]*messages.TensorMeta, error) {
-		metas := make([]*messages.TensorMeta, 0, len(ts))
+	describe := func(ts []Tensor) ([]*records.TensorMeta, error) {
+		metas := make([]*records.TensorMeta, 0, len(ts))
 		for _, t := range ts {
 			if err := checkID("tensor name", t.Name); err != nil {
 				return nil, err
@@ -170,7 +170,7 @@ func tensorMetas(weights, optimizer []Tensor, chunkSize int) (w, o []*messages.T
 				return nil, fmt.Errorf("tensor %q: shape %v of %v needs %d bytes, got %d: %w",
 					t.Name, t.Shape, t.DType, n*size, len(t.Data), ErrInvalid)
 			}
-			metas = append(metas, &messages.TensorMeta{
+			metas = append(metas, &records.TensorMeta{
 				Name:      t.Name,
 				Dtype:     t.DType,
 				Shape:     append([]int64(nil), t.Shape...),
@@ -191,8 +191,8 @@ func tensorMetas(weights, optimizer []Tensor, chunkSize int) (w, o []*messages.T
 }
 
 // findTensor returns the manifest entry for name in either group.
-func findTensor(m *messages.Checkpoint, name string) *messages.TensorMeta {
-	for _, group := range [][]*messages.TensorMeta{m.GetTensors(), m.GetOptimizer()} {
+func findTensor(m *records.Checkpoint, name string) *records.TensorMeta {
+	for _, group := range [][]*records.TensorMeta{m.GetTensors(), m.GetOptimizer()} {
 		for _, t := range group {
 			if t.GetName() == name {
 				return t
@@ -203,7 +203,7 @@ func findTensor(m *messages.Checkpoint, name string) *messages.TensorMeta {
 }
 
 // checkTensorBytes verifies bytes read back against their manifest entry.
-func checkTensorBytes(meta *messages.TensorMeta, data []byte) error {
+func checkTensorBytes(meta *records.TensorMeta, data []byte) error {
 	if int64(len(data)) != meta.GetSizeBytes() {
 		return fmt.Errorf("tensor %q: read %d bytes, manifest says %d: %w",
 			meta.GetName(), len(data), meta.GetSizeBytes(), ErrCorrupt)
@@ -216,7 +216,7 @@ func checkTensorBytes(meta *messages.TensorMeta, data []byte) error {
 }
 
 // checkManifestArg validates the parts of a manifest Save relies on.
-func checkManifestArg(m *messages.Checkpoint) error {
+func checkManifestArg(m *records.Checkpoint) error {
 	if m == nil {
 		return fmt.Errorf("nil checkpoint manifest: %w", ErrInvalid)
 	}

@@ -6,14 +6,15 @@ import (
 	"fmt"
 
 	badger "github.com/dgraph-io/badger/v4"
-	messages "github.com/frognano/frognano/actors/messages/v1"
+
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 type badgerTaskStore struct{ db *DB }
 
 var _ TaskStore = (*badgerTaskStore)(nil)
 
-func checkTask(t *messages.Task) error {
+func checkTask(t *records.Task) error {
 	if t == nil {
 		return fmt.Errorf("nil task: %w", ErrInvalid)
 	}
@@ -34,8 +35,8 @@ func checkEnv(env string) error {
 }
 
 // putTask writes the record and keeps the environment index pointing at it.
-func putTask(txn *badger.Txn, t *messages.Task, raw []byte) error {
-	var old messages.Task
+func putTask(txn *badger.Txn, t *records.Task, raw []byte) error {
+	var old records.Task
 	switch err := getProto(txn, taskKey(t.GetId()), &old); {
 	case err == nil:
 		if old.GetEnvironment() != t.GetEnvironment() {
@@ -53,7 +54,7 @@ func putTask(txn *badger.Txn, t *messages.Task, raw []byte) error {
 	return txn.Set(taskEnvKey(t.GetEnvironment(), t.GetId()), nil)
 }
 
-func (s *badgerTaskStore) Put(ctx context.Context, t *messages.Task) error {
+func (s *badgerTaskStore) Put(ctx context.Context, t *records.Task) error {
 	if err := checkTask(t); err != nil {
 		return err
 	}
@@ -67,7 +68,7 @@ func (s *badgerTaskStore) Put(ctx context.Context, t *messages.Task) error {
 	return nil
 }
 
-func (s *badgerTaskStore) PutMany(ctx context.Context, tasks []*messages.Task) error {
+func (s *badgerTaskStore) PutMany(ctx context.Context, tasks []*records.Task) error {
 	raws := make([][]byte, len(tasks))
 	for i, t := range tasks {
 		if err := checkTask(t); err != nil {
@@ -84,7 +85,7 @@ func (s *badgerTaskStore) PutMany(ctx context.Context, tasks []*messages.Task) e
 
 // putBatch writes tasks in one transaction, halving the batch whenever it is
 // too big for Badger.
-func (s *badgerTaskStore) putBatch(ctx context.Context, tasks []*messages.Task, raws [][]byte) error {
+func (s *badgerTaskStore) putBatch(ctx context.Context, tasks []*records.Task, raws [][]byte) error {
 	if len(tasks) == 0 {
 		return nil
 	}
@@ -109,11 +110,11 @@ func (s *badgerTaskStore) putBatch(ctx context.Context, tasks []*messages.Task, 
 	return nil
 }
 
-func (s *badgerTaskStore) Get(ctx context.Context, id string) (*messages.Task, error) {
+func (s *badgerTaskStore) Get(ctx context.Context, id string) (*records.Task, error) {
 	if err := checkID("task id", id); err != nil {
 		return nil, err
 	}
-	t := &messages.Task{}
+	t := &records.Task{}
 	err := s.db.view(ctx, func(txn *badger.Txn) error { return getProto(txn, taskKey(id), t) })
 	if err != nil {
 		return nil, fmt.Errorf("get task %q: %w", id, err)
@@ -126,7 +127,7 @@ func (s *badgerTaskStore) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	err := s.db.update(ctx, func(txn *badger.Txn) error {
-		var old messages.Task
+		var old records.Task
 		switch err := getProto(txn, taskKey(id), &old); {
 		case errors.Is(err, ErrNotFound):
 			return nil
@@ -144,15 +145,15 @@ func (s *badgerTaskStore) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
-func (s *badgerTaskStore) List(ctx context.Context, f TaskFilter) ([]*messages.Task, error) {
+func (s *badgerTaskStore) List(ctx context.Context, f TaskFilter) ([]*records.Task, error) {
 	if err := checkEnv(f.Environment); err != nil {
 		return nil, err
 	}
-	var out []*messages.Task
+	var out []*records.Task
 	err := s.db.view(ctx, func(txn *badger.Txn) error {
 		if f.Environment == "" {
 			return scan(ctx, txn, []byte(prefixTask), false, func(item *badger.Item) error {
-				t := &messages.Task{}
+				t := &records.Task{}
 				if err := item.Value(func(v []byte) error { return unmarshal(item.Key(), v, t) }); err != nil {
 					return err
 				}
@@ -163,7 +164,7 @@ func (s *badgerTaskStore) List(ctx context.Context, f TaskFilter) ([]*messages.T
 		prefix := taskEnvPrefix(f.Environment)
 		return scan(ctx, txn, prefix, true, func(item *badger.Item) error {
 			id := string(item.Key()[len(prefix):])
-			t := &messages.Task{}
+			t := &records.Task{}
 			if err := getProto(txn, taskKey(id), t); err != nil {
 				if errors.Is(err, ErrNotFound) {
 					return fmt.Errorf("environment index names task %q, which is missing: %w", id, ErrCorrupt)

@@ -8,14 +8,15 @@ import (
 	"strings"
 
 	badger "github.com/dgraph-io/badger/v4"
-	messages "github.com/frognano/frognano/actors/messages/v1"
+
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 type badgerTrajectoryStore struct{ db *DB }
 
 var _ TrajectoryStore = (*badgerTrajectoryStore)(nil)
 
-func checkTrajectory(t *messages.Trajectory) error {
+func checkTrajectory(t *records.Trajectory) error {
 	if t == nil {
 		return fmt.Errorf("nil trajectory: %w", ErrInvalid)
 	}
@@ -29,7 +30,7 @@ func checkTrajectory(t *messages.Trajectory) error {
 	return nil
 }
 
-func (s *badgerTrajectoryStore) Append(ctx context.Context, t *messages.Trajectory) error {
+func (s *badgerTrajectoryStore) Append(ctx context.Context, t *records.Trajectory) error {
 	if err := checkTrajectory(t); err != nil {
 		return err
 	}
@@ -78,11 +79,11 @@ func (s *badgerTrajectoryStore) Append(ctx context.Context, t *messages.Trajecto
 	return nil
 }
 
-func (s *badgerTrajectoryStore) Get(ctx context.Context, id string) (*messages.Trajectory, error) {
+func (s *badgerTrajectoryStore) Get(ctx context.Context, id string) (*records.Trajectory, error) {
 	if err := checkID("trajectory id", id); err != nil {
 		return nil, err
 	}
-	t := &messages.Trajectory{}
+	t := &records.Trajectory{}
 	err := s.db.view(ctx, func(txn *badger.Txn) error {
 		item, err := txn.Get(trajIDKey(id))
 		if errors.Is(err, badger.ErrKeyNotFound) {
@@ -107,14 +108,14 @@ func (s *badgerTrajectoryStore) Get(ctx context.Context, id string) (*messages.T
 	return t, nil
 }
 
-func (s *badgerTrajectoryStore) ListByRun(ctx context.Context, runID string) ([]*messages.Trajectory, error) {
+func (s *badgerTrajectoryStore) ListByRun(ctx context.Context, runID string) ([]*records.Trajectory, error) {
 	if err := checkID("run id", runID); err != nil {
 		return nil, err
 	}
-	var out []*messages.Trajectory
+	var out []*records.Trajectory
 	err := s.db.view(ctx, func(txn *badger.Txn) error {
 		return scan(ctx, txn, trajRunPrefix(runID), false, func(item *badger.Item) error {
-			t := &messages.Trajectory{}
+			t := &records.Trajectory{}
 			if err := item.Value(func(v []byte) error { return unmarshal(item.Key(), v, t) }); err != nil {
 				return err
 			}
@@ -128,19 +129,19 @@ func (s *badgerTrajectoryStore) ListByRun(ctx context.Context, runID string) ([]
 	return out, nil
 }
 
-func (s *badgerTrajectoryStore) ListByTask(ctx context.Context, taskID string) ([]*messages.Trajectory, error) {
+func (s *badgerTrajectoryStore) ListByTask(ctx context.Context, taskID string) ([]*records.Trajectory, error) {
 	if err := checkID("task id", taskID); err != nil {
 		return nil, err
 	}
 	prefix := trajTaskPrefix(taskID)
-	var out []*messages.Trajectory
+	var out []*records.Trajectory
 	err := s.db.view(ctx, func(txn *badger.Txn) error {
 		return scan(ctx, txn, prefix, true, func(item *badger.Item) error {
 			runID, id, ok := strings.Cut(string(item.Key()[len(prefix):]), sep)
 			if !ok {
 				return fmt.Errorf("malformed task index key %q: %w", item.Key(), ErrCorrupt)
 			}
-			t := &messages.Trajectory{}
+			t := &records.Trajectory{}
 			err := getProto(txn, trajKey(runID, taskID, id), t)
 			if errors.Is(err, ErrNotFound) {
 				return fmt.Errorf("task index names trajectory %q, which is missing: %w", id, ErrCorrupt)

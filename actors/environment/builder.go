@@ -20,10 +20,10 @@ import (
 	"github.com/containerd/errdefs"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/actors/sandbox/testreport"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Errors that reject an environment, for errors.Is.
@@ -95,7 +95,7 @@ func (b *Builder) buildLog() io.Writer {
 
 // Add builds, checks and registers an environment. On any failure nothing
 // is registered and every image and sandbox it made is removed.
-func (b *Builder) Add(ctx context.Context, src Source, o AddOptions) (_ *messages.Environment, retErr error) {
+func (b *Builder) Add(ctx context.Context, src Source, o AddOptions) (_ *records.Environment, retErr error) {
 	start := time.Now()
 	name := o.Name
 	if name == "" {
@@ -109,7 +109,7 @@ func (b *Builder) Add(ctx context.Context, src Source, o AddOptions) (_ *message
 	} else if !errors.Is(err, persistence.ErrNotFound) {
 		return nil, err
 	}
-	env := &messages.Environment{Name: name, SourceKind: string(src.Kind), Source: src.Ref, RepoDir: "/repo"}
+	env := &records.Environment{Name: name, SourceKind: string(src.Kind), Source: src.Ref, RepoDir: "/repo"}
 
 	var made []string // images to remove if we fail
 	defer func() {
@@ -219,7 +219,7 @@ func (b *Builder) Add(ctx context.Context, src Source, o AddOptions) (_ *message
 
 // addImage registers an image already in containerd: nothing is installed;
 // the repository, language and test command come from the image and flags.
-func (b *Builder) addImage(ctx context.Context, env *messages.Environment, src Source, o AddOptions, start time.Time) (*messages.Environment, error) {
+func (b *Builder) addImage(ctx context.Context, env *records.Environment, src Source, o AddOptions, start time.Time) (*records.Environment, error) {
 	b.stage("checking image " + src.Ref)
 	if ok, err := b.Runtime.Images().Exists(ctx, src.Ref); err != nil {
 		return nil, err
@@ -349,7 +349,7 @@ func trustHostCAs(ctx context.Context, sb *sandbox.Sandbox) ([]string, error) {
 // o.AllowCollectionErrors, has test files that fail to collect rejects the
 // environment; each refusal says how many test files failed to collect and
 // the first error, since that is the usual reason few tests pass.
-func (b *Builder) baseline(ctx context.Context, env *messages.Environment, spec sandbox.TestSpec, o AddOptions) error {
+func (b *Builder) baseline(ctx context.Context, env *records.Environment, spec sandbox.TestSpec, o AddOptions) error {
 	b.stage("running the test suite for a baseline")
 	timeout := o.SuiteTimeout
 	if timeout <= 0 {
@@ -415,7 +415,7 @@ func ProtectedSet(f testreport.Framework, testFiles, files []string) []string {
 // Protected is what the grader restores for env's tasks: the set stored
 // at registration, or, for an environment registered before sets were
 // stored, its framework's default patterns and its test files.
-func Protected(env *messages.Environment) []string {
+func Protected(env *records.Environment) []string {
 	if len(env.GetProtected()) > 0 {
 		return slices.Clone(env.GetProtected())
 	}
@@ -436,11 +436,11 @@ func countTests(n int, one, many string) string {
 
 // CollectionErrors summarizes the test files of env's suite that failed to
 // collect at baseline.
-func CollectionErrors(env *messages.Environment) testreport.CollectionSummary {
+func CollectionErrors(env *records.Environment) testreport.CollectionSummary {
 	var results []testreport.Result
 	for _, r := range env.GetBaseline().GetResults() {
 		res := testreport.Result{ID: r.GetName(), Message: r.GetMessage(), Collection: r.GetCollection()}
-		if r.GetStatus() == messages.TestStatus_TEST_STATUS_ERROR {
+		if r.GetStatus() == records.TestStatus_TEST_STATUS_ERROR {
 			res.Status = testreport.StatusError
 		}
 		results = append(results, res)
@@ -449,7 +449,7 @@ func CollectionErrors(env *messages.Environment) testreport.CollectionSummary {
 }
 
 // Spec is how an environment's tests are run.
-func Spec(env *messages.Environment) sandbox.TestSpec {
+func Spec(env *records.Environment) sandbox.TestSpec {
 	return sandbox.TestSpec{
 		Framework: testreport.Framework(env.TestFramework),
 		Dir:       env.RepoDir,

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Asker reaches a node's named actors: code on the node (nodeask.Asker)
@@ -21,7 +22,7 @@ type Asker interface {
 
 // Ensure returns the environment for source, registering it first when
 // the node does not have it yet (its build's stages are lines of out).
-func Ensure(ctx context.Context, a Asker, source string, out io.Writer) (*messages.Environment, error) {
+func Ensure(ctx context.Context, a Asker, source string, out io.Writer) (*records.Environment, error) {
 	src, err := ParseSource(source)
 	if err != nil {
 		return nil, err

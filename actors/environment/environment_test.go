@@ -14,10 +14,10 @@ import (
 
 	"github.com/containerd/containerd/namespaces"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/actors/sandbox/testreport"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 func TestParseSource(t *testing.T) {
@@ -109,7 +109,7 @@ func imagesNamed(t *testing.T, rt *sandbox.Runtime, name string) []string {
 	return out
 }
 
-func checkRegistered(t *testing.T, b *Builder, rt *sandbox.Runtime, env *messages.Environment) {
+func checkRegistered(t *testing.T, b *Builder, rt *sandbox.Runtime, env *records.Environment) {
 	t.Helper()
 	ctx := context.Background()
 	if got, err := b.Store.Get(ctx, env.Name); err != nil || got.Image != env.Image {
@@ -144,7 +144,7 @@ func TestAddPyPISdist(t *testing.T) {
 	}
 	passed := 0
 	for _, r := range env.Baseline.Results {
-		if r.Status == messages.TestStatus_TEST_STATUS_PASS {
+		if r.Status == records.TestStatus_TEST_STATUS_PASS {
 			passed++
 		}
 		if !strings.HasPrefix(r.Name, "test_six.py::") {
@@ -193,7 +193,7 @@ func TestAddGoModuleWithoutGoMod(t *testing.T) {
 	}
 	pass := 0
 	for _, r := range env.Baseline.Results {
-		if r.Status == messages.TestStatus_TEST_STATUS_PASS && strings.HasPrefix(r.Name, "github.com/gorilla/context/Test") {
+		if r.Status == records.TestStatus_TEST_STATUS_PASS && strings.HasPrefix(r.Name, "github.com/gorilla/context/Test") {
 			pass++
 		}
 	}
@@ -265,11 +265,11 @@ func TestAddLocalDirectoryRecordsPassAndFail(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Remove(context.Background(), env.Name)
-	status := map[string]messages.TestStatus{}
+	status := map[string]records.TestStatus{}
 	for _, r := range env.Baseline.Results {
 		status[r.Name] = r.Status
 	}
-	if status["tests/test_calc.py::test_add"] != messages.TestStatus_TEST_STATUS_PASS || status["tests/test_calc.py::test_wrong"] != messages.TestStatus_TEST_STATUS_FAIL {
+	if status["tests/test_calc.py::test_add"] != records.TestStatus_TEST_STATUS_PASS || status["tests/test_calc.py::test_wrong"] != records.TestStatus_TEST_STATUS_FAIL {
 		t.Fatalf("baseline %v", status)
 	}
 	checkRegistered(t, b, rt, env)
@@ -355,7 +355,7 @@ func TestAddInheritedTestIDs(t *testing.T) {
 	defer b.Remove(context.Background(), env.Name)
 	var ids []string
 	for _, r := range env.Baseline.Results {
-		if r.Status != messages.TestStatus_TEST_STATUS_PASS {
+		if r.Status != records.TestStatus_TEST_STATUS_PASS {
 			t.Errorf("%s: %v %s", r.Name, r.Status, r.Message)
 		}
 		ids = append(ids, r.Name)

@@ -5,11 +5,11 @@ import (
 	"sort"
 	"strings"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Summarize counts a report's results by status ("3 fail, 197 pass").
-func Summarize(r *messages.TestReport) string {
+func Summarize(r *records.TestReport) string {
 	counts := map[string]int{}
 	for _, res := range r.GetResults() {
 		counts[strings.ToLower(strings.TrimPrefix(res.Status.String(), "TEST_STATUS_"))]++

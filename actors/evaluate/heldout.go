@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/frognano/frognano/actors/environment"
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // The held-out set: tasks synthesized once from environments that no run
@@ -38,12 +38,12 @@ func HeldOutInstances() ([]Instance, error) {
 // HeldOut is the held-out set as tasks of the registered environments
 // envs (by name), each task taking its environment's image and protected
 // files from there. An environment missing from envs is an error.
-func HeldOut(envs map[string]*messages.Environment) ([]*messages.Task, error) {
+func HeldOut(envs map[string]*records.Environment) ([]*records.Task, error) {
 	ins, err := HeldOutInstances()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*messages.Task, 0, len(ins))
+	out := make([]*records.Task, 0, len(ins))
 	for _, in := range ins {
 		e := envs[in.Environment]
 		if e == nil {
@@ -97,14 +97,14 @@ func HeldOutSource(src string) bool {
 // HeldOutEnvironment says whether a registered environment is held out:
 // one of HeldOutEnvironments, or any version of their repositories under
 // any name.
-func HeldOutEnvironment(e *messages.Environment) bool {
+func HeldOutEnvironment(e *records.Environment) bool {
 	return slices.Contains(HeldOutEnvironments, e.GetName()) || heldOutRepositories[repository(e.GetSourceKind(), e.GetSource())]
 }
 
 // CheckTraining refuses a training environment that is held out: a run
 // that trained on it would be measured on what it learned from. e is the
 // environment's record, or nil when only its name is known.
-func CheckTraining(name string, e *messages.Environment) error {
+func CheckTraining(name string, e *records.Environment) error {
 	if (e != nil && HeldOutEnvironment(e)) || slices.Contains(HeldOutEnvironments, name) {
 		return fmt.Errorf("environment %s is a held-out repository (%s): no run may train on any version of it", name, strings.Join(HeldOutSources, ", "))
 	}
@@ -113,8 +113,8 @@ func CheckTraining(name string, e *messages.Environment) error {
 
 // HeldOutTasks registers the held-out environments where needed and
 // returns the held-out set as their tasks.
-func HeldOutTasks(ctx context.Context, a environment.Asker, out io.Writer) ([]*messages.Task, error) {
-	envs := map[string]*messages.Environment{}
+func HeldOutTasks(ctx context.Context, a environment.Asker, out io.Writer) ([]*records.Task, error) {
+	envs := map[string]*records.Environment{}
 	for _, src := range HeldOutSources {
 		e, err := environment.Ensure(ctx, a, src, out)
 		if err != nil {

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/frognano/frognano/actors/environment"
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // The committed set is what issue "Learning that shows" asks for: at least
@@ -41,9 +41,9 @@ func TestHeldOutSet(t *testing.T) {
 }
 
 func TestHeldOutTasks(t *testing.T) {
-	envs := map[string]*messages.Environment{}
+	envs := map[string]*records.Environment{}
 	for _, name := range HeldOutEnvironments {
-		envs[name] = &messages.Environment{Name: name, Image: "img/" + name, TestFiles: []string{"tests/x.py"}}
+		envs[name] = &records.Environment{Name: name, Image: "img/" + name, TestFiles: []string{"tests/x.py"}}
 	}
 	tasks, err := HeldOut(envs)
 	if err != nil {
@@ -80,14 +80,14 @@ func TestHeldOutRepositories(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name string
-		e    *messages.Environment
+		e    *records.Environment
 		held bool
 	}{
-		{"six-1.16.0", &messages.Environment{Name: "six-1.16.0", SourceKind: "pypi", Source: "six==1.16.0"}, false},
+		{"six-1.16.0", &records.Environment{Name: "six-1.16.0", SourceKind: "pypi", Source: "six==1.16.0"}, false},
 		{"six-1.16.0", nil, false},
 		{"isodate-0.6.1", nil, true},
-		{"my-inflection", &messages.Environment{Name: "my-inflection", SourceKind: "pypi", Source: "inflection==0.5.0"}, true},
-		{"u", &messages.Environment{Name: "u", SourceKind: "gomod", Source: "github.com/google/uuid@v1.3.0"}, true},
+		{"my-inflection", &records.Environment{Name: "my-inflection", SourceKind: "pypi", Source: "inflection==0.5.0"}, true},
+		{"u", &records.Environment{Name: "u", SourceKind: "gomod", Source: "github.com/google/uuid@v1.3.0"}, true},
 	} {
 		err := CheckTraining(c.name, c.e)
 		if (err != nil) != c.held || c.held && !strings.Contains(err.Error(), "held-out repository") {

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/frognano/frognano/actors/environment"
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/synth"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Instance is one line of SWE-bench / SWE-smith style JSONL: test lists as
@@ -85,21 +85,21 @@ func ReadInstances(r io.Reader, name string) ([]Instance, error) {
 // Task turns an instance into a task of environment e, in e's image (an
 // instance's image_name names the image of the machine that exported it;
 // the environment registered here has its own).
-func (in Instance) Task(e *messages.Environment) *messages.Task {
-	t := &messages.Task{
+func (in Instance) Task(e *records.Environment) *records.Task {
+	t := &records.Task{
 		Id: in.InstanceID, Environment: e.Name, Language: e.Language, BugPatch: in.BugPatch, GoldPatch: in.Patch,
 		ProblemStatement: in.ProblemStatement, FailToPass: in.FailToPass, PassToPass: in.PassToPass,
-		ProtectedFiles: environment.Protected(e), Image: e.Image, Difficulty: &messages.DifficultyFeatures{},
+		ProtectedFiles: environment.Protected(e), Image: e.Image, Difficulty: &records.DifficultyFeatures{},
 	}
 	if in.Difficulty != nil {
 		var d synth.RecordDifficulty
 		if json.Unmarshal(*in.Difficulty, &d) == nil {
-			t.Difficulty = &messages.DifficultyFeatures{Operators: d.Operators, Edits: d.Edits, Files: d.Files, LinesTouched: d.LinesTouched,
+			t.Difficulty = &records.DifficultyFeatures{Operators: d.Operators, Edits: d.Edits, Files: d.Files, LinesTouched: d.LinesTouched,
 				FailingTests: d.FailingTests, HintLevel: d.HintLevel, TestDistance: d.TestDistance, Mode: d.Mode}
 		}
 	}
 	if in.Language != "" {
 		t.Language = in.Language
 	}
-	return proto.Clone(t).(*messages.Task)
+	return proto.Clone(t).(*records.Task)
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/frognano/frognano/kernels/modelstore"
 	"github.com/frognano/frognano/kernels/sample"
 	"github.com/frognano/frognano/kernels/tokenizer"
+	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/node"
 )
 
@@ -338,7 +339,7 @@ func Execute(ctx context.Context, d *Deps, job Job, out io.Writer, progress Prog
 	defer sbs.Close()
 	// Instances run only where their image exists; a stored task whose
 	// image is gone is an error that names it.
-	var runnable []*messages.Task
+	var runnable []*records.Task
 	for _, t := range tasks {
 		if err := sbs.Check(ctx, t); err != nil {
 			if len(job.Instances) == 0 {
@@ -535,9 +536,9 @@ func loadTokenizer(models, name string) (*tokenizer.Tokenizer, error) {
 
 // jobTasks loads the tasks to evaluate and registers nothing but the
 // held-out environments (when missing).
-func jobTasks(ctx context.Context, ask nodeask.Asker, job Job, out io.Writer) ([]*messages.Task, map[string]string, []map[string]string, error) {
+func jobTasks(ctx context.Context, ask nodeask.Asker, job Job, out io.Writer) ([]*records.Task, map[string]string, []map[string]string, error) {
 	var (
-		tasks       []*messages.Task
+		tasks       []*records.Task
 		skipped     []map[string]string
 		testPatches = map[string]string{}
 	)
@@ -568,7 +569,7 @@ func jobTasks(ctx context.Context, ask nodeask.Asker, job Job, out io.Writer) ([
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		byName, byImage := map[string]*messages.Environment{}, map[string]*messages.Environment{}
+		byName, byImage := map[string]*records.Environment{}, map[string]*records.Environment{}
 		for _, e := range all.(*messages.EnvList).Environments {
 			byImage[e.Image] = e
 			byName[e.Name] = e
@@ -588,7 +589,7 @@ func jobTasks(ctx context.Context, ask nodeask.Asker, job Job, out io.Writer) ([
 			}
 		}
 	}
-	var kept []*messages.Task
+	var kept []*records.Task
 	for _, t := range tasks {
 		if job.Hint >= 0 && int(t.GetDifficulty().GetHintLevel()) != job.Hint {
 			continue

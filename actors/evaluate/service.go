@@ -14,8 +14,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/joblog"
 	"github.com/frognano/frognano/runtime/node"
 )
@@ -172,7 +172,7 @@ func (a *serviceActor) start(c actor.Context, job Job) *evalReply {
 	if err != nil {
 		return &evalReply{code: http.StatusInternalServerError, err: err}
 	}
-	rec := &messages.Evaluation{Id: job.ID, Status: StatusRunning, StartedUnixNano: now.UnixNano(), UpdatedUnixNano: now.UnixNano(), JobJson: string(b)}
+	rec := &records.Evaluation{Id: job.ID, Status: StatusRunning, StartedUnixNano: now.UnixNano(), UpdatedUnixNano: now.UnixNano(), JobJson: string(b)}
 	if err := a.s.store().Put(ctx, rec); err != nil {
 		return &evalReply{code: joblog.StatusOf(err), err: err}
 	}
@@ -222,7 +222,7 @@ func (s *Service) failUnfinished() {
 type evalActor struct {
 	s      *Service
 	job    Job
-	rec    *messages.Evaluation
+	rec    *records.Evaluation
 	cancel context.CancelCauseFunc
 	done   chan struct{}
 }
@@ -345,7 +345,7 @@ const MaxJobBytes = 32 << 20
 //	POST /v1/evals             submit a Job (JSON); 202 {"id", "log_offset"}
 //	GET  /v1/evals             the evaluations the store records
 //	GET  /v1/evals/{id}        one evaluation's record (JSON of
-//	                           messages.Evaluation; report_json once done)
+//	                           records.Evaluation; report_json once done)
 //	GET  /v1/evals/{id}/logs   its log from ?offset=N; ?follow=true streams
 //	                           until the evaluation's actor ends
 //	POST /v1/evals/{id}/stop   stop it (recorded "stopped")

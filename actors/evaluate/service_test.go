@@ -16,11 +16,11 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/frognano/frognano/actors/environment"
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/kernels/modelstore"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/node"
 )
@@ -59,13 +59,13 @@ func call(t *testing.T, method, url, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func record(t *testing.T, base, id string) *messages.Evaluation {
+func record(t *testing.T, base, id string) *records.Evaluation {
 	t.Helper()
 	code, body := call(t, http.MethodGet, base+EvalsPath+"/"+id, "")
 	if code != http.StatusOK {
 		t.Fatalf("get %s: %d %s", id, code, body)
 	}
-	e := &messages.Evaluation{}
+	e := &records.Evaluation{}
 	if err := protojson.Unmarshal([]byte(body), e); err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func record(t *testing.T, base, id string) *messages.Evaluation {
 }
 
 // waitEnded follows id's log to its end and returns the log and record.
-func waitEnded(t *testing.T, base, id string) (string, *messages.Evaluation) {
+func waitEnded(t *testing.T, base, id string) (string, *records.Evaluation) {
 	t.Helper()
 	code, log := call(t, http.MethodGet, base+EvalsPath+"/"+id+"/logs?follow=true", "")
 	if code != http.StatusOK {
@@ -177,7 +177,7 @@ func TestServiceRecordsAnEvaluationWhoseEpisodesAllFailed(t *testing.T) {
 		t.Skipf("no %s in the model store (frognano model pull): %v", modelstore.Default, err)
 	}
 	n, base := evalNode(t, filepath.Join(t.TempDir(), "data"), Deps{Runtime: noContainerd, Policy: untouchable{t}, Tokenizer: tok})
-	if err := n.DB().Environments().Put(context.Background(), &messages.Environment{Name: "envx", Image: "frognano.local/env/envx:1", RepoDir: "/repo"}); err != nil {
+	if err := n.DB().Environments().Put(context.Background(), &records.Environment{Name: "envx", Image: "frognano.local/env/envx:1", RepoDir: "/repo"}); err != nil {
 		t.Fatal(err)
 	}
 	inst := `{"instance_id": "inst-1", "environment": "envx", "problem_statement": "fix it", "FAIL_TO_PASS": ["t::a"], "patch": "", "bug_patch": ""},
@@ -223,7 +223,7 @@ func TestServiceRecordsAnEvaluationWhoseEpisodesAllFailed(t *testing.T) {
 func TestServiceStopsAndRefusesASecond(t *testing.T) {
 	hang := func(ctx context.Context) (*sandbox.Runtime, error) { <-ctx.Done(); return nil, ctx.Err() }
 	n, base := evalNode(t, filepath.Join(t.TempDir(), "data"), Deps{Runtime: hang, Policy: untouchable{t}})
-	if err := n.DB().Environments().Put(context.Background(), &messages.Environment{Name: "envx", Image: "frognano.local/env/envx:1", RepoDir: "/repo"}); err != nil {
+	if err := n.DB().Environments().Put(context.Background(), &records.Environment{Name: "envx", Image: "frognano.local/env/envx:1", RepoDir: "/repo"}); err != nil {
 		t.Fatal(err)
 	}
 	job := func(id string) string {
@@ -260,10 +260,10 @@ func TestServiceFailsWhatItWasRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Evaluations().Put(context.Background(), &messages.Evaluation{Id: "ev-old", Status: StatusRunning, EpisodesDone: 7}); err != nil {
+	if err := db.Evaluations().Put(context.Background(), &records.Evaluation{Id: "ev-old", Status: StatusRunning, EpisodesDone: 7}); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Evaluations().Put(context.Background(), &messages.Evaluation{Id: "ev-done", Status: StatusDone}); err != nil {
+	if err := db.Evaluations().Put(context.Background(), &records.Evaluation{Id: "ev-done", Status: StatusDone}); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()

@@ -28,9 +28,9 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/frognano/frognano/actors/environment"
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/kernels/modelstore"
+	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/node"
 )
@@ -190,7 +190,7 @@ func TestAttackLogPaths(t *testing.T) {
 	}
 	// A record under an id no submission can give (an older node's, a
 	// store written by hand): the store is no gate for paths.
-	if err := n.DB().Evaluations().Put(context.Background(), &messages.Evaluation{Id: "../runs/r1", Status: StatusDone}); err != nil {
+	if err := n.DB().Evaluations().Put(context.Background(), &records.Evaluation{Id: "../runs/r1", Status: StatusDone}); err != nil {
 		t.Logf("the store refuses the planted id: %v", err)
 	}
 	for _, p := range []string{"..%2Fruns%2Fr1", "%2e%2e%2Fruns%2Fr1", "..%2F..%2F..%2F..%2Fetc%2Fpasswd", "%2e%2e", "a%5C..%5C..%5Cruns%5Cr1"} {
@@ -379,7 +379,7 @@ func TestAttackModelNames(t *testing.T) {
 // episodes into the run's, so it is refused.
 func TestAttackIDOfATrainingRun(t *testing.T) {
 	n, base := evalNode(t, filepath.Join(t.TempDir(), "data"), Deps{Runtime: noContainerd})
-	if err := n.DB().Runs().Put(context.Background(), &messages.Run{Id: "run-1", Status: "done"}); err != nil {
+	if err := n.DB().Runs().Put(context.Background(), &records.Run{Id: "run-1", Status: "done"}); err != nil {
 		t.Fatal(err)
 	}
 	if code, body := call(t, http.MethodPost, base+EvalsPath, attackJob(map[string]any{"id": "run-1"})); code != http.StatusConflict || !strings.Contains(body, "training run") {
@@ -411,7 +411,7 @@ func TestAttackAPIKeyNeverShown(t *testing.T) {
 	defer srv.Close()
 	dir := filepath.Join(t.TempDir(), "data")
 	n, base, nodeLog := loggedNode(t, dir, Deps{Runtime: noContainerd})
-	if err := n.DB().Environments().Put(context.Background(), &messages.Environment{Name: "envx", Image: "frognano.local/env/envx:1", RepoDir: "/repo"}); err != nil {
+	if err := n.DB().Environments().Put(context.Background(), &records.Environment{Name: "envx", Image: "frognano.local/env/envx:1", RepoDir: "/repo"}); err != nil {
 		t.Fatal(err)
 	}
 	job := attackJob(map[string]any{"id": "ev-key", "model": srv.URL, "served_model": "m", "api_key": key, "k": 2, "instances": instances(2, "envx")})
@@ -450,7 +450,7 @@ func hangingRuntime(ctx context.Context) (*sandbox.Runtime, error) {
 // until the stopped one has ended, and then taken.
 func TestAttackSubmitRaces(t *testing.T) {
 	n, base := evalNode(t, filepath.Join(t.TempDir(), "data"), Deps{Runtime: hangingRuntime, Policy: untouchable{t}})
-	if err := n.DB().Environments().Put(context.Background(), &messages.Environment{Name: "envx", Image: "frognano.local/env/envx:1", RepoDir: "/repo"}); err != nil {
+	if err := n.DB().Environments().Put(context.Background(), &records.Environment{Name: "envx", Image: "frognano.local/env/envx:1", RepoDir: "/repo"}); err != nil {
 		t.Fatal(err)
 	}
 	hanging := func(id string) string { return attackJob(map[string]any{"id": id, "instances": instances(1, "envx")}) }
@@ -604,7 +604,7 @@ func TestAttackConcurrentHugeBodies(t *testing.T) {
 		t.Errorf("after the readers left: %d %s", code, body)
 	}
 
-	if err := n.DB().Environments().Put(context.Background(), &messages.Environment{Name: "envx", Image: "frognano.local/env/envx:1", RepoDir: "/repo"}); err != nil {
+	if err := n.DB().Environments().Put(context.Background(), &records.Environment{Name: "envx", Image: "frognano.local/env/envx:1", RepoDir: "/repo"}); err != nil {
 		t.Fatal(err)
 	}
 	running := waitAccepted(t, base, attackJob(map[string]any{"id": "ev-run", "instances": instances(1, "envx")}))
@@ -630,7 +630,7 @@ func TestAttackManyEpisodesAtOnce(t *testing.T) {
 		t.Skipf("no %s in the model store (frognano model pull): %v", modelstore.Default, err)
 	}
 	n, base := evalNode(t, filepath.Join(t.TempDir(), "data"), Deps{Runtime: noContainerd, Policy: untouchable{t}, Tokenizer: tok})
-	if err := n.DB().Environments().Put(context.Background(), &messages.Environment{Name: "envx", Image: "frognano.local/env/envx:1", RepoDir: "/repo"}); err != nil {
+	if err := n.DB().Environments().Put(context.Background(), &records.Environment{Name: "envx", Image: "frognano.local/env/envx:1", RepoDir: "/repo"}); err != nil {
 		t.Fatal(err)
 	}
 	const tasks, k = 40, 16

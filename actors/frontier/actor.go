@@ -12,6 +12,7 @@ import (
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // ActorName is the well-known name of a node's frontier actor.
@@ -176,7 +177,7 @@ func (a *frontierActor) Receive(ctx actor.Context) {
 		name, est, err := a.forRun(m.GetRun())
 		if err == nil {
 			a.active[name] = time.Now()
-			var tasks []*messages.Task
+			var tasks []*records.Task
 			sel := est.SelectBatch
 			if m.GetUniform() {
 				sel = est.SelectUniform

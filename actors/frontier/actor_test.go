@@ -13,6 +13,7 @@ import (
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 func ask(t *testing.T, sys *actor.ActorSystem, pid *actor.PID, msg any) any {
@@ -25,7 +26,7 @@ func ask(t *testing.T, sys *actor.ActorSystem, pid *actor.PID, msg any) any {
 }
 
 // dbWithTasks is a Badger database, closed when the test ends, holding tasks.
-func dbWithTasks(t *testing.T, tasks []*messages.Task) *persistence.DB {
+func dbWithTasks(t *testing.T, tasks []*records.Task) *persistence.DB {
 	t.Helper()
 	db, err := persistence.Open(t.TempDir(), persistence.WithLogger(quiet))
 	if err != nil {
@@ -42,7 +43,7 @@ func dbWithTasks(t *testing.T, tasks []*messages.Task) *persistence.DB {
 // would) and spawns it again on the same Badger database: the state it
 // reports is identical, and it goes on from there.
 func TestActorRestartKeepsState(t *testing.T) {
-	var tasks []*messages.Task
+	var tasks []*records.Task
 	for i := range 10 {
 		tasks = append(tasks, task(fmt.Sprintf("t%02d", i), "six", "off_by_one", 1+i%2, i%3))
 	}
@@ -150,7 +151,7 @@ func TestActorSynthesizerCannotDeliver(t *testing.T) {
 // estimator is the one that was active last; all of it survives a restart.
 func TestEachRunHasItsOwnEstimator(t *testing.T) {
 	ctx := context.Background()
-	var tasks []*messages.Task
+	var tasks []*records.Task
 	for i := range 6 {
 		tasks = append(tasks, task(fmt.Sprintf("t%02d", i), "six", "off_by_one", 1, i%3))
 	}

@@ -19,6 +19,7 @@ import (
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/synth/mutate"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // ErrBadRequest marks a request the estimator refuses (a batch of no tasks,
@@ -240,8 +241,8 @@ type Estimator struct {
 	p   Params
 	log *slog.Logger
 
-	state *messages.FrontierState
-	stats map[string]*messages.TaskStats
+	state *records.FrontierState
+	stats map[string]*records.TaskStats
 	pool  map[string]*poolTask
 	ids   []string // sorted pool ids
 	// poolCount is the TaskStore count at the last sync.
@@ -251,7 +252,7 @@ type Estimator struct {
 }
 
 type poolTask struct {
-	task *messages.Task
+	task *records.Task
 	f    Features
 	spec string
 }
@@ -274,11 +275,11 @@ func Open(ctx context.Context, cfg Config) (*Estimator, error) {
 	if err := p.validate(); err != nil {
 		return nil, err
 	}
-	e := &Estimator{cfg: cfg, p: p, log: cfg.Logger, stats: map[string]*messages.TaskStats{}, requestOf: map[string]string{}}
+	e := &Estimator{cfg: cfg, p: p, log: cfg.Logger, stats: map[string]*records.TaskStats{}, requestOf: map[string]string{}}
 	st, err := cfg.State.Get(ctx, cfg.Name)
 	switch {
 	case errors.Is(err, persistence.ErrNotFound):
-		st = &messages.FrontierState{}
+		st = &records.FrontierState{}
 	case err != nil:
 		return nil, fmt.Errorf("open frontier estimator: %w", err)
 	}
@@ -297,13 +298,13 @@ func Open(ctx context.Context, cfg Config) (*Estimator, error) {
 	return e, nil
 }
 
-func ensureState(st *messages.FrontierState) *messages.FrontierState {
+func ensureState(st *records.FrontierState) *records.FrontierState {
 	st.Model = ensureModel(st.Model)
 	if st.Counters == nil {
 		st.Counters = map[string]int64{}
 	}
 	if st.Picks == nil {
-		st.Picks = map[string]*messages.TaskPicks{}
+		st.Picks = map[string]*records.TaskPicks{}
 	}
 	if st.SpecBackoff == nil {
 		st.SpecBackoff = map[string]int64{}
@@ -323,10 +324,10 @@ const (
 	keptRequests    = 64
 )
 
-func newBins() []*messages.CalibrationBin {
-	b := make([]*messages.CalibrationBin, calibrationBins)
+func newBins() []*records.CalibrationBin {
+	b := make([]*records.CalibrationBin, calibrationBins)
 	for i := range b {
-		b[i] = &messages.CalibrationBin{}
+		b[i] = &records.CalibrationBin{}
 	}
 	return b
 }
@@ -387,14 +388,14 @@ func (e *Estimator) Params() Params { return e.p }
 
 // prior is the model's prediction for a pool task, kept away from 0 and 1
 // so the Beta prior stays proper.
-func (e *Estimator) prior(m *messages.DifficultyModel, f Features) float64 {
+func (e *Estimator) prior(m *records.DifficultyModel, f Features) float64 {
 	return math.Min(0.99, math.Max(0.01, predict(m, f)))
 }
 
 // posterior returns the Beta parameters of a task's solve rate at the
 // current policy version: the model's prior plus the task's evidence,
 // discounted for every version step since it was gathered.
-func (e *Estimator) posterior(m *messages.DifficultyModel, st *messages.TaskStats, f Features, version int64) (a, b float64) {
+func (e *Estimator) posterior(m *records.DifficultyModel, st *records.TaskStats, f Features, version int64) (a, b float64) {
 	p := e.prior(m, f)
 	a, b = e.p.PriorStrength*p, e.p.PriorStrength*(1-p)
 	if st != nil {
@@ -405,7 +406,7 @@ func (e *Estimator) posterior(m *messages.DifficultyModel, st *messages.TaskStat
 	return a, b
 }
 
-func (e *Estimator) decay(st *messages.TaskStats, version int64) float64 {
+func (e *Estimator) decay(st *records.TaskStats, version int64) float64 {
 	steps := version - st.GetPolicyVersion()
 	if steps <= 0 {
 		return 1
@@ -429,7 +430,7 @@ var playModes = []string{"agent", "patch"}
 
 // playedIn is f as the difficulty model sees it: in the mode episodes are
 // played in (st.Mode), when a batch request or report has said which.
-func playedIn(st *messages.FrontierState, f Features) Features {
+func playedIn(st *records.FrontierState, f Features) Features {
 	if m := st.GetMode(); m != "" {
 		f.Mode = m
 	}
@@ -444,23 +445,23 @@ func checkMode(mode string) error {
 }
 
 // Predict is the difficulty model's solve rate for a task's features.
-func (e *Estimator) Predict(t *messages.Task) float64 { return predict(e.state.Model, FeaturesOf(t)) }
+func (e *Estimator) Predict(t *records.Task) float64 { return predict(e.state.Model, FeaturesOf(t)) }
 
 // Stats returns a copy of a task's stored stats, or nil.
-func (e *Estimator) Stats(id string) *messages.TaskStats {
+func (e *Estimator) Stats(id string) *records.TaskStats {
 	if st, ok := e.stats[id]; ok {
-		return proto.Clone(st).(*messages.TaskStats)
+		return proto.Clone(st).(*records.TaskStats)
 	}
 	return nil
 }
 
 // State returns a copy of the estimator's state record.
-func (e *Estimator) State() *messages.FrontierState {
-	return proto.Clone(e.state).(*messages.FrontierState)
+func (e *Estimator) State() *records.FrontierState {
+	return proto.Clone(e.state).(*records.FrontierState)
 }
 
 // commit stores state and stats and only then installs them.
-func (e *Estimator) commit(ctx context.Context, state *messages.FrontierState, stats []*messages.TaskStats) error {
+func (e *Estimator) commit(ctx context.Context, state *records.FrontierState, stats []*records.TaskStats) error {
 	if err := e.cfg.State.Commit(ctx, e.cfg.Name, state, stats); err != nil {
 		return err
 	}
@@ -473,8 +474,8 @@ func (e *Estimator) commit(ctx context.Context, state *messages.FrontierState, s
 	return nil
 }
 
-func (e *Estimator) cloneState() *messages.FrontierState {
-	return ensureState(proto.Clone(e.state).(*messages.FrontierState))
+func (e *Estimator) cloneState() *records.FrontierState {
+	return ensureState(proto.Clone(e.state).(*records.FrontierState))
 }
 
 func seedOf(parts ...string) uint64 {
@@ -508,7 +509,7 @@ type candidate struct {
 // hopeless task not graded for RevisitAfterVersions versions. seed 0 derives
 // the draw from the batch sequence number. The batch may be shorter than n
 // only when the pool has fewer than n active tasks.
-func (e *Estimator) SelectBatch(ctx context.Context, n int, version int64, seed uint64, mode string) ([]*messages.Task, error) {
+func (e *Estimator) SelectBatch(ctx context.Context, n int, version int64, seed uint64, mode string) ([]*records.Task, error) {
 	return e.selectBatch(ctx, n, version, seed, mode, false)
 }
 
@@ -516,11 +517,11 @@ func (e *Estimator) SelectBatch(ctx context.Context, n int, version int64, seed 
 // drawn uniformly, without replacement, from the whole pool (retired tasks
 // too), whatever the posteriors say. The batch is recorded like
 // SelectBatch's, so outcomes and synthesis control work the same way.
-func (e *Estimator) SelectUniform(ctx context.Context, n int, version int64, seed uint64, mode string) ([]*messages.Task, error) {
+func (e *Estimator) SelectUniform(ctx context.Context, n int, version int64, seed uint64, mode string) ([]*records.Task, error) {
 	return e.selectBatch(ctx, n, version, seed, mode, true)
 }
 
-func (e *Estimator) selectBatch(ctx context.Context, n int, version int64, seed uint64, mode string, uniform bool) ([]*messages.Task, error) {
+func (e *Estimator) selectBatch(ctx context.Context, n int, version int64, seed uint64, mode string, uniform bool) ([]*records.Task, error) {
 	if n < 1 || n > e.p.MaxBatch {
 		return nil, fmt.Errorf("%w: batch of %d tasks, want 1 to %d", ErrBadRequest, n, e.p.MaxBatch)
 	}
@@ -623,7 +624,7 @@ func (e *Estimator) selectBatch(ctx context.Context, n int, version int64, seed 
 	for _, id := range chosen {
 		tp := st.Picks[id]
 		if tp == nil {
-			tp = &messages.TaskPicks{}
+			tp = &records.TaskPicks{}
 			st.Picks[id] = tp
 		}
 		tp.Batches = append(tp.Batches, seq)
@@ -634,7 +635,7 @@ func (e *Estimator) selectBatch(ctx context.Context, n int, version int64, seed 
 	if err := e.commit(ctx, st, nil); err != nil {
 		return nil, fmt.Errorf("select batch: %w", err)
 	}
-	out := make([]*messages.Task, len(chosen))
+	out := make([]*records.Task, len(chosen))
 	for i, id := range chosen {
 		out[i] = e.pool[id].task
 	}
@@ -729,7 +730,7 @@ func (e *Estimator) spread(chosen []string, cands []candidate, n int) []string {
 }
 
 // recentPicks counts the batches within the window before seq that picked a task.
-func recentPicks(tp *messages.TaskPicks, seq, window int64) int {
+func recentPicks(tp *records.TaskPicks, seq, window int64) int {
 	n := 0
 	for _, b := range tp.GetBatches() {
 		if b > seq-window {
@@ -823,14 +824,14 @@ func (e *Estimator) RecordStep(ctx context.Context, step int64, outcomes []*mess
 	}
 	v := st.PolicyVersion
 	now := e.cfg.Now()
-	bm := &messages.BatchMetrics{Seq: st.Reports + 1, PolicyVersion: v, UnixNano: now.UnixNano()}
-	var changed []*messages.TaskStats
+	bm := &records.BatchMetrics{Seq: st.Reports + 1, PolicyVersion: v, UnixNano: now.UnixNano()}
+	var changed []*records.TaskStats
 	for _, id := range slices.Sorted(maps.Keys(groups)) {
 		group := groups[id]
 		pt := e.pool[id]
-		ts := &messages.TaskStats{TaskId: id}
+		ts := &records.TaskStats{TaskId: id}
 		if old := e.stats[id]; old != nil {
-			ts = proto.Clone(old).(*messages.TaskStats)
+			ts = proto.Clone(old).(*records.TaskStats)
 		}
 		f := pt.f
 		if m := group[0].GetMode(); m != "" {
@@ -912,7 +913,7 @@ func (e *Estimator) RecordStep(ctx context.Context, step int64, outcomes []*mess
 	return res, nil
 }
 
-func addBin(bins []*messages.CalibrationBin, predicted, episodes, observed float64) {
+func addBin(bins []*records.CalibrationBin, predicted, episodes, observed float64) {
 	i := min(calibrationBins-1, max(0, int(predicted*calibrationBins)))
 	bins[i].PredictedSum += predicted * episodes
 	bins[i].ObservedSum += observed
@@ -921,7 +922,7 @@ func addBin(bins []*messages.CalibrationBin, predicted, episodes, observed float
 
 // classify retires or revives a task after an update of its stats (already
 // decayed to the current version).
-func (e *Estimator) classify(st *messages.FrontierState, ts *messages.TaskStats, f Features) {
+func (e *Estimator) classify(st *records.FrontierState, ts *records.TaskStats, f Features) {
 	a, b := e.posterior(st.Model, ts, f, ts.GetPolicyVersion())
 	mean := a / (a + b)
 	evidence := ts.GetAlpha() + ts.GetBeta()
@@ -942,7 +943,7 @@ func (e *Estimator) classify(st *messages.FrontierState, ts *messages.TaskStats,
 	}
 }
 
-func findRequest(st *messages.FrontierState, id string) *messages.SynthesisRecord {
+func findRequest(st *records.FrontierState, id string) *records.SynthesisRecord {
 	for _, r := range st.Synthesis {
 		if r.GetId() == id {
 			return r

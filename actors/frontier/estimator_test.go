@@ -15,16 +15,17 @@ import (
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func task(id, env, op string, bugs, hint int) *messages.Task {
+func task(id, env, op string, bugs, hint int) *records.Task {
 	ops := make([]string, bugs)
 	for i := range ops {
 		ops[i] = op
 	}
-	return &messages.Task{Id: id, Environment: env, Difficulty: &messages.DifficultyFeatures{
+	return &records.Task{Id: id, Environment: env, Difficulty: &records.DifficultyFeatures{
 		Operators: ops, Edits: int32(bugs), Files: 1, LinesTouched: int32(bugs), FailingTests: 1, HintLevel: int32(hint), Mode: "agent"}}
 }
 
@@ -34,7 +35,7 @@ type fixture struct {
 	clock time.Time
 }
 
-func newFixture(t *testing.T, tasks ...*messages.Task) *fixture {
+func newFixture(t *testing.T, tasks ...*records.Task) *fixture {
 	t.Helper()
 	f := &fixture{mem: persistence.NewMemory(), clock: time.Unix(1_700_000_000, 0)}
 	f.state = f.mem.Frontier()
@@ -205,7 +206,7 @@ func TestModelLearnsKnownFunction(t *testing.T) {
 
 func TestSelectionPrefersFrontierCapsAndExplores(t *testing.T) {
 	ctx := context.Background()
-	var tasks []*messages.Task
+	var tasks []*records.Task
 	for i := range 30 {
 		tasks = append(tasks, task(fmt.Sprintf("t%02d", i), "env", "off_by_one", 1, 1))
 	}
@@ -335,7 +336,7 @@ func TestRetirementAndRevisit(t *testing.T) {
 	}
 }
 
-func ids(ts []*messages.Task) []string {
+func ids(ts []*records.Task) []string {
 	var out []string
 	for _, t := range ts {
 		out = append(out, t.GetId())
@@ -371,7 +372,7 @@ func TestSynthesisControl(t *testing.T) {
 		t.Errorf("SynthesizeRequest %v from %v", req, r)
 	}
 	// Delivery: tasks join the pool and the request's yield is tracked.
-	made := []*messages.Task{task("n1", "six", "off_by_one", 1, int(firstHint)), task("n2", "six", "off_by_one", 1, int(firstHint))}
+	made := []*records.Task{task("n1", "six", "off_by_one", 1, int(firstHint)), task("n2", "six", "off_by_one", 1, int(firstHint))}
 	if err := f.mem.Tasks().PutMany(ctx, made); err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +447,7 @@ func TestRestartLosesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tasks []*messages.Task
+	var tasks []*records.Task
 	for i := range 12 {
 		tasks = append(tasks, task(fmt.Sprintf("t%02d", i), "six", []string{"off_by_one", "remove_branch"}[i%2], 1+i%3, i%3))
 	}
@@ -483,7 +484,7 @@ func TestRestartLosesNothing(t *testing.T) {
 	}
 	wantState := e.State()
 	wantSnap := e.Snapshot(nil)
-	wantStats := map[string]*messages.TaskStats{}
+	wantStats := map[string]*records.TaskStats{}
 	for _, tk := range tasks {
 		wantStats[tk.GetId()] = e.Stats(tk.GetId())
 	}
@@ -515,7 +516,7 @@ func TestRestartLosesNothing(t *testing.T) {
 // batch is all the leading one.
 func TestSelectionSpreadsOverSettings(t *testing.T) {
 	ctx := context.Background()
-	var tasks []*messages.Task
+	var tasks []*records.Task
 	for i := range 20 {
 		tasks = append(tasks, task(fmt.Sprintf("a%02d", i), "env", "off_by_one", 1, 1), task(fmt.Sprintf("b%02d", i), "env", "flip_comparison", 1, 1))
 	}
@@ -554,7 +555,7 @@ func TestSelectionSpreadsOverSettings(t *testing.T) {
 // so predictions and synthesis requests follow it; a bad mode is refused.
 func TestPlayModeReachesTheDifficultyModel(t *testing.T) {
 	ctx := context.Background()
-	var tasks []*messages.Task
+	var tasks []*records.Task
 	for i := range 20 {
 		tasks = append(tasks, task(fmt.Sprintf("t%02d", i), "env", "off_by_one", 1, 1))
 	}

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Features are what the difficulty model knows of a task: the categorical
@@ -32,7 +32,7 @@ var numericNames = []string{"log_edits", "log_files", "log_lines", "log_failing"
 // FeaturesOf reads a task's difficulty features. A task without operators
 // takes its provenance's operator; bugs is the number of operators listed
 // (one per planted bug).
-func FeaturesOf(t *messages.Task) Features {
+func FeaturesOf(t *records.Task) Features {
 	d := t.GetDifficulty()
 	ops := d.GetOperators()
 	if len(ops) == 0 && t.GetProvenance().GetOperator() != "" {
@@ -81,20 +81,20 @@ func (f Features) vector() []feature {
 
 // SpecKey names a synthesis setting; tasks and specs with the same key are
 // alike to the synthesis control.
-func SpecKey(s *messages.SynthesisSpec) string {
+func SpecKey(s *records.SynthesisSpec) string {
 	ops := slices.Clone(s.GetOperators())
 	slices.Sort(ops)
 	return fmt.Sprintf("%s|%s|bugs=%d|hint=%d|%s", s.GetEnvironment(), strings.Join(slices.Compact(ops), "+"), max(1, s.GetBugs()), s.GetHintLevel(), s.GetMode())
 }
 
 // specOf is the synthesis setting a task came from, as far as its features tell.
-func (f Features) spec() *messages.SynthesisSpec {
-	return &messages.SynthesisSpec{Environment: f.Environment, Operators: f.Operators, Bugs: int32(f.Bugs), HintLevel: int32(f.HintLevel), Mode: f.Mode}
+func (f Features) spec() *records.SynthesisSpec {
+	return &records.SynthesisSpec{Environment: f.Environment, Operators: f.Operators, Bugs: int32(f.Bugs), HintLevel: int32(f.HintLevel), Mode: f.Mode}
 }
 
 // specFeatures are the features a task made to spec is expected to have;
 // the numeric ones come from the model's running means for the bugs count.
-func specFeatures(s *messages.SynthesisSpec, m *messages.DifficultyModel) Features {
+func specFeatures(s *records.SynthesisSpec, m *records.DifficultyModel) Features {
 	ops := slices.Clone(s.GetOperators())
 	slices.Sort(ops)
 	bugs := max(1, int(s.GetBugs()))

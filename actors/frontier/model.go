@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // The difficulty model is a logistic regression, p = σ(w·x), over a task's
@@ -18,15 +18,15 @@ import (
 // meanCountCap bounds the running means' counts so they follow drift.
 const meanCountCap = 1000
 
-func newModel() *messages.DifficultyModel {
-	return &messages.DifficultyModel{
+func newModel() *records.DifficultyModel {
+	return &records.DifficultyModel{
 		Weights: map[string]float64{}, Evidence: map[string]float64{},
 		NumericMeans: map[string]float64{}, NumericCounts: map[string]float64{},
 	}
 }
 
 // ensureModel fills the maps of a decoded model (proto drops empty maps).
-func ensureModel(m *messages.DifficultyModel) *messages.DifficultyModel {
+func ensureModel(m *records.DifficultyModel) *records.DifficultyModel {
 	if m == nil {
 		return newModel()
 	}
@@ -46,7 +46,7 @@ func ensureModel(m *messages.DifficultyModel) *messages.DifficultyModel {
 }
 
 // predict returns the model's solve rate for f.
-func predict(m *messages.DifficultyModel, f Features) float64 {
+func predict(m *records.DifficultyModel, f Features) float64 {
 	z := 0.0
 	for _, x := range f.vector() {
 		z += m.GetWeights()[x.name] * x.value
@@ -57,7 +57,7 @@ func predict(m *messages.DifficultyModel, f Features) float64 {
 // learn takes one gradient step for a group of episodes of one task:
 // successes (the sum of rewards in [0, 1]) out of episodes, each counting
 // weight (less for episodes of older policies).
-func learn(m *messages.DifficultyModel, f Features, successes, episodes, weight, rate, l2 float64) {
+func learn(m *records.DifficultyModel, f Features, successes, episodes, weight, rate, l2 float64) {
 	p := predict(m, f)
 	g := weight * (successes - episodes*p)
 	for _, x := range f.vector() {

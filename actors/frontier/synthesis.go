@@ -9,6 +9,7 @@ import (
 	"time"
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Band names of FrontierBand.
@@ -23,7 +24,7 @@ const (
 // poolBands counts the pool by band of posterior mean, each band also by
 // hint level (byHint[band][level]), and counts active tasks per synthesis
 // setting.
-func (e *Estimator) poolBands(st *messages.FrontierState) (bands map[string]int, byHint map[string]map[int]int, perSpec map[string]int, active int) {
+func (e *Estimator) poolBands(st *records.FrontierState) (bands map[string]int, byHint map[string]map[int]int, perSpec map[string]int, active int) {
 	bands = map[string]int{}
 	byHint = map[string]map[int]int{}
 	perSpec = map[string]int{}
@@ -92,9 +93,9 @@ func (e *Estimator) environments(fallback []string) []string {
 // after a failure are left out. As the policy improves, the model's
 // predictions for easy settings rise out of the band and harder settings
 // (fewer hints, more bugs, harder operators) move into it.
-func (e *Estimator) rankSpecs(st *messages.FrontierState, envs []string, perSpec map[string]int, active int) []*messages.SynthesisRecord {
+func (e *Estimator) rankSpecs(st *records.FrontierState, envs []string, perSpec map[string]int, active int) []*records.SynthesisRecord {
 	type scored struct {
-		rec    *messages.SynthesisRecord
+		rec    *records.SynthesisRecord
 		inBand bool
 		score  float64
 		key    string
@@ -110,13 +111,13 @@ func (e *Estimator) rankSpecs(st *messages.FrontierState, envs []string, perSpec
 			for _, bugs := range e.p.Bugs {
 				for _, hint := range e.p.HintLevels {
 					for _, mode := range modes {
-						spec := &messages.SynthesisSpec{Environment: env, Operators: []string{op}, Bugs: int32(bugs), HintLevel: int32(hint), Mode: mode}
+						spec := &records.SynthesisSpec{Environment: env, Operators: []string{op}, Bugs: int32(bugs), HintLevel: int32(hint), Mode: mode}
 						key := SpecKey(spec)
 						if st.SpecBackoff[key] > st.BatchSeq {
 							continue
 						}
 						p := predict(st.Model, specFeatures(spec, st.Model))
-						s := scored{rec: &messages.SynthesisRecord{Spec: spec, Predicted: p}, key: key}
+						s := scored{rec: &records.SynthesisRecord{Spec: spec, Predicted: p}, key: key}
 						s.inBand = p >= e.p.BandLow && p <= e.p.BandHigh
 						if s.inBand {
 							s.score = math.Abs(p - centre)
@@ -144,7 +145,7 @@ func (e *Estimator) rankSpecs(st *messages.FrontierState, envs []string, perSpec
 		}
 		return cmp.Compare(x.key, y.key)
 	})
-	out := make([]*messages.SynthesisRecord, len(all))
+	out := make([]*records.SynthesisRecord, len(all))
 	for i, s := range all {
 		out[i] = s.rec
 	}
@@ -159,7 +160,7 @@ func (e *Estimator) rankSpecs(st *messages.FrontierState, envs []string, perSpec
 // Requests are committed before they are sent: after a crash a request that
 // never left times out and its setting is asked for again. environments
 // are used when neither the parameters nor the pool name any.
-func (e *Estimator) PlanSynthesis(ctx context.Context, environments []string) ([]*messages.SynthesisRecord, error) {
+func (e *Estimator) PlanSynthesis(ctx context.Context, environments []string) ([]*records.SynthesisRecord, error) {
 	if err := e.syncPool(ctx, false); err != nil {
 		return nil, err
 	}
@@ -181,7 +182,7 @@ func (e *Estimator) PlanSynthesis(ctx context.Context, environments []string) ([
 		}
 		pending++
 	}
-	var out []*messages.SynthesisRecord
+	var out []*records.SynthesisRecord
 	bands, _, perSpec, active := e.poolBands(st)
 	if deficit := e.p.TargetFrontier - bands[BandFrontier]; deficit > 0 && pending < e.p.MaxPendingRequests {
 		envs := e.environments(environments)
@@ -219,9 +220,9 @@ func (e *Estimator) PlanSynthesis(ctx context.Context, environments []string) ([
 
 // trimRequests keeps the newest keptRequests records, never dropping a
 // pending one.
-func trimRequests(st *messages.FrontierState) {
+func trimRequests(st *records.FrontierState) {
 	for len(st.Synthesis) > keptRequests {
-		i := slices.IndexFunc(st.Synthesis, func(r *messages.SynthesisRecord) bool { return r.GetStatus() != StatusPending })
+		i := slices.IndexFunc(st.Synthesis, func(r *records.SynthesisRecord) bool { return r.GetStatus() != StatusPending })
 		if i < 0 {
 			return
 		}
@@ -232,11 +233,11 @@ func trimRequests(st *messages.FrontierState) {
 // SynthesizeRequestOf is the Synthesizer request for a planned record; its
 // seed derives from the record's id, so a resent request draws the same
 // candidates.
-func SynthesizeRequestOf(r *messages.SynthesisRecord) *messages.SynthesizeRequest {
+func SynthesizeRequestOf(r *records.SynthesisRecord) *messages.SynthesizeRequest {
 	s := r.GetSpec()
 	return &messages.SynthesizeRequest{
 		Environment: s.GetEnvironment(), Count: r.GetAsked(), Operators: s.GetOperators(), Bugs: s.GetBugs(),
-		Target: &messages.DifficultyFeatures{HintLevel: s.GetHintLevel(), Mode: s.GetMode(), Operators: s.GetOperators()},
+		Target: &records.DifficultyFeatures{HintLevel: s.GetHintLevel(), Mode: s.GetMode(), Operators: s.GetOperators()},
 		Seed:   seedOf(r.GetId()) | 1,
 	}
 }
@@ -320,7 +321,7 @@ func (e *Estimator) Snapshot(environments []string) *messages.FrontierStateReply
 
 // EffectiveFraction is the share of graded groups whose rewards were not
 // all equal, over the estimator's lifetime.
-func EffectiveFraction(st *messages.FrontierState) float64 {
+func EffectiveFraction(st *records.FrontierState) float64 {
 	if st.GetTotalGroups() == 0 {
 		return 0
 	}

@@ -41,8 +41,19 @@ import (
 // Path is the gateway's root on the node's HTTP server.
 const Path = "/v1/actors/"
 
-// Package is the only protobuf package whose messages the gateway carries.
-const Package = "frognano.messages.v1"
+// Packages are the protobuf packages whose messages the gateway carries: the
+// actors' messages and the records some of them carry or answer with.
+var Packages = []string{"frognano.messages.v1", "frognano.records.v1"}
+
+// carries says whether the gateway carries messages of this full name.
+func carries(name string) bool {
+	for _, p := range Packages {
+		if strings.HasPrefix(name, p+".") {
+			return true
+		}
+	}
+	return false
+}
 
 // MaxTimeout bounds a call's timeout_seconds.
 const MaxTimeout = 24 * time.Hour
@@ -103,10 +114,10 @@ func Handler(names ...string) node.Handler {
 	}}
 }
 
-// decode makes the message of a request: a known type of Package.
+// decode makes the message of a request: a known type of Packages.
 func decode(typ string, body json.RawMessage) (proto.Message, error) {
-	if !strings.HasPrefix(typ, Package+".") {
-		return nil, fmt.Errorf("type %q: the gateway carries only messages of %s", typ, Package)
+	if !carries(typ) {
+		return nil, fmt.Errorf("type %q: the gateway carries only messages of %s", typ, strings.Join(Packages, ", "))
 	}
 	mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(typ))
 	if err != nil {
@@ -134,7 +145,7 @@ func serve(ctx context.Context, n *node.Node, name string, msg proto.Message, ti
 		case *actor.Started:
 			c.Request(target, msg)
 		case proto.Message:
-			if !strings.HasPrefix(string(m.ProtoReflect().Descriptor().FullName()), Package+".") {
+			if !carries(string(m.ProtoReflect().Descriptor().FullName())) {
 				return // protoactor's own (a dead letter's answer…)
 			}
 			select {

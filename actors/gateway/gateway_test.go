@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/frognano/frognano/actors/diag"
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/node"
 )
@@ -28,7 +30,7 @@ func stager() *actor.Props {
 		case *messages.EnvAddRequest:
 			c.Send(c.Sender(), &messages.EnvProgress{Stage: "one"})
 			c.Send(c.Sender(), &messages.EnvProgress{Stage: "two"})
-			c.Respond(&messages.EnvAddReply{Environment: &messages.Environment{Name: m.GetSource()}})
+			c.Respond(&messages.EnvAddReply{Environment: &records.Environment{Name: m.GetSource()}})
 		case *messages.EnvGetRequest:
 			c.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_NOT_FOUND, errors.New("no environment "+m.GetName())))
 		}
@@ -110,5 +112,28 @@ func TestGatewayRefusesWhatItDoesNotCarry(t *testing.T) {
 	req.Header.Set("Authorization", "Bearer "+strings.Repeat("k", 40))
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("GET: %v %v", resp.Status, err)
+	}
+}
+
+// The gateway decodes by full protobuf name, so every package it carries
+// must be named in Packages: a record an actor answers with (a Task, an
+// Environment) lives in frognano.records.v1, not with the actors' messages.
+func TestDecodeByFullName(t *testing.T) {
+	for _, tc := range []struct {
+		typ, body string
+		want      proto.Message
+	}{
+		{"frognano.messages.v1.EnvGetRequest", `{"name": "x"}`, &messages.EnvGetRequest{Name: "x"}},
+		{"frognano.records.v1.Task", `{"id": "t"}`, &records.Task{Id: "t"}},
+	} {
+		m, err := decode(tc.typ, json.RawMessage(tc.body))
+		if err != nil || !proto.Equal(m, tc.want) {
+			t.Errorf("decode(%s) = %v, %v; want %v", tc.typ, m, err, tc.want)
+		}
+	}
+	for _, typ := range []string{"frognano.records.v1x.Task", "frognano.Task", "google.protobuf.Empty"} {
+		if _, err := decode(typ, nil); err == nil || !strings.Contains(err.Error(), "only messages of") {
+			t.Errorf("decode(%s): %v, want a refusal", typ, err)
+		}
 	}
 }

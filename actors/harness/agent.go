@@ -6,9 +6,9 @@ import (
 	"strings"
 	"time"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/kernels/tokenizer"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // AgentSystemPrompt is the system turn of agent mode; the tools' schemas
@@ -26,7 +26,7 @@ When the bug is fixed, call Submit.`
 var writers = map[string]bool{"Write": true, "Edit": true, "Bash": true}
 
 // agentPrompt is the first user turn.
-func agentPrompt(task *messages.Task) string {
+func agentPrompt(task *records.Task) string {
 	return strings.TrimRight(task.GetProblemStatement(), "\n") + "\n"
 }
 
@@ -39,8 +39,8 @@ func (e *episode) agent() error {
 		return err
 	}
 	e.res.Turns = append(e.res.Turns,
-		&messages.Turn{Role: messages.Role_ROLE_SYSTEM, Content: AgentSystemPrompt},
-		&messages.Turn{Role: messages.Role_ROLE_USER, Content: msgs[1].Content})
+		&records.Turn{Role: records.Role_ROLE_SYSTEM, Content: AgentSystemPrompt},
+		&records.Turn{Role: records.Role_ROLE_USER, Content: msgs[1].Content})
 	if len(ids) >= e.lim.MaxContext {
 		return e.end(EndContextFull, fmt.Sprintf("the prompt is %d tokens, the limit is %d", len(ids), e.lim.MaxContext))
 	}
@@ -80,7 +80,7 @@ func (e *episode) agent() error {
 
 		var (
 			obs       []string
-			tools     []*messages.Turn
+			tools     []*records.Turn
 			submitted bool
 		)
 		calls, perr := ParseToolCalls(t.text)
@@ -92,7 +92,7 @@ func (e *episode) agent() error {
 			}
 			msg += ". No tool was run."
 			obs = append(obs, msg)
-			tools = append(tools, &messages.Turn{Role: messages.Role_ROLE_TOOL, Content: msg})
+			tools = append(tools, &records.Turn{Role: records.Role_ROLE_TOOL, Content: msg})
 		case len(calls) == 0:
 			msg := noCallReminder
 			if t.finish == policy.FinishLength {
@@ -102,12 +102,12 @@ func (e *episode) agent() error {
 			if !e.appendText(e.closeTurn(t)+"<|im_start|>user\n"+placeholder+"<|im_end|>\n<|im_start|>assistant\n", msg) {
 				return e.end(EndContextFull, "the reminder after a turn without a tool call does not fit")
 			}
-			e.res.Turns = append(e.res.Turns, &messages.Turn{Role: messages.Role_ROLE_USER, Content: msg})
+			e.res.Turns = append(e.res.Turns, &records.Turn{Role: records.Role_ROLE_USER, Content: msg})
 			continue
 		}
 		for i, call := range calls {
 			id := fmt.Sprintf("call_%d_%d", n, i)
-			assistant.ToolCalls = append(assistant.ToolCalls, &messages.ToolCall{Id: id, Name: call.Name, ArgumentsJson: string(call.Arguments)})
+			assistant.ToolCalls = append(assistant.ToolCalls, &records.ToolCall{Id: id, Name: call.Name, ArgumentsJson: string(call.Arguments)})
 			if writers[call.Name] {
 				e.wrote = true
 			}
@@ -122,11 +122,11 @@ func (e *episode) agent() error {
 					}
 					return e.end(end, detail)
 				}
-				e.res.Turns = append(e.res.Turns, &messages.Turn{Role: messages.Role_ROLE_TOOL, ToolCallId: id, Content: "sandbox failure: " + err.Error(), Seconds: secs})
+				e.res.Turns = append(e.res.Turns, &records.Turn{Role: records.Role_ROLE_TOOL, ToolCallId: id, Content: "sandbox failure: " + err.Error(), Seconds: secs})
 				return e.end(EndSandboxFailure, err.Error())
 			}
 			obs = append(obs, res.Observation)
-			tools = append(tools, &messages.Turn{Role: messages.Role_ROLE_TOOL, ToolCallId: id, Content: res.Observation, Seconds: secs})
+			tools = append(tools, &records.Turn{Role: records.Role_ROLE_TOOL, ToolCallId: id, Content: res.Observation, Seconds: secs})
 			if res.Submitted {
 				submitted = true
 				break

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/kernels/sample"
 	"github.com/frognano/frognano/kernels/tokenizer"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Mode is how an episode asks the model for a fix. It is part of a task's
@@ -96,7 +96,7 @@ func (l Limits) withDefaults() Limits {
 
 // Grade is what the grader made of the repository an episode left.
 type Grade struct {
-	Report   *messages.TestReport
+	Report   *records.TestReport
 	Resolved bool
 	Reward   float64
 	Reason   string // why not resolved ("" when resolved)
@@ -134,7 +134,7 @@ type EpisodeResult struct {
 	Ending Ending
 	Detail string // what went wrong, for the named endings that have a cause
 
-	Turns      []*messages.Turn
+	Turns      []*records.Turn
 	TokenIDs   []int32
 	PolicyMask []bool    // true: sampled by the policy
 	LogProbs   []float32 // the sampler's log-prob for policy tokens, 0 elsewhere
@@ -170,8 +170,8 @@ func (r *EpisodeResult) PolicyTokens() int {
 }
 
 // Trajectory is the result as the persistent record.
-func (r *EpisodeResult) Trajectory(id, runID, taskID string) *messages.Trajectory {
-	t := &messages.Trajectory{
+func (r *EpisodeResult) Trajectory(id, runID, taskID string) *records.Trajectory {
+	t := &records.Trajectory{
 		Id:                id,
 		TaskId:            taskID,
 		RunId:             runID,
@@ -199,7 +199,7 @@ type episode struct {
 	tok   *tokenizer.Tokenizer
 	lim   Limits
 	ws    Workspace
-	task  *messages.Task
+	task  *records.Task
 	res   *EpisodeResult
 	ctx   context.Context // the caller's
 	wctx  context.Context // ends at the wall-time limit too
@@ -216,7 +216,7 @@ type episode struct {
 // repository (see EpisodeResult.Grade). An error means ctx ended or the runner is
 // misconfigured; everything else, a broken sandbox and a failing policy
 // included, is an ending.
-func (r *Runner) Run(ctx context.Context, task *messages.Task, ws Workspace, mode Mode, seed uint64) (*EpisodeResult, error) {
+func (r *Runner) Run(ctx context.Context, task *records.Task, ws Workspace, mode Mode, seed uint64) (*EpisodeResult, error) {
 	if r.Policy == nil || r.Tokenizer == nil {
 		return nil, errors.New("harness: Runner needs a Policy and a Tokenizer")
 	}
@@ -457,7 +457,7 @@ func (e *episode) generate() (*turn, Ending, string, error) {
 		return nil, EndPolicyError, "decode: " + err.Error(), nil
 	}
 	t.text = text
-	e.res.Turns = append(e.res.Turns, &messages.Turn{Role: messages.Role_ROLE_ASSISTANT, Content: text, Seconds: secs, PolicyVersion: out.PolicyVersion})
+	e.res.Turns = append(e.res.Turns, &records.Turn{Role: records.Role_ROLE_ASSISTANT, Content: text, Seconds: secs, PolicyVersion: out.PolicyVersion})
 	return t, "", "", nil
 }
 

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/kernels/gguf"
 	"github.com/frognano/frognano/kernels/tokenizer"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // The episode tests run the loop with SmolLM2's real tokenizer (from
@@ -55,15 +55,15 @@ const (
 
 // memTask is a task over calc.py whose gold patch turns buggyCalc into
 // fixedCalc.
-func memTask(hint int32) *messages.Task {
-	return &messages.Task{
+func memTask(hint int32) *records.Task {
+	return &records.Task{
 		Id:               "calc.1",
 		Language:         "python",
 		ProblemStatement: "1 test of calc fails.\n\nFailing tests:\n- tests/test_calc.py::test_add\n",
 		BugPatch:         "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a + b\n+    return a - b\n",
 		GoldPatch:        "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n",
 		FailToPass:       []string{"tests/test_calc.py::test_add"},
-		Difficulty:       &messages.DifficultyFeatures{HintLevel: hint},
+		Difficulty:       &records.DifficultyFeatures{HintLevel: hint},
 	}
 }
 
@@ -158,7 +158,7 @@ func TestAgentSolvesWithScript(t *testing.T) {
 	assistant := 0
 	for _, turn := range res.Turns {
 		roles = append(roles, strings.TrimPrefix(turn.Role.String(), "ROLE_"))
-		if turn.Role == messages.Role_ROLE_ASSISTANT {
+		if turn.Role == records.Role_ROLE_ASSISTANT {
 			if turn.Content != script[assistant] {
 				t.Fatalf("assistant turn %d is %q, the script says %q", assistant, turn.Content, script[assistant])
 			}
@@ -447,7 +447,7 @@ func TestParseEdits(t *testing.T) {
 }
 
 // excerpts is the code a patch prompt shows for task before any shrinking.
-func excerpts(ws Sandbox, task *messages.Task) ([]Excerpt, error) {
+func excerpts(ws Sandbox, task *records.Task) ([]Excerpt, error) {
 	files, err := readBugFiles(context.Background(), ws, task)
 	if err != nil {
 		return nil, err
@@ -467,8 +467,8 @@ func TestExcerpts(t *testing.T) {
 		maxLines  int
 		wholeFile bool
 	}{{0, 400, false}, {1, 80, false}, {2, 40, false}} {
-		task := &messages.Task{Id: "t", BugPatch: "--- a/big.py\n+++ b/big.py\n@@ -500,3 +500,3 @@\n line_500 = 500\n-line_501 = 501\n+line_501 = 0\n line_502 = 502\n",
-			Difficulty: &messages.DifficultyFeatures{HintLevel: c.hint}}
+		task := &records.Task{Id: "t", BugPatch: "--- a/big.py\n+++ b/big.py\n@@ -500,3 +500,3 @@\n line_500 = 500\n-line_501 = 501\n+line_501 = 0\n line_502 = 502\n",
+			Difficulty: &records.DifficultyFeatures{HintLevel: c.hint}}
 		ex, err := excerpts(ws, task)
 		if err != nil {
 			t.Fatal(err)
@@ -487,7 +487,7 @@ func TestExcerpts(t *testing.T) {
 		t.Fatalf("%+v %v", ex, err)
 	}
 	// A bug patch naming a file the repository lacks is a bad task.
-	if _, err := excerpts(ws, &messages.Task{BugPatch: "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"}); !errors.Is(err, ErrBadTask) {
+	if _, err := excerpts(ws, &records.Task{BugPatch: "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"}); !errors.Is(err, ErrBadTask) {
 		t.Fatalf("%v", err)
 	}
 }
@@ -495,7 +495,7 @@ func TestExcerpts(t *testing.T) {
 // playPatch plays task in patch mode on a repository holding file, with
 // an answer that edits nothing, and returns the result and the prompt's
 // length in tokens.
-func playPatch(t *testing.T, task *messages.Task, path, file string, lim Limits) (*EpisodeResult, int) {
+func playPatch(t *testing.T, task *records.Task, path, file string, lim Limits) (*EpisodeResult, int) {
 	t.Helper()
 	r, _ := runner(t, "I do not know.")
 	r.Limits = lim
@@ -520,9 +520,9 @@ func TestPatchPromptFitsTheContext(t *testing.T) {
 	for i := 1; i <= 1000; i++ {
 		fmt.Fprintf(&big, "line_%d = compute(%d, scale=%d)\n", i, i, i*7)
 	}
-	task := &messages.Task{Id: "big.1", Language: "python", ProblemStatement: "1 test fails.\n",
+	task := &records.Task{Id: "big.1", Language: "python", ProblemStatement: "1 test fails.\n",
 		BugPatch:   "--- a/big.py\n+++ b/big.py\n@@ -500,3 +500,3 @@\n line_500 = compute(500, scale=3500)\n-line_501 = compute(501, scale=3507)\n+line_501 = compute(0, scale=3507)\n line_502 = compute(502, scale=3514)\n",
-		Difficulty: &messages.DifficultyFeatures{HintLevel: 0}}
+		Difficulty: &records.DifficultyFeatures{HintLevel: 0}}
 	prompt := func(lim Limits) (*EpisodeResult, int) { return playPatch(t, task, "big.py", big.String(), lim) }
 	full, fullTokens := prompt(Limits{MaxContext: 32768, MaxTurnTokens: 64})
 	lim := Limits{MaxContext: fullTokens / 3, MaxTurnTokens: 256}
@@ -546,9 +546,9 @@ func TestPatchPromptFitsTheContext(t *testing.T) {
 	for i := 1; i <= 30; i++ {
 		fmt.Fprintf(&thirty, "value_%d = compute(%d, scale=%d)\n", i, i, i*7)
 	}
-	short := &messages.Task{Id: "small.1", Language: "python", ProblemStatement: strings.Repeat("The values are wrong. ", 40) + "\n",
+	short := &records.Task{Id: "small.1", Language: "python", ProblemStatement: strings.Repeat("The values are wrong. ", 40) + "\n",
 		BugPatch:   "--- a/small.py\n+++ b/small.py\n@@ -15,1 +15,1 @@\n-value_15 = compute(15, scale=105)\n+value_15 = compute(0, scale=105)\n",
-		Difficulty: &messages.DifficultyFeatures{HintLevel: 1}}
+		Difficulty: &records.DifficultyFeatures{HintLevel: 1}}
 	play := func(lim Limits) (*EpisodeResult, int) { return playPatch(t, short, "small.py", thirty.String(), lim) }
 	whole, wholeTokens := play(Limits{MaxContext: 32768, MaxTurnTokens: 64})
 	if strings.Contains(whole.Turns[1].Content, "(lines ") {
@@ -587,7 +587,7 @@ func TestParseHunks(t *testing.T) {
 func TestRunRefusesBadInput(t *testing.T) {
 	r, _ := runner(t)
 	ws := newMemWorkspace()
-	if _, err := r.Run(context.Background(), &messages.Task{Id: "x"}, ws, ModeAgent, 1); err == nil {
+	if _, err := r.Run(context.Background(), &records.Task{Id: "x"}, ws, ModeAgent, 1); err == nil {
 		t.Fatal("a task without a statement ran")
 	}
 	if _, err := r.Run(context.Background(), memTask(0), ws, "chat", 1); err == nil {
@@ -646,7 +646,7 @@ func TestTurnsRecordTheirVersions(t *testing.T) {
 	var got []int64
 	for _, turn := range traj.GetTurns() {
 		switch {
-		case turn.GetRole() == messages.Role_ROLE_ASSISTANT:
+		case turn.GetRole() == records.Role_ROLE_ASSISTANT:
 			got = append(got, turn.GetPolicyVersion())
 		case turn.GetPolicyVersion() != 0:
 			t.Fatalf("a %v turn has policy version %d", turn.GetRole(), turn.GetPolicyVersion())

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"time"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/sandbox"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // GradingBench is one environment's grading times, old (the full run)
@@ -35,7 +35,7 @@ func (b GradingBench) Ratio() float64 { return b.FastGrade / b.FullGrade }
 // BenchGrading grades the task's gold fix (and, on every other episode,
 // the untouched bug) in fresh sandboxes of image, alternating the full
 // run and the fast path, episodes times each.
-func BenchGrading(ctx context.Context, rt *sandbox.Runtime, image string, opts sandbox.Options, spec sandbox.TestSpec, env string, task *messages.Task, episodes int, progress io.Writer) (GradingBench, error) {
+func BenchGrading(ctx context.Context, rt *sandbox.Runtime, image string, opts sandbox.Options, spec sandbox.TestSpec, env string, task *records.Task, episodes int, progress io.Writer) (GradingBench, error) {
 	b := GradingBench{Environment: env, Task: task.GetId(), Episodes: episodes}
 	_, _, _, fb0 := FastGradingCounts()
 	for i := range episodes {

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/policy"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 func TestParseToolCalls(t *testing.T) {
@@ -270,11 +270,11 @@ func TestTruncate(t *testing.T) {
 }
 
 func TestGradingTestsRunASynthesizedTaskInSuiteOrder(t *testing.T) {
-	synth := &messages.Task{BugPatch: "diff", FailToPass: []string{"t.py::b"}, PassToPass: []string{"t.py::a"}}
+	synth := &records.Task{BugPatch: "diff", FailToPass: []string{"t.py::b"}, PassToPass: []string{"t.py::a"}}
 	if got := GradingTests(synth); got != nil {
 		t.Errorf("synthesized task: %v, want nil (the whole suite in its order)", got)
 	}
-	swe := &messages.Task{FailToPass: []string{"t.py::b"}, PassToPass: []string{"t.py::a"}}
+	swe := &records.Task{FailToPass: []string{"t.py::b"}, PassToPass: []string{"t.py::a"}}
 	if got := GradingTests(swe); !slices.Equal(got, []string{"t.py::b", "t.py::a"}) {
 		t.Errorf("SWE-bench instance: %v, want its two lists", got)
 	}

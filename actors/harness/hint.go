@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Hint levels the harness acts on. The synthesizer writes each level's
@@ -144,7 +144,7 @@ func count(s string) int {
 
 // answerPrefill is what a patch-mode answer starts with at the task's hint
 // level ("" below HintSearch): the first block up to its divider.
-func answerPrefill(task *messages.Task) (string, error) {
+func answerPrefill(task *records.Task) (string, error) {
 	if task.GetDifficulty().GetHintLevel() < HintSearch {
 		return "", nil
 	}

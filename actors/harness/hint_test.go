@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 func TestSearchHint(t *testing.T) {
@@ -89,7 +89,7 @@ func TestPatchSearchHint(t *testing.T) {
 			written = written[:i+len(">>>>>>> REPLACE")]
 		}
 		want := "calc.py\n<<<<<<< SEARCH\ndef add(a, b):\n    return a - b\n=======\n" + written
-		if res.Turns[2].Role != messages.Role_ROLE_ASSISTANT || answer != want {
+		if res.Turns[2].Role != records.Role_ROLE_ASSISTANT || answer != want {
 			t.Fatalf("assistant turn %q, want %q", answer, want)
 		}
 		// The given part is the environment's, the rest the policy's.

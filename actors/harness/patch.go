@@ -12,9 +12,9 @@ import (
 	"strings"
 	"time"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/kernels/tokenizer"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Patch mode asks for the fix in one answer of search/replace blocks, the
@@ -263,7 +263,7 @@ type bugFiles struct {
 	lines map[string][]string
 }
 
-func readBugFiles(ctx context.Context, sb Sandbox, task *messages.Task) (*bugFiles, error) {
+func readBugFiles(ctx context.Context, sb Sandbox, task *records.Task) (*bugFiles, error) {
 	sites, order := bugSites(task.GetBugPatch())
 	if len(order) == 0 {
 		return nil, fmt.Errorf("%w: task %s: its bug patch names no file", ErrBadTask, task.GetId())
@@ -296,7 +296,7 @@ const (
 
 // budgetAt is a file's window, in lines and bytes, at the hint level's
 // budget halved shrink times, never below the floors above.
-func (f *bugFiles) budgetAt(task *messages.Task, shrink int) (lines, bytes int) {
+func (f *bugFiles) budgetAt(task *records.Task, shrink int) (lines, bytes int) {
 	budget, ok := excerptBudget[int(task.GetDifficulty().GetHintLevel())]
 	if !ok {
 		budget = excerptBudget[HintSearch]
@@ -313,7 +313,7 @@ func (f *bugFiles) budgetAt(task *messages.Task, shrink int) (lines, bytes int) 
 // fits the episode's context). At hint level 0 the window's offset from the
 // bug comes from a hash of the task id, so the bug is not always in the
 // middle.
-func (f *bugFiles) cut(task *messages.Task, shrink int) []Excerpt {
+func (f *bugFiles) cut(task *records.Task, shrink int) []Excerpt {
 	level := int(task.GetDifficulty().GetHintLevel())
 	per, perBytes := f.budgetAt(task, shrink)
 	var out []Excerpt
@@ -349,13 +349,13 @@ func (f *bugFiles) cut(task *messages.Task, shrink int) []Excerpt {
 
 // narrowest reports whether shrink has reached the floors, so that
 // shrinking further would show no less code.
-func (f *bugFiles) narrowest(task *messages.Task, shrink int) bool {
+func (f *bugFiles) narrowest(task *records.Task, shrink int) bool {
 	lines, bytes := f.budgetAt(task, shrink)
 	return lines == minExcerptLines && bytes == minExcerptBytes
 }
 
 // patchPrompt is the user turn of patch mode.
-func patchPrompt(task *messages.Task, ex []Excerpt) string {
+func patchPrompt(task *records.Task, ex []Excerpt) string {
 	var b strings.Builder
 	b.WriteString(strings.TrimRight(task.GetProblemStatement(), "\n"))
 	b.WriteString("\n\n# Code\n")
@@ -422,8 +422,8 @@ func (e *episode) patch() error {
 		}
 	}
 	e.res.Turns = append(e.res.Turns,
-		&messages.Turn{Role: messages.Role_ROLE_SYSTEM, Content: PatchSystemPrompt},
-		&messages.Turn{Role: messages.Role_ROLE_USER, Content: user})
+		&records.Turn{Role: records.Role_ROLE_SYSTEM, Content: PatchSystemPrompt},
+		&records.Turn{Role: records.Role_ROLE_USER, Content: user})
 	if len(ids)+len(prefIDs) >= e.lim.MaxContext {
 		return e.end(EndContextFull, fmt.Sprintf("the prompt is %d tokens, the limit is %d", len(ids)+len(prefIDs), e.lim.MaxContext))
 	}
@@ -471,7 +471,7 @@ func (e *episode) patch() error {
 	if err != nil {
 		var ee *EditError
 		if errors.As(err, &ee) {
-			e.res.Turns = append(e.res.Turns, &messages.Turn{Role: messages.Role_ROLE_TOOL, Content: "Error: " + err.Error(), Seconds: secs})
+			e.res.Turns = append(e.res.Turns, &records.Turn{Role: records.Role_ROLE_TOOL, Content: "Error: " + err.Error(), Seconds: secs})
 			return e.end(EndEditFailed, err.Error())
 		}
 		if end, detail, ok, cerr := e.interrupted(err); ok {
@@ -485,7 +485,7 @@ func (e *episode) patch() error {
 	e.wrote = true
 	sort.Strings(files)
 	obs := fmt.Sprintf("Applied %d edits to %s.", len(edits), strings.Join(files, ", "))
-	e.res.Turns = append(e.res.Turns, &messages.Turn{Role: messages.Role_ROLE_TOOL, Content: obs, Seconds: secs})
+	e.res.Turns = append(e.res.Turns, &records.Turn{Role: records.Role_ROLE_TOOL, Content: obs, Seconds: secs})
 	return e.end(EndPatchApplied, "")
 }
 

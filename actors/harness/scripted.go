@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/kernels/tokenizer"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // ScriptedPolicy is a deterministic Policy that plays back fixed assistant
@@ -164,7 +164,7 @@ func EditBlock(e Edit) string {
 // agent mode it looks around (Glob, Read), makes each hunk of the gold
 // patch an Edit, runs the first failing test with Bash and submits; in
 // patch mode it answers with one search/replace block per hunk. For tests.
-func SolveScript(task *messages.Task, mode Mode) ([]string, error) {
+func SolveScript(task *records.Task, mode Mode) ([]string, error) {
 	hunks, err := ParseHunks(task.GetGoldPatch())
 	if err != nil {
 		return nil, fmt.Errorf("gold patch of %s: %w", task.GetId(), err)

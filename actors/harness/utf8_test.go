@@ -8,19 +8,19 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // TestValidUTF8 fixes strings everywhere in a message: fields, nested
 // messages, lists, map values and keys; what was valid stays as it was.
 func TestValidUTF8(t *testing.T) {
-	tr := &messages.Trajectory{
+	tr := &records.Trajectory{
 		Id: "ok-id",
-		Turns: []*messages.Turn{
+		Turns: []*records.Turn{
 			{Content: "caf\xe9 au lait"},
-			{Content: "fine", ToolCalls: []*messages.ToolCall{{Name: "bash", ArgumentsJson: "{\"cmd\": \"echo \xff\"}"}}},
+			{Content: "fine", ToolCalls: []*records.ToolCall{{Name: "bash", ArgumentsJson: "{\"cmd\": \"echo \xff\"}"}}},
 		},
-		Report: &messages.TestReport{},
+		Report: &records.TestReport{},
 	}
 	if _, err := proto.Marshal(tr); err == nil {
 		t.Fatal("a trajectory with invalid UTF-8 encoded: the test checks nothing")
@@ -38,7 +38,7 @@ func TestValidUTF8(t *testing.T) {
 	if tr.Id != "ok-id" || tr.Turns[1].Content != "fine" {
 		t.Errorf("valid strings changed: %q %q", tr.Id, tr.Turns[1].Content)
 	}
-	st := &messages.FrontierState{Counters: map[string]int64{"bad\xff": 3, "good": 1}}
+	st := &records.FrontierState{Counters: map[string]int64{"bad\xff": 3, "good": 1}}
 	ValidUTF8(st)
 	if _, err := proto.Marshal(st); err != nil || st.Counters["bad\uFFFD"] != 3 || st.Counters["good"] != 1 || len(st.Counters) != 2 {
 		t.Errorf("map keys: %v, %v", st.Counters, err)

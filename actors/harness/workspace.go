@@ -11,9 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/actors/sandbox/testreport"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // SandboxWorkspace is a Workspace over a containerd sandbox of the task's
@@ -21,7 +21,7 @@ import (
 type SandboxWorkspace struct {
 	sb   *sandbox.Sandbox
 	spec sandbox.TestSpec
-	task *messages.Task
+	task *records.Task
 	// testPatch is applied after the protected files are restored, before
 	// the tests run (SWE-bench instances bring their tests this way).
 	testPatch string
@@ -72,7 +72,7 @@ type WorkspaceOptions struct {
 // `git diff` nor `git log` shows what changed. spec is how the environment
 // runs its tests. A task without a bug patch (a SWE-bench image, already at
 // the buggy commit) is used as it is.
-func NewWorkspace(ctx context.Context, sb *sandbox.Sandbox, spec sandbox.TestSpec, task *messages.Task, opts WorkspaceOptions) (*SandboxWorkspace, error) {
+func NewWorkspace(ctx context.Context, sb *sandbox.Sandbox, spec sandbox.TestSpec, task *records.Task, opts WorkspaceOptions) (*SandboxWorkspace, error) {
 	if len(task.GetFailToPass()) == 0 {
 		return nil, fmt.Errorf("task %s names no FAIL_TO_PASS test", task.GetId())
 	}
@@ -155,7 +155,7 @@ const dropBytecode = `find . -name __pycache__ -prune -exec rm -rf {} + 2>/dev/n
 // tests would run them FAIL_TO_PASS first, and a test that depends on what
 // earlier tests imported (six's test_lazy) can then fail under a correct
 // fix.
-func GradingTests(task *messages.Task) []string {
+func GradingTests(task *records.Task) []string {
 	if task.GetBugPatch() != "" {
 		return nil
 	}
@@ -169,7 +169,7 @@ func GradingTests(task *messages.Task) []string {
 // recorded before the set was widened are graded as strictly as new ones.
 // The files the task's bug patch changes are not restored (that would
 // undo the bug); they are returned as except.
-func Protected(task *messages.Task, f testreport.Framework) (protected, except []string) {
+func Protected(task *records.Task, f testreport.Framework) (protected, except []string) {
 	protected = slices.Clone(task.GetProtectedFiles())
 	for _, p := range sandbox.DefaultProtected(f) {
 		if !slices.Contains(protected, p) {

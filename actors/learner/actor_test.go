@@ -13,6 +13,7 @@ import (
 	"github.com/frognano/frognano/kernels/model"
 	"github.com/frognano/frognano/kernels/model/modeltest"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 func toProto(groups []grpo.Group) []*messages.TrajectoryGroup {
@@ -20,7 +21,7 @@ func toProto(groups []grpo.Group) []*messages.TrajectoryGroup {
 	for _, g := range groups {
 		tg := &messages.TrajectoryGroup{}
 		for _, s := range g {
-			tg.Trajectories = append(tg.Trajectories, &messages.Trajectory{TokenIds: s.Tokens, PolicyMask: s.PolicyMask, Logprobs: s.SamplerLogProbs, Reward: s.Reward})
+			tg.Trajectories = append(tg.Trajectories, &records.Trajectory{TokenIds: s.Tokens, PolicyMask: s.PolicyMask, Logprobs: s.SamplerLogProbs, Reward: s.Reward})
 		}
 		out = append(out, tg)
 	}
@@ -88,9 +89,9 @@ func TestActor(t *testing.T) {
 	sameBits(t, "published weights", weights(t, ref.Model()), published(st))
 
 	// An SFT step: evaluated, trained, published like a GRPO step.
-	var demoTrajs []*messages.Trajectory
+	var demoTrajs []*records.Trajectory
 	for _, d := range demos(t, base, 4, 4) {
-		demoTrajs = append(demoTrajs, &messages.Trajectory{TokenIds: d.Tokens, PolicyMask: d.PolicyMask})
+		demoTrajs = append(demoTrajs, &records.Trajectory{TokenIds: d.Tokens, PolicyMask: d.PolicyMask})
 	}
 	res, err = sys.Root.RequestFuture(pid, &messages.LearnerSFTEvaluate{BatchId: "e1", Trajectories: demoTrajs}, 30*time.Second).Result()
 	if err != nil {

@@ -9,11 +9,11 @@ import (
 	"strings"
 	"time"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/kernels"
 	"github.com/frognano/frognano/kernels/model"
 	"github.com/frognano/frognano/kernels/optim"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/failpoint"
 )
 
@@ -29,9 +29,9 @@ func gradBackend(m *model.Model) kernels.GradBackend {
 }
 
 // ModelConfig describes a model for a checkpoint manifest.
-func ModelConfig(m *model.Model) *messages.ModelConfig {
+func ModelConfig(m *model.Model) *records.ModelConfig {
 	c := m.Config
-	return &messages.ModelConfig{
+	return &records.ModelConfig{
 		Architecture: c.Architecture, HiddenSize: int32(c.HiddenSize), Layers: int32(c.Layers), Heads: int32(c.Heads),
 		KvHeads: int32(c.KVHeads), IntermediateSize: int32(c.FFNSize), VocabSize: int32(c.VocabSize),
 		RopeTheta: float64(c.RopeTheta), RmsEps: float64(c.NormEps), TiedEmbeddings: m.Weights().Output == nil,
@@ -40,7 +40,7 @@ func ModelConfig(m *model.Model) *messages.ModelConfig {
 }
 
 // describe is a one-line summary of a model configuration for errors.
-func describe(c *messages.ModelConfig) string {
+func describe(c *records.ModelConfig) string {
 	return fmt.Sprintf("%s (hidden %d, %d layers, %d/%d heads of %d, ffn %d, vocabulary %d, tied %v, rope theta %g)",
 		c.GetArchitecture(), c.GetHiddenSize(), c.GetLayers(), c.GetHeads(), c.GetKvHeads(), c.GetHeadDim(),
 		c.GetIntermediateSize(), c.GetVocabSize(), c.GetTiedEmbeddings(), c.GetRopeTheta())
@@ -48,7 +48,7 @@ func describe(c *messages.ModelConfig) string {
 
 // sameModel compares everything that decides the weights' meaning (not
 // the context length, which a checkpoint does not depend on).
-func sameModel(a, b *messages.ModelConfig) bool {
+func sameModel(a, b *records.ModelConfig) bool {
 	return a.GetArchitecture() == b.GetArchitecture() && a.GetHiddenSize() == b.GetHiddenSize() &&
 		a.GetLayers() == b.GetLayers() && a.GetHeads() == b.GetHeads() && a.GetKvHeads() == b.GetKvHeads() &&
 		a.GetIntermediateSize() == b.GetIntermediateSize() && a.GetVocabSize() == b.GetVocabSize() &&
@@ -88,7 +88,7 @@ func (l *Learner) weightTensors() []persistence.Tensor {
 	for _, p := range l.tr.Params() {
 		h := make([]float32, numel(p.Value.Shape()))
 		b.ToHost(h, p.Value)
-		out = append(out, persistence.Tensor{Name: p.Name, DType: messages.DType_DTYPE_F32, Shape: shape64(p.Value.Shape()), Data: encodeF32(h)})
+		out = append(out, persistence.Tensor{Name: p.Name, DType: records.DType_DTYPE_F32, Shape: shape64(p.Value.Shape()), Data: encodeF32(h)})
 	}
 	return out
 }
@@ -113,7 +113,7 @@ func (l *Learner) Publish(ctx context.Context) (Publication, error) {
 		return Publication{}, fmt.Errorf("learner: publish version %d: %w", l.version, err)
 	}
 	start := time.Now()
-	man := &messages.Checkpoint{RunId: l.cfg.RunID, Step: l.version, PolicyVersion: l.version, Model: ModelConfig(l.m), CreatedUnixNano: time.Now().UnixNano()}
+	man := &records.Checkpoint{RunId: l.cfg.RunID, Step: l.version, PolicyVersion: l.version, Model: ModelConfig(l.m), CreatedUnixNano: time.Now().UnixNano()}
 	if err := l.cfg.Store.Save(ctx, man, l.weightTensors(), nil); err != nil {
 		return Publication{}, fmt.Errorf("learner: publish version %d: %w", l.version, err)
 	}
@@ -144,11 +144,11 @@ func (l *Learner) Checkpoint(ctx context.Context) error {
 	for _, p := range l.tr.Params() {
 		shape := shape64(p.Value.Shape())
 		opt = append(opt,
-			persistence.Tensor{Name: momentM + p.Name, DType: messages.DType_DTYPE_F32, Shape: shape, Data: encodeF32(st.M[p.Name])},
-			persistence.Tensor{Name: momentV + p.Name, DType: messages.DType_DTYPE_F32, Shape: shape, Data: encodeF32(st.V[p.Name])})
+			persistence.Tensor{Name: momentM + p.Name, DType: records.DType_DTYPE_F32, Shape: shape, Data: encodeF32(st.M[p.Name])},
+			persistence.Tensor{Name: momentV + p.Name, DType: records.DType_DTYPE_F32, Shape: shape, Data: encodeF32(st.V[p.Name])})
 	}
 	run := TrainRunID(l.cfg.RunID)
-	man := &messages.Checkpoint{RunId: run, Step: l.step, PolicyVersion: l.version, Model: ModelConfig(l.m),
+	man := &records.Checkpoint{RunId: run, Step: l.step, PolicyVersion: l.version, Model: ModelConfig(l.m),
 		RngState: rng, CreatedUnixNano: time.Now().UnixNano()}
 	if err := l.cfg.Store.Save(ctx, man, l.weightTensors(), opt); err != nil {
 		return fmt.Errorf("learner: checkpoint step %d: %w", l.step, err)
@@ -187,8 +187,8 @@ func (l *Learner) LoadCheckpoint(ctx context.Context, step int64) error {
 		return fail(ErrModelMismatch, "it holds a %s, the learner trains a %s", describe(man.GetModel()), describe(want))
 	}
 	params := l.tr.Params()
-	read := func(metas []*messages.TensorMeta, name string, shape []int) ([]float32, error) {
-		var meta *messages.TensorMeta
+	read := func(metas []*records.TensorMeta, name string, shape []int) ([]float32, error) {
+		var meta *records.TensorMeta
 		for _, m := range metas {
 			if m.GetName() == name {
 				meta = m
@@ -197,7 +197,7 @@ func (l *Learner) LoadCheckpoint(ctx context.Context, step int64) error {
 		if meta == nil {
 			return nil, fail(ErrCorrupt, "tensor %s is missing", name)
 		}
-		if meta.GetDtype() != messages.DType_DTYPE_F32 || fmt.Sprint(meta.GetShape()) != fmt.Sprint(shape64(shape)) {
+		if meta.GetDtype() != records.DType_DTYPE_F32 || fmt.Sprint(meta.GetShape()) != fmt.Sprint(shape64(shape)) {
 			return nil, fail(ErrModelMismatch, "tensor %s is %v %v, the model's is F32 %v", name, meta.GetDtype(), meta.GetShape(), shape)
 		}
 		raw, err := l.cfg.Store.ReadTensor(ctx, run, step, name)
@@ -277,7 +277,7 @@ func (l *Learner) LoadCheckpoint(ctx context.Context, step int64) error {
 // left as they are, which is right when m holds the run's base model (or
 // an earlier publication of the same run), as a Sampler of the run does.
 // A publication must hold at least one weight, and each of them in full.
-func LoadPublished(ctx context.Context, store persistence.CheckpointStore, m *model.Model, runID string, step int64) (*messages.Checkpoint, error) {
+func LoadPublished(ctx context.Context, store persistence.CheckpointStore, m *model.Model, runID string, step int64) (*records.Checkpoint, error) {
 	man, err := store.Load(ctx, runID, step)
 	if err != nil {
 		return nil, err
@@ -316,7 +316,7 @@ func LoadPublished(ctx context.Context, store persistence.CheckpointStore, m *mo
 }
 
 // hasTensor reports whether metas lists a tensor called name.
-func hasTensor(metas []*messages.TensorMeta, name string) bool {
+func hasTensor(metas []*records.TensorMeta, name string) bool {
 	for _, m := range metas {
 		if m.GetName() == name {
 			return true

@@ -15,6 +15,7 @@ import (
 	"github.com/frognano/frognano/kernels/model/modeltest"
 	"github.com/frognano/frognano/kernels/optim"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // tinyDir writes a tiny random Hugging Face checkpoint of spec.
@@ -441,10 +442,10 @@ func TestPublish(t *testing.T) {
 }
 
 func TestGroupsFromProto(t *testing.T) {
-	tr := func(ids []int32, mask []bool, lps []float32, r float64) *messages.Trajectory {
-		return &messages.Trajectory{TokenIds: ids, PolicyMask: mask, Logprobs: lps, Reward: r}
+	tr := func(ids []int32, mask []bool, lps []float32, r float64) *records.Trajectory {
+		return &records.Trajectory{TokenIds: ids, PolicyMask: mask, Logprobs: lps, Reward: r}
 	}
-	in := []*messages.TrajectoryGroup{{TaskId: "t", Trajectories: []*messages.Trajectory{
+	in := []*messages.TrajectoryGroup{{TaskId: "t", Trajectories: []*records.Trajectory{
 		tr([]int32{1, 2, 3}, []bool{false, true, true}, []float32{-1, -2}, 1),     // compact
 		tr([]int32{1, 2, 3}, []bool{false, false, true}, []float32{0, -5, -3}, 0), // aligned
 	}}}
@@ -459,11 +460,11 @@ func TestGroupsFromProto(t *testing.T) {
 	if s1.SamplerLogProbs[2] != -3 || s1.Reward != 0 {
 		t.Errorf("aligned: %+v", s1)
 	}
-	for name, bad := range map[string]*messages.Trajectory{
+	for name, bad := range map[string]*records.Trajectory{
 		"mask":     tr([]int32{1, 2}, []bool{true}, nil, 0),
 		"logprobs": tr([]int32{1, 2, 3}, []bool{false, true, true}, []float32{-1}, 0),
 	} {
-		if _, err := GroupsFromProto([]*messages.TrajectoryGroup{{Trajectories: []*messages.Trajectory{bad}}}); !errors.Is(err, ErrBadBatch) {
+		if _, err := GroupsFromProto([]*messages.TrajectoryGroup{{Trajectories: []*records.Trajectory{bad}}}); !errors.Is(err, ErrBadBatch) {
 			t.Errorf("%s: err %v", name, err)
 		}
 	}

@@ -6,8 +6,8 @@ import (
 	"math"
 	"time"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/kernels/optim"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Supervised fine-tuning (the warm start): where the base policy almost
@@ -194,7 +194,7 @@ func (l *Learner) SFTEvaluate(seqs []SFTSequence) (float64, int, error) {
 
 // SFTFromProto turns trajectories into demonstrations: their token ids
 // and policy masks.
-func SFTFromProto(trajs []*messages.Trajectory) ([]SFTSequence, error) {
+func SFTFromProto(trajs []*records.Trajectory) ([]SFTSequence, error) {
 	out := make([]SFTSequence, 0, len(trajs))
 	for i, tr := range trajs {
 		ids, mask := tr.GetTokenIds(), tr.GetPolicyMask()

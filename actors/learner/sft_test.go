@@ -7,10 +7,10 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/kernels/model"
 	"github.com/frognano/frognano/kernels/model/modeltest"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // demos draws n demonstrations of random tokens: a prompt of 4–8 tokens,
@@ -236,7 +236,7 @@ func TestSFTBadBatch(t *testing.T) {
 		t.Fatalf("bad batches moved the Learner to step %d, version %d", l.Step(), l.PolicyVersion())
 	}
 	sameBits(t, "weights after bad batches", before, weights(t, m))
-	if _, err := SFTFromProto([]*messages.Trajectory{{Id: "x", TokenIds: []int32{1, 2}, PolicyMask: []bool{false}}}); !errors.Is(err, ErrBadBatch) {
+	if _, err := SFTFromProto([]*records.Trajectory{{Id: "x", TokenIds: []int32{1, 2}, PolicyMask: []bool{false}}}); !errors.Is(err, ErrBadBatch) {
 		t.Fatalf("trajectory with a short mask: %v", err)
 	}
 }

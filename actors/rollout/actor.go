@@ -16,6 +16,7 @@ import (
 	"github.com/frognano/frognano/kernels/sample"
 	"github.com/frognano/frognano/kernels/tokenizer"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // ActorName is the well-known name of a node's rollout actor.
@@ -186,13 +187,13 @@ func (s *ActorStore) ask(msg any) (any, error) {
 }
 
 // Append implements persistence.TrajectoryStore.
-func (s *ActorStore) Append(_ context.Context, t *messages.Trajectory) error {
+func (s *ActorStore) Append(_ context.Context, t *records.Trajectory) error {
 	_, err := s.ask(&messages.TrajectoryAppendRequest{Trajectory: t})
 	return err
 }
 
 // Get implements persistence.TrajectoryStore.
-func (s *ActorStore) Get(_ context.Context, id string) (*messages.Trajectory, error) {
+func (s *ActorStore) Get(_ context.Context, id string) (*records.Trajectory, error) {
 	res, err := s.ask(&messages.TrajectoryGetRequest{Id: id})
 	if err != nil {
 		return nil, err
@@ -202,22 +203,22 @@ func (s *ActorStore) Get(_ context.Context, id string) (*messages.Trajectory, er
 
 // ListByTask and ListByRun return summaries only (no turns, no tokens):
 // the actor sends summaries, so a list of thousands stays small.
-func (s *ActorStore) ListByTask(_ context.Context, taskID string) ([]*messages.Trajectory, error) {
+func (s *ActorStore) ListByTask(_ context.Context, taskID string) ([]*records.Trajectory, error) {
 	return s.list(&messages.TrajectoryListRequest{TaskId: taskID})
 }
 
-func (s *ActorStore) ListByRun(_ context.Context, runID string) ([]*messages.Trajectory, error) {
+func (s *ActorStore) ListByRun(_ context.Context, runID string) ([]*records.Trajectory, error) {
 	return s.list(&messages.TrajectoryListRequest{RunId: runID})
 }
 
-func (s *ActorStore) list(req *messages.TrajectoryListRequest) ([]*messages.Trajectory, error) {
+func (s *ActorStore) list(req *messages.TrajectoryListRequest) ([]*records.Trajectory, error) {
 	res, err := s.ask(req)
 	if err != nil {
 		return nil, err
 	}
-	var out []*messages.Trajectory
+	var out []*records.Trajectory
 	for _, t := range res.(*messages.TrajectoryList).Trajectories {
-		out = append(out, &messages.Trajectory{Id: t.Id, RunId: t.RunId, TaskId: t.TaskId, Termination: t.Termination, Reward: t.Reward,
+		out = append(out, &records.Trajectory{Id: t.Id, RunId: t.RunId, TaskId: t.TaskId, Termination: t.Termination, Reward: t.Reward,
 			GenerationSeconds: t.GenerationSeconds, SandboxSeconds: t.SandboxSeconds, CreatedUnixNano: t.CreatedUnixNano, PolicyVersion: t.PolicyVersion})
 	}
 	return out, nil
@@ -228,7 +229,7 @@ func (a *rolloutActor) list(m *messages.TrajectoryListRequest) any {
 		return messages.Fail(messages.FailureCode_FAILURE_CODE_NO_STORE, errors.New("this node keeps no trajectories"))
 	}
 	var (
-		ts  []*messages.Trajectory
+		ts  []*records.Trajectory
 		err error
 	)
 	switch {
@@ -250,12 +251,12 @@ func (a *rolloutActor) list(m *messages.TrajectoryListRequest) any {
 }
 
 // Summarize is a trajectory without its tokens.
-func Summarize(t *messages.Trajectory) *messages.TrajectorySummary {
+func Summarize(t *records.Trajectory) *messages.TrajectorySummary {
 	s := &messages.TrajectorySummary{Id: t.Id, RunId: t.RunId, TaskId: t.TaskId, Termination: t.Termination, Reward: t.Reward,
 		Tokens: int32(len(t.TokenIds)), GenerationSeconds: t.GenerationSeconds, SandboxSeconds: t.SandboxSeconds,
 		CreatedUnixNano: t.CreatedUnixNano, PolicyVersion: t.PolicyVersion}
 	for _, turn := range t.Turns {
-		if turn.Role == messages.Role_ROLE_ASSISTANT {
+		if turn.Role == records.Role_ROLE_ASSISTANT {
 			s.Turns++
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/frognano/frognano/actors/harness"
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // The cheating policies: each plays, through the real harness, Rollout,
@@ -266,7 +266,7 @@ func TestCheatingPoliciesGetNothing(t *testing.T) {
 
 // playCheat plays turns as one agent-mode episode and returns its reward
 // and the grader's reason.
-func playCheat(t *testing.T, sbs Sandboxes, task *messages.Task, turns []string) (float64, string) {
+func playCheat(t *testing.T, sbs Sandboxes, task *records.Task, turns []string) (float64, string) {
 	t.Helper()
 	r := scriptedRunner(t, sbs, nil, turns)
 	res, err := r.Run(context.Background(), Request{Task: task, Group: 1, Mode: harness.ModeAgent, Seed: 7, RunID: "cheat",

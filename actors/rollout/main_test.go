@@ -24,6 +24,7 @@ import (
 	"github.com/frognano/frognano/kernels/gguf"
 	"github.com/frognano/frognano/kernels/tokenizer"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // The rollout tests run real episodes: real environments built from PyPI
@@ -45,8 +46,8 @@ var (
 	rtErr    error
 	envOnce  sync.Once
 	testEnvs = persistence.NewMemory().Environments()
-	theEnv   *messages.Environment
-	theTasks []*messages.Task
+	theEnv   *records.Environment
+	theTasks []*records.Task
 	envErr   error
 	tokOnce  sync.Once
 	testTok  *tokenizer.Tokenizer
@@ -117,7 +118,7 @@ func smolTokenizer(t testing.TB) *tokenizer.Tokenizer {
 
 // inflectionTasks builds inflection==0.5.1 and synthesizes two tasks from
 // it at hint level 1, once per binary.
-func inflectionTasks(t testing.TB) (*messages.Environment, []*messages.Task) {
+func inflectionTasks(t testing.TB) (*records.Environment, []*records.Task) {
 	t.Helper()
 	rt := needRuntime(t)
 	envOnce.Do(func() { theEnv, theTasks, envErr = buildInflection(rt) })
@@ -127,7 +128,7 @@ func inflectionTasks(t testing.TB) (*messages.Environment, []*messages.Task) {
 	return theEnv, theTasks
 }
 
-func buildInflection(rt *sandbox.Runtime) (*messages.Environment, []*messages.Task, error) {
+func buildInflection(rt *sandbox.Runtime) (*records.Environment, []*records.Task, error) {
 	ctx := context.Background()
 	keep := os.Getenv("FROGNANO_ROLLOUT_TEST_ENVS")
 	if keep != "" {
@@ -135,7 +136,7 @@ func buildInflection(rt *sandbox.Runtime) (*messages.Environment, []*messages.Ta
 			set := &messages.TaskList{}
 			if proto.Unmarshal(b, set) == nil && len(set.Tasks) > 0 {
 				if b, err := os.ReadFile(filepath.Join(keep, "inflection-env.pb")); err == nil {
-					env := &messages.Environment{}
+					env := &records.Environment{}
 					if proto.Unmarshal(b, env) == nil {
 						if ok, _ := rt.Images().Exists(ctx, env.Image); ok {
 							testEnvs.Put(ctx, env)

@@ -29,6 +29,7 @@ import (
 	"github.com/frognano/frognano/kernels/sample"
 	"github.com/frognano/frognano/kernels/tokenizer"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Config is what a Runner needs.
@@ -69,7 +70,7 @@ func New(cfg Config) (*Runner, error) {
 
 // Request is one group.
 type Request struct {
-	Task     *messages.Task
+	Task     *records.Task
 	Group    int // G, episodes of the task
 	Mode     harness.Mode
 	Limits   harness.Limits
@@ -109,7 +110,7 @@ func (e *Episode) Summary() *messages.EpisodeSummary {
 		WallSeconds: e.WallSeconds, Seed: e.Seed,
 	}
 	for _, t := range r.Turns {
-		if t.Role == messages.Role_ROLE_ASSISTANT {
+		if t.Role == records.Role_ROLE_ASSISTANT {
 			s.Turns++
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/kernels/tokenizer"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 func scriptedRunner(t *testing.T, sbs Sandboxes, store persistence.TrajectoryStore, turns []string) *Runner {
@@ -29,7 +30,7 @@ func scriptedRunner(t *testing.T, sbs Sandboxes, store persistence.TrajectorySto
 }
 
 // checkStored compares a stored trajectory with its episode.
-func checkStored(t *testing.T, store persistence.TrajectoryStore, ep *Episode, runID, taskID string) *messages.Trajectory {
+func checkStored(t *testing.T, store persistence.TrajectoryStore, ep *Episode, runID, taskID string) *records.Trajectory {
 	t.Helper()
 	tr, err := store.Get(context.Background(), ep.TrajectoryID)
 	if err != nil {
@@ -64,7 +65,7 @@ func TestScriptedPolicySolvesRealTasks(t *testing.T) {
 	}
 }
 
-func solveRealTasks(t *testing.T, sbs Sandboxes, store persistence.TrajectoryStore, tasks []*messages.Task, kind string) {
+func solveRealTasks(t *testing.T, sbs Sandboxes, store persistence.TrajectoryStore, tasks []*records.Task, kind string) {
 	for _, mode := range []harness.Mode{harness.ModeAgent, harness.ModePatch} {
 		runID := "solve-" + kind + "-" + string(mode)
 		for _, task := range tasks {
@@ -161,7 +162,7 @@ type dyingSandboxes struct {
 	kill     func(attempt int32) bool
 }
 
-func (d *dyingSandboxes) Workspace(ctx context.Context, task *messages.Task) (Workspace, error) {
+func (d *dyingSandboxes) Workspace(ctx context.Context, task *records.Task) (Workspace, error) {
 	ws, err := d.Containerd.Workspace(ctx, task)
 	if err != nil {
 		return nil, err
@@ -249,9 +250,9 @@ func TestContainerDiesMidEpisode(t *testing.T) {
 func TestBadTasks(t *testing.T) {
 	_, tasks := inflectionTasks(t)
 	store := persistence.NewMemory().Trajectories()
-	gone := proto.Clone(tasks[0]).(*messages.Task)
+	gone := proto.Clone(tasks[0]).(*records.Task)
 	gone.Image = "frognano.local/env/removed:0"
-	unknown := proto.Clone(tasks[0]).(*messages.Task)
+	unknown := proto.Clone(tasks[0]).(*records.Task)
 	unknown.Environment = "nope-1.0"
 	// Workers without a containerd connection of their own leave the
 	// image check to the worker: the same error, once the group started.

@@ -9,9 +9,9 @@ import (
 
 	"github.com/frognano/frognano/actors/environment"
 	"github.com/frognano/frognano/actors/harness"
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Errors that make a task unusable: the request fails with them, no
@@ -34,11 +34,11 @@ type Workspace interface {
 type Sandboxes interface {
 	// Check fails with ErrImageGone or ErrNoEnvironment (wrapped, naming the
 	// task) when task cannot run at all.
-	Check(ctx context.Context, task *messages.Task) error
+	Check(ctx context.Context, task *records.Task) error
 	// Workspace starts a fresh sandbox of the task's image and prepares it
 	// (harness.NewWorkspace). An error is an infrastructure failure, or one
 	// of Check's.
-	Workspace(ctx context.Context, task *messages.Task) (Workspace, error)
+	Workspace(ctx context.Context, task *records.Task) (Workspace, error)
 }
 
 // Containerd makes workspaces from containerd sandboxes, kept ready in one
@@ -65,7 +65,7 @@ var _ Sandboxes = (*Containerd)(nil)
 
 // lookupEnvironment finds the task's environment, or fails with
 // ErrNoEnvironment.
-func lookupEnvironment(ctx context.Context, envs persistence.EnvironmentStore, task *messages.Task) (*messages.Environment, error) {
+func lookupEnvironment(ctx context.Context, envs persistence.EnvironmentStore, task *records.Task) (*records.Environment, error) {
 	env, err := envs.Get(ctx, task.GetEnvironment())
 	if errors.Is(err, persistence.ErrNotFound) {
 		return nil, fmt.Errorf("task %s: %w: %q (register it with frognano env add)", task.GetId(), ErrNoEnvironment, task.GetEnvironment())
@@ -77,7 +77,7 @@ func lookupEnvironment(ctx context.Context, envs persistence.EnvironmentStore, t
 }
 
 // taskImage is the image an episode of task starts from.
-func taskImage(env *messages.Environment, task *messages.Task) string {
+func taskImage(env *records.Environment, task *records.Task) string {
 	if task.GetImage() != "" {
 		return task.GetImage()
 	}
@@ -85,7 +85,7 @@ func taskImage(env *messages.Environment, task *messages.Task) string {
 }
 
 // checkImage fails with ErrImageGone when the task's image is not in rt.
-func checkImage(ctx context.Context, rt *sandbox.Runtime, env *messages.Environment, task *messages.Task) error {
+func checkImage(ctx context.Context, rt *sandbox.Runtime, env *records.Environment, task *records.Task) error {
 	image := taskImage(env, task)
 	ok, err := rt.Images().Exists(ctx, image)
 	if err != nil {
@@ -98,7 +98,7 @@ func checkImage(ctx context.Context, rt *sandbox.Runtime, env *messages.Environm
 	return nil
 }
 
-func (c *Containerd) resolve(ctx context.Context, task *messages.Task) (*messages.Environment, string, *sandbox.Runtime, error) {
+func (c *Containerd) resolve(ctx context.Context, task *records.Task) (*records.Environment, string, *sandbox.Runtime, error) {
 	env, err := lookupEnvironment(ctx, c.Environments, task)
 	if err != nil {
 		return nil, "", nil, err
@@ -114,13 +114,13 @@ func (c *Containerd) resolve(ctx context.Context, task *messages.Task) (*message
 }
 
 // Check implements Sandboxes.
-func (c *Containerd) Check(ctx context.Context, task *messages.Task) error {
+func (c *Containerd) Check(ctx context.Context, task *records.Task) error {
 	_, _, _, err := c.resolve(ctx, task)
 	return err
 }
 
 // Workspace implements Sandboxes.
-func (c *Containerd) Workspace(ctx context.Context, task *messages.Task) (Workspace, error) {
+func (c *Containerd) Workspace(ctx context.Context, task *records.Task) (Workspace, error) {
 	env, image, rt, err := c.resolve(ctx, task)
 	if err != nil {
 		return nil, err
@@ -141,7 +141,7 @@ func (c *Containerd) Workspace(ctx context.Context, task *messages.Task) (Worksp
 	return &pooled{SandboxWorkspace: ws, pool: pool}, nil
 }
 
-func (c *Containerd) pool(ctx context.Context, rt *sandbox.Runtime, image string, env *messages.Environment) (*sandbox.Pool, error) {
+func (c *Containerd) pool(ctx context.Context, rt *sandbox.Runtime, image string, env *records.Environment) (*sandbox.Pool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if p, ok := c.pools[image]; ok {

@@ -15,6 +15,7 @@ import (
 	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/actors/sandboxworker"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // TestToolsThroughSandboxWorker runs the harness's tools in a real
@@ -74,7 +75,7 @@ func TestToolsThroughSandboxWorker(t *testing.T) {
 	}
 	rep := ask(&messages.SandboxRunTests{Tests: slices.Clone(task.FailToPass)}).(*messages.SandboxTestsResult).Report
 	for _, r := range rep.Results {
-		if r.Status != messages.TestStatus_TEST_STATUS_PASS {
+		if r.Status != records.TestStatus_TEST_STATUS_PASS {
 			t.Fatalf("after the fix through the worker, %s is %v", r.Name, r.Status)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/actors/sandboxworker"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/placement"
 )
 
@@ -143,7 +144,7 @@ func (c *ClusterWorkers) Spawn(ctx context.Context) (*actor.PID, error) {
 
 // Check implements Sandboxes: the environment must be registered, and,
 // where this process reaches containerd, its image present.
-func (w *Workers) Check(ctx context.Context, task *messages.Task) error {
+func (w *Workers) Check(ctx context.Context, task *records.Task) error {
 	env, err := lookupEnvironment(ctx, w.Environments, task)
 	if err != nil || w.Runtime == nil {
 		return err
@@ -164,7 +165,7 @@ func (w *Workers) logger() *slog.Logger {
 }
 
 // Workspace implements Sandboxes.
-func (w *Workers) Workspace(ctx context.Context, task *messages.Task) (Workspace, error) {
+func (w *Workers) Workspace(ctx context.Context, task *records.Task) (Workspace, error) {
 	if w.Root == nil || w.Spawn == nil {
 		return nil, errors.New("rollout: Workers needs Root and Spawn")
 	}
@@ -208,7 +209,7 @@ type workerWorkspace struct {
 
 var _ Workspace = (*workerWorkspace)(nil)
 
-func (ws *workerWorkspace) setup(ctx context.Context, task *messages.Task) error {
+func (ws *workerWorkspace) setup(ctx context.Context, task *records.Task) error {
 	timeout := ws.w.SetupTimeout
 	if timeout <= 0 {
 		timeout = 5 * time.Minute

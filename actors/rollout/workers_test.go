@@ -16,6 +16,7 @@ import (
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/actors/sandboxworker"
+	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/node"
 	"github.com/frognano/frognano/runtime/placement"
@@ -32,7 +33,7 @@ type stoppingWorkers struct {
 	sandboxes chan string
 }
 
-func (s *stoppingWorkers) Workspace(ctx context.Context, task *messages.Task) (Workspace, error) {
+func (s *stoppingWorkers) Workspace(ctx context.Context, task *records.Task) (Workspace, error) {
 	ws, err := s.Workers.Workspace(ctx, task)
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/kernels/sample"
+	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/failpoint"
 )
 
@@ -171,7 +172,7 @@ func (e *Engine) Status() *messages.SamplerStatus {
 	return &messages.SamplerStatus{
 		Model: e.m.Source, PolicyVersion: st.Version, Running: int32(st.Running), Waiting: int32(st.Waiting),
 		GeneratedTokens: st.GeneratedTokens, Steps: st.Steps, ContextLength: int32(e.cfg.ContextLength),
-		Config: &messages.ModelConfig{
+		Config: &records.ModelConfig{
 			Architecture: c.Architecture, HiddenSize: int32(c.HiddenSize), Layers: int32(c.Layers),
 			Heads: int32(c.Heads), KvHeads: int32(c.KVHeads), IntermediateSize: int32(c.FFNSize),
 			VocabSize: int32(c.VocabSize), RopeTheta: float64(c.RopeTheta), RmsEps: float64(c.NormEps),

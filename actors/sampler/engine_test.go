@@ -12,12 +12,12 @@ import (
 	"sync"
 	"testing"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/kernels/model"
 	"github.com/frognano/frognano/kernels/sample"
 	"github.com/frognano/frognano/kernels/tokenizer"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // The tests run SmolLM2-135M-Instruct (Q4_1 GGUF) named by
@@ -411,10 +411,10 @@ func TestVersionSwap(t *testing.T) {
 		for i, d := range p.Value.Shape() {
 			shape[i] = int64(d)
 		}
-		tensors = append(tensors, persistence.Tensor{Name: p.Name, DType: messages.DType_DTYPE_F32, Shape: shape, Data: b})
+		tensors = append(tensors, persistence.Tensor{Name: p.Name, DType: records.DType_DTYPE_F32, Shape: shape, Data: b})
 	}
 	ctx := context.Background()
-	if err := store.Save(ctx, &messages.Checkpoint{RunId: "run", Step: 10, PolicyVersion: 2}, tensors, nil); err != nil {
+	if err := store.Save(ctx, &records.Checkpoint{RunId: "run", Step: 10, PolicyVersion: 2}, tensors, nil); err != nil {
 		t.Fatal(err)
 	}
 	tensors = nil

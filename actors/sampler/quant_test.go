@@ -10,11 +10,11 @@ import (
 	"strings"
 	"testing"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/kernels/model"
 	"github.com/frognano/frognano/kernels/sample"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // loadSmolLM2 loads a model of its own (quantizing the shared one would
@@ -54,9 +54,9 @@ func publishRun(t *testing.T, store persistence.CheckpointStore, m *model.Model,
 		for i, d := range p.Value.Shape() {
 			shape[i] = int64(d)
 		}
-		tensors = append(tensors, persistence.Tensor{Name: p.Name, DType: messages.DType_DTYPE_F32, Shape: shape, Data: b})
+		tensors = append(tensors, persistence.Tensor{Name: p.Name, DType: records.DType_DTYPE_F32, Shape: shape, Data: b})
 	}
-	if err := store.Save(context.Background(), &messages.Checkpoint{RunId: run, Step: step, PolicyVersion: version}, tensors, nil); err != nil {
+	if err := store.Save(context.Background(), &records.Checkpoint{RunId: run, Step: step, PolicyVersion: version}, tensors, nil); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"math"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // ErrStaleVersion is an update to a version not newer than the engine's.
@@ -145,9 +145,9 @@ func LoadWeights(ctx context.Context, store persistence.CheckpointStore, runID s
 	return out, nil
 }
 
-func decodeTensor(d messages.DType, b []byte) ([]float32, error) {
+func decodeTensor(d records.DType, b []byte) ([]float32, error) {
 	switch d {
-	case messages.DType_DTYPE_F32:
+	case records.DType_DTYPE_F32:
 		if len(b)%4 != 0 {
 			return nil, fmt.Errorf("%d bytes is not a whole number of float32s", len(b))
 		}
@@ -156,7 +156,7 @@ func decodeTensor(d messages.DType, b []byte) ([]float32, error) {
 			v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 		}
 		return v, nil
-	case messages.DType_DTYPE_BF16:
+	case records.DType_DTYPE_BF16:
 		if len(b)%2 != 0 {
 			return nil, fmt.Errorf("%d bytes is not a whole number of bfloat16s", len(b))
 		}
@@ -165,7 +165,7 @@ func decodeTensor(d messages.DType, b []byte) ([]float32, error) {
 			v[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*i:])) << 16)
 		}
 		return v, nil
-	case messages.DType_DTYPE_F16:
+	case records.DType_DTYPE_F16:
 		if len(b)%2 != 0 {
 			return nil, fmt.Errorf("%d bytes is not a whole number of float16s", len(b))
 		}

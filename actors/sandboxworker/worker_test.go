@@ -20,6 +20,7 @@ import (
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -29,11 +30,11 @@ var fixture struct {
 	once sync.Once
 	rt   *sandbox.Runtime
 	envs persistence.EnvironmentStore
-	env  *messages.Environment
+	env  *records.Environment
 	err  error
 }
 
-func setup(t *testing.T) (*sandbox.Runtime, persistence.EnvironmentStore, *messages.Environment) {
+func setup(t *testing.T) (*sandbox.Runtime, persistence.EnvironmentStore, *records.Environment) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("needs containerd; skipped with -short")
@@ -151,11 +152,11 @@ func TestWorkerDrivesARealSandbox(t *testing.T) {
 	if !ok {
 		t.Fatal("run tests failed")
 	}
-	got := map[string]messages.TestStatus{}
+	got := map[string]records.TestStatus{}
 	for _, r := range tr.Report.Results {
 		got[r.Name] = r.Status
 	}
-	if got["tests/test_calc.py::test_add"] != messages.TestStatus_TEST_STATUS_FAIL || got["tests/test_calc.py::test_zero"] != messages.TestStatus_TEST_STATUS_PASS {
+	if got["tests/test_calc.py::test_add"] != records.TestStatus_TEST_STATUS_FAIL || got["tests/test_calc.py::test_zero"] != records.TestStatus_TEST_STATUS_PASS {
 		t.Fatalf("tests after the bug: %v", got)
 	}
 
@@ -182,7 +183,7 @@ func TestStoppingTheWorkerDestroysItsSandbox(t *testing.T) {
 func TestWorkerPreparesAndGradesAnEpisode(t *testing.T) {
 	rt, envs, env := setup(t)
 	sys, pid := spawn(t, rt, envs)
-	task := &messages.Task{
+	task := &records.Task{
 		Id: "calc-sub", Environment: env.Name,
 		BugPatch:       "--- a/calc/__init__.py\n+++ b/calc/__init__.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a + b\n+    return a - b\n",
 		FailToPass:     []string{"tests/test_calc.py::test_add"},
@@ -196,7 +197,7 @@ func TestWorkerPreparesAndGradesAnEpisode(t *testing.T) {
 	if f, ok := ask(t, sys, pid, &messages.SandboxGrade{}).(*messages.Failure); !ok || f.GetCode() != messages.FailureCode_FAILURE_CODE_BAD_REQUEST || !strings.Contains(f.Message, "SandboxPrepareEpisode") {
 		t.Fatalf("grade before prepare answered %v", f)
 	}
-	noF2P := &messages.Task{Id: "x", Environment: env.Name}
+	noF2P := &records.Task{Id: "x", Environment: env.Name}
 	if r := ask(t, sys, pid, &messages.SandboxPrepareEpisode{Task: noF2P}); !messages.IsFailure(r, messages.FailureCode_FAILURE_CODE_BAD_REQUEST) {
 		t.Fatalf("prepare of a task without FAIL_TO_PASS answered %v", r)
 	}
@@ -237,7 +238,7 @@ func TestWorkerPreparesAndGradesAnEpisode(t *testing.T) {
 	// A bug patch that does not apply.
 	otherSys, other := spawn(t, rt, envs)
 	ask(t, otherSys, other, &messages.SandboxCreate{Environment: env.Name})
-	bad := &messages.Task{Id: "bad", Environment: env.Name, FailToPass: task.FailToPass, BugPatch: strings.ReplaceAll(task.BugPatch, "a + b", "a * b")}
+	bad := &records.Task{Id: "bad", Environment: env.Name, FailToPass: task.FailToPass, BugPatch: strings.ReplaceAll(task.BugPatch, "a + b", "a * b")}
 	if r := ask(t, otherSys, other, &messages.SandboxPrepareEpisode{Task: bad}); !messages.IsFailure(r, messages.FailureCode_FAILURE_CODE_PATCH_FAILED) {
 		t.Fatalf("prepare with a bug patch that does not apply answered %v", r)
 	}
@@ -263,7 +264,7 @@ func TestBrokenSandboxAnswersSandboxBroken(t *testing.T) {
 	rt, envs, env := setup(t)
 	sys, pid := spawn(t, rt, envs)
 	created := ask(t, sys, pid, &messages.SandboxCreate{Environment: env.Name}).(*messages.SandboxCreated)
-	ask(t, sys, pid, &messages.SandboxPrepareEpisode{Task: &messages.Task{Id: "t", Environment: env.Name, FailToPass: []string{"tests/test_calc.py::test_add"}}})
+	ask(t, sys, pid, &messages.SandboxPrepareEpisode{Task: &records.Task{Id: "t", Environment: env.Name, FailToPass: []string{"tests/test_calc.py::test_add"}}})
 	killContainer(t, rt, created.SandboxId)
 	for _, req := range []any{&messages.SandboxGrade{}, &messages.SandboxExec{Argv: []string{"true"}}} {
 		if r := ask(t, sys, pid, req); !messages.IsFailure(r, messages.FailureCode_FAILURE_CODE_SANDBOX_BROKEN) {

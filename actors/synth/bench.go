@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // BenchMode is one side of the synthesis benchmark.
@@ -54,14 +55,14 @@ func BenchModeFromProto(name string, r *messages.SynthesizeResult) BenchMode {
 func BenchRequests(env string, candidates int, seed uint64, hint int32) (coverage, full *messages.SynthesizeRequest) {
 	base := func(fullSuite bool) *messages.SynthesizeRequest {
 		return &messages.SynthesizeRequest{Environment: env, Count: 1 << 30, Seed: seed, DryRun: true,
-			MaxCandidates: int32(candidates), FullSuiteScreening: fullSuite, Target: &messages.DifficultyFeatures{HintLevel: hint}}
+			MaxCandidates: int32(candidates), FullSuiteScreening: fullSuite, Target: &records.DifficultyFeatures{HintLevel: hint}}
 	}
 	return base(false), base(true)
 }
 
 // Bench runs both sides in this process (the CLI runs them through the
 // node's synthesizer actor, with the same requests).
-func Bench(ctx context.Context, s *Synthesizer, env *messages.Environment, candidates int, seed uint64) (coverage, full BenchMode, err error) {
+func Bench(ctx context.Context, s *Synthesizer, env *records.Environment, candidates int, seed uint64) (coverage, full BenchMode, err error) {
 	if _, err := s.CoverageOf(ctx, env); err != nil {
 		return coverage, full, err
 	}

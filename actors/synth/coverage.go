@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/frognano/frognano/actors/environment"
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/actors/sandbox/testreport"
 	"github.com/frognano/frognano/actors/synth/mutate"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Coverage is an environment's coverage map: for each non-test source file,
@@ -101,17 +101,17 @@ func (c *Coverage) SourceFiles() []string {
 }
 
 // Proto is the stored record.
-func (c *Coverage) Proto(env string) *messages.CoverageMap {
-	m := &messages.CoverageMap{Environment: env, Image: c.Image, Tests: c.Tests, Seconds: c.Seconds, Tool: c.Tool, CreatedUnixNano: time.Now().UnixNano()}
+func (c *Coverage) Proto(env string) *records.CoverageMap {
+	m := &records.CoverageMap{Environment: env, Image: c.Image, Tests: c.Tests, Seconds: c.Seconds, Tool: c.Tool, CreatedUnixNano: time.Now().UnixNano()}
 	for _, p := range c.SourceFiles() {
-		fc := &messages.FileCoverage{Path: p}
+		fc := &records.FileCoverage{Path: p}
 		ls := make([]int, 0, len(c.Files[p]))
 		for l := range c.Files[p] {
 			ls = append(ls, l)
 		}
 		sort.Ints(ls)
 		for _, l := range ls {
-			fc.Lines = append(fc.Lines, &messages.LineCoverage{Line: int32(l), Tests: c.Files[p][l]})
+			fc.Lines = append(fc.Lines, &records.LineCoverage{Line: int32(l), Tests: c.Files[p][l]})
 		}
 		m.Files = append(m.Files, fc)
 	}
@@ -119,7 +119,7 @@ func (c *Coverage) Proto(env string) *messages.CoverageMap {
 }
 
 // CoverageFromProto reads a stored record.
-func CoverageFromProto(m *messages.CoverageMap) *Coverage {
+func CoverageFromProto(m *records.CoverageMap) *Coverage {
 	c := &Coverage{Image: m.GetImage(), Tests: m.GetTests(), Files: map[string]map[int][]int32{}, Seconds: m.GetSeconds(), Tool: m.GetTool()}
 	for _, f := range m.GetFiles() {
 		lines := map[int][]int32{}
@@ -140,7 +140,7 @@ type builder struct {
 	isTest  func(string) bool
 }
 
-func newBuilder(env *messages.Environment, tool string) *builder {
+func newBuilder(env *records.Environment, tool string) *builder {
 	return &builder{
 		c:       &Coverage{Image: env.GetImage(), Files: map[string]map[int][]int32{}, Tool: tool},
 		index:   map[string]int32{},
@@ -177,10 +177,10 @@ func (b *builder) line(file string, line int, test string) {
 
 // baselinePassing is the set of tests that passed at baseline: the only
 // ones that can become FAIL_TO_PASS or must stay PASS_TO_PASS.
-func baselinePassing(env *messages.Environment) map[string]bool {
+func baselinePassing(env *records.Environment) map[string]bool {
 	out := map[string]bool{}
 	for _, r := range env.GetBaseline().GetResults() {
-		if r.GetStatus() == messages.TestStatus_TEST_STATUS_PASS {
+		if r.GetStatus() == records.TestStatus_TEST_STATUS_PASS {
 			out[r.GetName()] = true
 		}
 	}
@@ -190,7 +190,7 @@ func baselinePassing(env *messages.Environment) map[string]bool {
 // testFileMatcher says which repository files are tests or test support
 // and must not be mutated: the environment's protected test files, files
 // named like tests, and anything under a test directory.
-func testFileMatcher(env *messages.Environment) func(string) bool {
+func testFileMatcher(env *records.Environment) func(string) bool {
 	protected := map[string]bool{}
 	for _, f := range env.GetTestFiles() {
 		protected[f] = true
@@ -220,7 +220,7 @@ func testFileMatcher(env *messages.Environment) func(string) bool {
 
 // MeasureCoverage runs the suite once under a coverage tool in sb (a fresh
 // sandbox of env's image; the repository is left as it was).
-func MeasureCoverage(ctx context.Context, sb Sandbox, env *messages.Environment) (*Coverage, error) {
+func MeasureCoverage(ctx context.Context, sb Sandbox, env *records.Environment) (*Coverage, error) {
 	start := time.Now()
 	var c *Coverage
 	var err error
@@ -244,7 +244,7 @@ func MeasureCoverage(ctx context.Context, sb Sandbox, env *messages.Environment)
 
 // coverageTimeout gives the instrumented suite room: tracing slows Python
 // several times, and Go compiles a test binary per package.
-func coverageTimeout(env *messages.Environment) time.Duration {
+func coverageTimeout(env *records.Environment) time.Duration {
 	return max(3*time.Minute, time.Duration(10*env.GetBaseline().GetDurationSeconds()*float64(time.Second)))
 }
 
@@ -299,7 +299,7 @@ for path, f in d["files"].items():
 json.dump({"tests": sorted(tests, key=tests.get), "files": out}, sys.stdout)
 `
 
-func measurePython(ctx context.Context, sb Sandbox, env *messages.Environment) (*Coverage, error) {
+func measurePython(ctx context.Context, sb Sandbox, env *records.Environment) (*Coverage, error) {
 	spec := environment.Spec(env)
 	python := "python3"
 	if len(spec.Command) > 0 {
@@ -400,7 +400,7 @@ rm -rf "$out"
 exit 0
 `
 
-func measureGo(ctx context.Context, sb Sandbox, env *messages.Environment) (*Coverage, error) {
+func measureGo(ctx context.Context, sb Sandbox, env *records.Environment) (*Coverage, error) {
 	spec := environment.Spec(env)
 	repo := env.GetRepoDir()
 	gomod, err := sb.ReadFile(ctx, repo+"/go.mod")

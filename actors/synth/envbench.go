@@ -12,6 +12,7 @@ import (
 	"github.com/frognano/frognano/actors/environment"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/synth/mutate"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // EnvBenchDefaultSources is the generalization suite: real packages that
@@ -42,10 +43,10 @@ const EnvBenchCandidates = 60
 // registrar and the synthesizer.
 type EnvBenchNode interface {
 	// Environment is the registered environment called name, or nil.
-	Environment(ctx context.Context, name string) (*messages.Environment, error)
+	Environment(ctx context.Context, name string) (*records.Environment, error)
 	// Register adds source as `frognano env add` does with its defaults;
 	// stage is called as stages start.
-	Register(ctx context.Context, source string, stage func(string)) (*messages.Environment, error)
+	Register(ctx context.Context, source string, stage func(string)) (*records.Environment, error)
 	// Synthesize runs req; progress is called with each snapshot.
 	Synthesize(ctx context.Context, req *messages.SynthesizeRequest, progress func(*messages.SynthesizeProgress)) (*messages.SynthesizeResult, error)
 }
@@ -193,19 +194,19 @@ func runEnvBenchOne(ctx context.Context, node EnvBenchNode, cfg EnvBenchConfig, 
 	r.Registered, r.Env, r.SetupSeconds = true, env.GetName(), env.GetSetupSeconds()
 	for _, t := range env.GetBaseline().GetResults() {
 		if t.GetCollection() {
-			if t.GetStatus() == messages.TestStatus_TEST_STATUS_ERROR {
+			if t.GetStatus() == records.TestStatus_TEST_STATUS_ERROR {
 				r.CollectionError++
 			}
 			continue
 		}
 		r.BaselineTests++
-		if t.GetStatus() == messages.TestStatus_TEST_STATUS_PASS {
+		if t.GetStatus() == records.TestStatus_TEST_STATUS_PASS {
 			r.BaselinePassing++
 		}
 	}
 	say("registered %s: %d of %d tests pass at baseline (setup %.0fs); judging %d candidates", r.Env, r.BaselinePassing, r.BaselineTests, r.SetupSeconds, cfg.Candidates)
 	req := &messages.SynthesizeRequest{Environment: r.Env, Count: 1 << 30, Seed: cfg.Seed, DryRun: true,
-		MaxCandidates: int32(cfg.Candidates), Target: &messages.DifficultyFeatures{HintLevel: cfg.Hint}}
+		MaxCandidates: int32(cfg.Candidates), Target: &records.DifficultyFeatures{HintLevel: cfg.Hint}}
 	stage, last := "", time.Time{}
 	res, err := node.Synthesize(ctx, req, func(p *messages.SynthesizeProgress) {
 		if p.GetStage() != stage || time.Since(last) > 30*time.Second {

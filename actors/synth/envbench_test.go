@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 func TestEnvBenchSuspectAndSummary(t *testing.T) {
@@ -58,25 +59,25 @@ func TestEnvBenchSuspectAndSummary(t *testing.T) {
 // benchNode answers the suite from maps: the registrar's and the
 // synthesizer's replies, as the node's actors would send them.
 type benchNode struct {
-	registered map[string]*messages.Environment
+	registered map[string]*records.Environment
 	refuse     map[string]error
 	results    map[string]*messages.SynthesizeResult
 	added      []string
 }
 
-func (n *benchNode) Environment(_ context.Context, name string) (*messages.Environment, error) {
+func (n *benchNode) Environment(_ context.Context, name string) (*records.Environment, error) {
 	return n.registered[name], nil
 }
 
-func (n *benchNode) Register(_ context.Context, source string, stage func(string)) (*messages.Environment, error) {
+func (n *benchNode) Register(_ context.Context, source string, stage func(string)) (*records.Environment, error) {
 	stage("fetching " + source)
 	if err := n.refuse[source]; err != nil {
 		return nil, err
 	}
 	n.added = append(n.added, source)
-	return &messages.Environment{Name: strings.ReplaceAll(source, "==", "-"), Baseline: &messages.TestReport{Results: []*messages.TestResult{
-		{Name: "t::a", Status: messages.TestStatus_TEST_STATUS_PASS},
-		{Name: "t::b", Status: messages.TestStatus_TEST_STATUS_FAIL},
+	return &records.Environment{Name: strings.ReplaceAll(source, "==", "-"), Baseline: &records.TestReport{Results: []*records.TestResult{
+		{Name: "t::a", Status: records.TestStatus_TEST_STATUS_PASS},
+		{Name: "t::b", Status: records.TestStatus_TEST_STATUS_FAIL},
 	}}}, nil
 }
 
@@ -90,7 +91,7 @@ func (n *benchNode) Synthesize(_ context.Context, req *messages.SynthesizeReques
 
 func TestRunEnvBench(t *testing.T) {
 	node := &benchNode{
-		registered: map[string]*messages.Environment{"old-1": {Name: "old-1", SetupSeconds: 9}},
+		registered: map[string]*records.Environment{"old-1": {Name: "old-1", SetupSeconds: 9}},
 		refuse:     map[string]error{"bad==1": errors.New("rejected: the suite passes nothing")},
 		results: map[string]*messages.SynthesizeResult{
 			"old-1":  {TaskIds: []string{"x"}, Progress: &messages.SynthesizeProgress{Candidates: 7, Rejected: map[string]int32{"survived": 6}}, CpuSeconds: 30},
@@ -127,7 +128,7 @@ type cancelNode struct {
 	cancel context.CancelFunc
 }
 
-func (n *cancelNode) Register(ctx context.Context, _ string, _ func(string)) (*messages.Environment, error) {
+func (n *cancelNode) Register(ctx context.Context, _ string, _ func(string)) (*records.Environment, error) {
 	n.cancel()
 	return nil, ctx.Err()
 }

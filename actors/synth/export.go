@@ -4,7 +4,7 @@ import (
 	"strings"
 	"time"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Record is a task as one line of SWE-smith / SWE-bench style JSONL: the
@@ -59,7 +59,7 @@ type RecordProvenance struct {
 // Export makes the JSONL record of t. env may be nil (removed since): the
 // repository is then named by the task's environment and the base commit
 // is left empty.
-func Export(t *messages.Task, env *messages.Environment) Record {
+func Export(t *records.Task, env *records.Environment) Record {
 	d, p, v := t.GetDifficulty(), t.GetProvenance(), t.GetValidation()
 	r := Record{
 		InstanceID:       t.GetId(),

@@ -18,21 +18,22 @@ import (
 	"github.com/frognano/frognano/actors/sandbox/testreport"
 	"github.com/frognano/frognano/actors/synth/mutate"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // The environments of the integration tests: two PyPI sdists with their
 // tests and one Go module, each built once per test binary.
-func sixEnv(t *testing.T) *messages.Environment { return testEnv(t, "synth-six", "six==1.16.0") }
-func inflectionEnv(t *testing.T) *messages.Environment {
+func sixEnv(t *testing.T) *records.Environment { return testEnv(t, "synth-six", "six==1.16.0") }
+func inflectionEnv(t *testing.T) *records.Environment {
 	return testEnv(t, "synth-inflection", "inflection==0.5.1")
 }
-func uuidEnv(t *testing.T) *messages.Environment {
+func uuidEnv(t *testing.T) *records.Environment {
 	return testEnv(t, "synth-uuid", "github.com/google/uuid@v1.6.0")
 }
 
 // mixinEnv is a local package whose unittest classes inherit their tests
 // from a mixin in tests/__init__.py (../environment/testdata/mixin).
-func mixinEnv(t *testing.T) *messages.Environment {
+func mixinEnv(t *testing.T) *records.Environment {
 	dir, err := filepath.Abs(filepath.Join("..", "environment", "testdata", "mixin"))
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +46,7 @@ func mixinEnv(t *testing.T) *messages.Environment {
 // test fail, and the gold patch on top makes the task grade as resolved
 // (FAIL_TO_PASS and PASS_TO_PASS all passing), through sandbox.RunTests as
 // a grader runs them.
-func verifyTask(t *testing.T, env *messages.Environment, task *messages.Task) {
+func verifyTask(t *testing.T, env *records.Environment, task *records.Task) {
 	t.Helper()
 	ctx := context.Background()
 	rt := needRuntime(t)
@@ -103,7 +104,7 @@ func verifyTask(t *testing.T, env *messages.Environment, task *messages.Task) {
 
 // checkTask checks a task's record: lists, features, provenance, a
 // statement at its hint level that does not leak the fix.
-func checkTask(t *testing.T, env *messages.Environment, task *messages.Task, hint int, bugs int) {
+func checkTask(t *testing.T, env *records.Environment, task *records.Task, hint int, bugs int) {
 	t.Helper()
 	d := task.Difficulty
 	switch {
@@ -153,7 +154,7 @@ func checkTask(t *testing.T, env *messages.Environment, task *messages.Task, hin
 	}
 }
 
-func keyOf(task *messages.Task) string { return mutate.PatchKey(task.BugPatch) }
+func keyOf(task *records.Task) string { return mutate.PatchKey(task.BugPatch) }
 
 func TestSynthesizePythonSix(t *testing.T) {
 	env := sixEnv(t)
@@ -300,7 +301,7 @@ func TestSynthesizeGoUUID(t *testing.T) {
 // gradeWith grades task in a fresh sandbox of env's image after applying
 // patches, the way an episode is graded: the task's grading tests through
 // sandbox.RunTests, then testreport.Grade.
-func gradeWith(t *testing.T, env *messages.Environment, task *messages.Task, patches ...string) testreport.Outcome {
+func gradeWith(t *testing.T, env *records.Environment, task *records.Task, patches ...string) testreport.Outcome {
 	t.Helper()
 	ctx := context.Background()
 	sb, err := needRuntime(t).Create(ctx, env.Image, sandbox.Options{RepoDir: env.RepoDir})
@@ -449,7 +450,7 @@ func TestActor(t *testing.T) {
 	system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
 		switch m := ctx.Message().(type) {
 		case *actor.Started:
-			ctx.Request(pid, &messages.SynthesizeRequest{Environment: env.Name, Count: 2, Seed: 11, Target: &messages.DifficultyFeatures{HintLevel: 1}})
+			ctx.Request(pid, &messages.SynthesizeRequest{Environment: env.Name, Count: 2, Seed: 11, Target: &records.DifficultyFeatures{HintLevel: 1}})
 		case *messages.SynthesizeProgress:
 			progress = append(progress, m)
 		case *messages.SynthesizeResult, *messages.Failure:

@@ -16,9 +16,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/frognano/frognano/actors/environment"
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // The integration tests synthesize tasks from real packages in containerd:
@@ -37,7 +37,7 @@ var (
 	testRT  *sandbox.Runtime
 	rtErr   error
 	envsMu  sync.Mutex
-	envs    = map[string]*messages.Environment{}
+	envs    = map[string]*records.Environment{}
 	envErrs = map[string]error{}
 )
 
@@ -88,7 +88,7 @@ func needRuntime(t *testing.T) *sandbox.Runtime {
 }
 
 // testEnv builds (once per binary) the environment of source, named name.
-func testEnv(t *testing.T, name, source string) *messages.Environment {
+func testEnv(t *testing.T, name, source string) *records.Environment {
 	t.Helper()
 	rt := needRuntime(t)
 	envsMu.Lock()
@@ -103,7 +103,7 @@ func testEnv(t *testing.T, name, source string) *messages.Environment {
 	keep := os.Getenv("FROGNANO_SYNTH_TEST_ENVS")
 	if keep != "" {
 		if b, err := os.ReadFile(filepath.Join(keep, name+".pb")); err == nil {
-			env := &messages.Environment{}
+			env := &records.Environment{}
 			if proto.Unmarshal(b, env) == nil {
 				if ok, _ := rt.Images().Exists(ctx, env.Image); ok {
 					envs[name] = env

@@ -10,9 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/actors/sandbox/testreport"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Sandbox is what synthesis needs from one sandbox; *sandbox.Sandbox has
@@ -32,7 +32,7 @@ type Sandbox interface {
 
 // Sandboxes starts sandboxes of an environment's image.
 type Sandboxes interface {
-	Create(ctx context.Context, env *messages.Environment) (Sandbox, error)
+	Create(ctx context.Context, env *records.Environment) (Sandbox, error)
 }
 
 // CPUMeter is implemented by Sandboxes that can say how much CPU time the
@@ -64,7 +64,7 @@ var (
 )
 
 // Create starts a sandbox of env's image.
-func (c *Containerd) Create(ctx context.Context, env *messages.Environment) (Sandbox, error) {
+func (c *Containerd) Create(ctx context.Context, env *records.Environment) (Sandbox, error) {
 	rt, err := c.Runtime(ctx)
 	if err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/node"
 )
@@ -81,7 +82,7 @@ func TestNodeStopEndsSynthesisAndItsSandboxes(t *testing.T) {
 		switch m := ctx.Message().(type) {
 		case *actor.Started:
 			ctx.Request(actor.NewPID(n.Address(), ActorName),
-				&messages.SynthesizeRequest{Environment: env.Name, Count: 1000, Seed: 3, Target: &messages.DifficultyFeatures{HintLevel: 1}})
+				&messages.SynthesizeRequest{Environment: env.Name, Count: 1000, Seed: 3, Target: &records.DifficultyFeatures{HintLevel: 1}})
 		case *messages.SynthesizeProgress, *messages.SynthesizeResult, *messages.Failure:
 			replies <- m
 		}

@@ -26,6 +26,7 @@ import (
 	_ "github.com/frognano/frognano/actors/synth/mutate/golang" // registers Go
 	_ "github.com/frognano/frognano/actors/synth/mutate/python" // registers Python
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Errors of a synthesis request, for errors.Is.
@@ -121,7 +122,7 @@ type Progress struct {
 // Result is a finished run.
 type Result struct {
 	Progress
-	Tasks           []*messages.Task
+	Tasks           []*records.Task
 	Seed            uint64
 	Wall            time.Duration
 	CPUSeconds      float64 // sandbox cgroups plus this process
@@ -152,7 +153,7 @@ func (p Progress) Proto() *messages.SynthesizeProgress {
 // run is the state of one Synthesize call shared by its workers.
 type run struct {
 	s        *Synthesizer
-	env      *messages.Environment
+	env      *records.Environment
 	req      Request
 	lang     mutate.Language
 	spec     sandbox.TestSpec
@@ -183,7 +184,7 @@ type run struct {
 // rerun the failing ones (they must fail again), apply the gold patch on
 // top and run them once more (they must pass) → problem statement, features,
 // store.
-func (s *Synthesizer) Synthesize(ctx context.Context, env *messages.Environment, req Request, progress func(Progress)) (*Result, error) {
+func (s *Synthesizer) Synthesize(ctx context.Context, env *records.Environment, req Request, progress func(Progress)) (*Result, error) {
 	start := time.Now()
 	cpu0 := 0.0
 	if req.Seed == 0 {
@@ -447,7 +448,7 @@ func (r *run) validateAll(ctx context.Context, workers []*worker, cands []candid
 		} else if o = w.validate(ctx, c, screenOnly); o.canceled {
 			return
 		}
-		var task *messages.Task
+		var task *records.Task
 		if o.reason == "" {
 			task, o.reason = r.assemble(ctx, w, c, o)
 		}
@@ -521,7 +522,7 @@ func TaskID(env, bugKey string) string {
 }
 
 // assemble turns a validated candidate into a task: statement, features.
-func (r *run) assemble(ctx context.Context, w *worker, c candidate, o outcome) (*messages.Task, string) {
+func (r *run) assemble(ctx context.Context, w *worker, c candidate, o outcome) (*records.Task, string) {
 	env := r.env
 	byFile, buggy := bugEdits(c)
 	in := StatementInput{Repo: repoName(env), Language: env.GetLanguage(), HintLevel: r.req.HintLevel, PassToPass: len(o.p2p), BugPatch: c.Patch}
@@ -566,7 +567,7 @@ func (r *run) assemble(ctx context.Context, w *worker, c candidate, o outcome) (
 		}
 	}
 	ops := c.Features.Operators
-	return &messages.Task{
+	return &records.Task{
 		Id:               TaskID(env.GetName(), c.Key),
 		Environment:      env.GetName(),
 		Language:         env.GetLanguage(),
@@ -577,7 +578,7 @@ func (r *run) assemble(ctx context.Context, w *worker, c candidate, o outcome) (
 		PassToPass:       o.p2p,
 		TestCommand:      testCommand(env),
 		ProtectedFiles:   environment.Protected(env),
-		Difficulty: &messages.DifficultyFeatures{
+		Difficulty: &records.DifficultyFeatures{
 			Operators:    ops,
 			Edits:        int32(c.Features.Edits),
 			Files:        int32(len(c.Features.Files)),
@@ -587,8 +588,8 @@ func (r *run) assemble(ctx context.Context, w *worker, c candidate, o outcome) (
 			TestDistance: int32(dist),
 			Mode:         "agent",
 		},
-		Provenance:      &messages.Provenance{Operator: strings.Join(ops, "+"), Seed: r.req.Seed, Generator: Generator},
-		Validation:      &messages.ValidationStats{Runs: int32(o.runs), Seconds: o.seconds},
+		Provenance:      &records.Provenance{Operator: strings.Join(ops, "+"), Seed: r.req.Seed, Generator: Generator},
+		Validation:      &records.ValidationStats{Runs: int32(o.runs), Seconds: o.seconds},
 		Image:           env.GetImage(),
 		CreatedUnixNano: time.Now().UnixNano(),
 	}, ""
@@ -665,7 +666,7 @@ func (r *run) testSource(ctx context.Context, w *worker, id string) testSource {
 }
 
 // repoName is how statements and exports name the repository.
-func repoName(env *messages.Environment) string {
+func repoName(env *records.Environment) string {
 	src := env.GetSource()
 	switch env.GetSourceKind() {
 	case "pypi":
@@ -680,7 +681,7 @@ func repoName(env *messages.Environment) string {
 
 // testCommand is the environment's test command as one line, for the task
 // record (graders use environment.Spec).
-func testCommand(env *messages.Environment) string {
+func testCommand(env *records.Environment) string {
 	spec := environment.Spec(env)
 	var argv []string
 	switch spec.Framework {
@@ -706,7 +707,7 @@ func sortedKeys(m map[string]bool) []string {
 
 // CoverageOf returns env's coverage map, measuring it in a sandbox of its
 // own (and storing it) when the store has none for env's image.
-func (s *Synthesizer) CoverageOf(ctx context.Context, env *messages.Environment) (*Coverage, error) {
+func (s *Synthesizer) CoverageOf(ctx context.Context, env *records.Environment) (*Coverage, error) {
 	r := &run{s: s, env: env, lang: mutate.Language(env.GetLanguage()), res: &Result{Progress: Progress{Rejected: map[string]int{}}}}
 	w := &worker{r: r}
 	defer w.destroy()

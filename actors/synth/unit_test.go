@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/sandbox/testreport"
 	"github.com/frognano/frognano/actors/synth/mutate"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // report builds a verified report from id → status.
@@ -395,8 +395,8 @@ func TestCoverageTestsFor(t *testing.T) {
 }
 
 func TestBuilderKeepsSourcesAndPassingTests(t *testing.T) {
-	env := &messages.Environment{TestFiles: []string{"tests/helpers_for_tests.py"}, Baseline: &messages.TestReport{Results: []*messages.TestResult{
-		{Name: "t1", Status: messages.TestStatus_TEST_STATUS_PASS}, {Name: "t2", Status: messages.TestStatus_TEST_STATUS_FAIL},
+	env := &records.Environment{TestFiles: []string{"tests/helpers_for_tests.py"}, Baseline: &records.TestReport{Results: []*records.TestResult{
+		{Name: "t1", Status: records.TestStatus_TEST_STATUS_PASS}, {Name: "t2", Status: records.TestStatus_TEST_STATUS_FAIL},
 	}}}
 	b := newBuilder(env, "test")
 	for _, f := range []string{"pkg/a.py", "test_a.py", "pkg/a_test.py", "tests/helpers_for_tests.py", "pkg/tests/util.py", "conftest.py", "setup.py", "a_test.go", "docs/conf.py"} {
@@ -443,20 +443,20 @@ func TestGenerateCountsWhatItSkips(t *testing.T) {
 // noSandboxes fails the test if synthesis gets as far as a sandbox.
 type noSandboxes struct{ t *testing.T }
 
-func (n noSandboxes) Create(context.Context, *messages.Environment) (Sandbox, error) {
+func (n noSandboxes) Create(context.Context, *records.Environment) (Sandbox, error) {
 	n.t.Error("a sandbox was created for a request that should have been refused")
 	return nil, errors.New("no sandboxes here")
 }
 
 func TestSynthesizeRefusesBadInput(t *testing.T) {
-	passing := &messages.TestReport{Results: []*messages.TestResult{{Name: "t", Status: messages.TestStatus_TEST_STATUS_PASS}}}
-	failing := &messages.TestReport{Results: []*messages.TestResult{{Name: "t", Status: messages.TestStatus_TEST_STATUS_FAIL}, {Name: "u", Status: messages.TestStatus_TEST_STATUS_SKIP}}}
-	env := func(lang string, r *messages.TestReport) *messages.Environment {
-		return &messages.Environment{Name: "e", Language: lang, TestFramework: "pytest", Baseline: r}
+	passing := &records.TestReport{Results: []*records.TestResult{{Name: "t", Status: records.TestStatus_TEST_STATUS_PASS}}}
+	failing := &records.TestReport{Results: []*records.TestResult{{Name: "t", Status: records.TestStatus_TEST_STATUS_FAIL}, {Name: "u", Status: records.TestStatus_TEST_STATUS_SKIP}}}
+	env := func(lang string, r *records.TestReport) *records.Environment {
+		return &records.Environment{Name: "e", Language: lang, TestFramework: "pytest", Baseline: r}
 	}
 	tests := []struct {
 		name   string
-		env    *messages.Environment
+		env    *records.Environment
 		req    Request
 		err    error
 		reason string
@@ -482,11 +482,11 @@ func TestSynthesizeRefusesBadInput(t *testing.T) {
 }
 
 func TestExportRecord(t *testing.T) {
-	task := &messages.Task{Id: "six.0123", Environment: "six", Language: "python", BugPatch: "bug", GoldPatch: "gold", ProblemStatement: "it fails",
+	task := &records.Task{Id: "six.0123", Environment: "six", Language: "python", BugPatch: "bug", GoldPatch: "gold", ProblemStatement: "it fails",
 		FailToPass: []string{"test_six.py::test_a"}, TestCommand: "pytest", Image: "img:1", CreatedUnixNano: 1e18,
-		Difficulty: &messages.DifficultyFeatures{Operators: []string{"flip_comparison"}, Edits: 1, Files: 1, LinesTouched: 1, FailingTests: 1, HintLevel: 2, TestDistance: 0, Mode: "agent"},
-		Provenance: &messages.Provenance{Operator: "flip_comparison", Seed: 9, Generator: Generator}}
-	env := &messages.Environment{Name: "six", SourceKind: "pypi", Source: "six==1.16.0", BaseCommit: "abc"}
+		Difficulty: &records.DifficultyFeatures{Operators: []string{"flip_comparison"}, Edits: 1, Files: 1, LinesTouched: 1, FailingTests: 1, HintLevel: 2, TestDistance: 0, Mode: "agent"},
+		Provenance: &records.Provenance{Operator: "flip_comparison", Seed: 9, Generator: Generator}}
+	env := &records.Environment{Name: "six", SourceKind: "pypi", Source: "six==1.16.0", BaseCommit: "abc"}
 	b, err := json.Marshal(Export(task, env))
 	if err != nil {
 		t.Fatal(err)

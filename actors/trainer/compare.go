@@ -13,8 +13,8 @@ import (
 	"io"
 	"sort"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/rollout"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Comparison is what Compare finds.
@@ -34,8 +34,8 @@ type Comparison struct {
 }
 
 // evalPoints is a run's points with held-out scores, in order.
-func evalPoints(run *messages.Run) []*messages.RunPoint {
-	var ps []*messages.RunPoint
+func evalPoints(run *records.Run) []*records.RunPoint {
+	var ps []*records.RunPoint
 	for _, p := range run.GetCurve() {
 		if len(p.GetHeldOut()) > 0 {
 			ps = append(ps, p)
@@ -45,7 +45,7 @@ func evalPoints(run *messages.Run) []*messages.RunPoint {
 }
 
 // allPass1 is a point's pass@1 over all its tasks.
-func allPass1(p *messages.RunPoint) float64 {
+func allPass1(p *records.RunPoint) float64 {
 	if len(p.GetTaskPass1()) == 0 {
 		return 0
 	}
@@ -58,7 +58,7 @@ func allPass1(p *messages.RunPoint) float64 {
 
 // Compare compares arm a with arm b; ok is false unless both have two
 // evaluation points on common tasks.
-func Compare(a, b *messages.Run, seed uint64) (c Comparison, ok bool) {
+func Compare(a, b *records.Run, seed uint64) (c Comparison, ok bool) {
 	pa, pb := evalPoints(a), evalPoints(b)
 	if len(pa) < 2 || len(pb) < 2 {
 		return c, false
@@ -89,8 +89,8 @@ func Compare(a, b *messages.Run, seed uint64) (c Comparison, ok bool) {
 
 // WriteComparison prints both arms' evaluation points (pass@1 against
 // training rollouts and seconds) and Compare's findings.
-func WriteComparison(w io.Writer, a, b *messages.Run) error {
-	for _, r := range []*messages.Run{a, b} {
+func WriteComparison(w io.Writer, a, b *records.Run) error {
+	for _, r := range []*records.Run{a, b} {
 		s, _ := DecodeSettings(r)
 		fmt.Fprintf(w, "arm %s (sampler %s, budget %.0fs):\n", r.GetId(), orDefault(s.Sampler, SamplerFrontier), s.BudgetSeconds)
 		for _, p := range evalPoints(r) {

@@ -5,31 +5,31 @@ import (
 	"strings"
 	"testing"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // evalPoint is a curve point with held-out scores on tasks t0..tn-1 whose
 // pass@1 are given, at the given rollouts.
-func evalPoint(phase string, rollouts float64, pass ...float64) *messages.RunPoint {
-	p := &messages.RunPoint{Phase: phase, Metrics: map[string]float64{PointRollouts: rollouts}, TaskPass1: map[string]float64{}, TaskHint: map[string]int32{}}
+func evalPoint(phase string, rollouts float64, pass ...float64) *records.RunPoint {
+	p := &records.RunPoint{Phase: phase, Metrics: map[string]float64{PointRollouts: rollouts}, TaskPass1: map[string]float64{}, TaskHint: map[string]int32{}}
 	sum := 0.0
 	for i, v := range pass {
 		id := string(rune('a' + i))
 		p.TaskPass1[id], p.TaskHint[id] = v, 4
 		sum += v
 	}
-	p.HeldOut = []*messages.HeldOutScore{{HintLevel: -1, Tasks: int32(len(pass)), Pass1: sum / float64(len(pass))}}
+	p.HeldOut = []*records.HeldOutScore{{HintLevel: -1, Tasks: int32(len(pass)), Pass1: sum / float64(len(pass))}}
 	return p
 }
 
 func TestCompare(t *testing.T) {
-	front := &messages.Run{Id: "front", Curve: []*messages.RunPoint{
+	front := &records.Run{Id: "front", Curve: []*records.RunPoint{
 		evalPoint(PhaseStart, 0, 0, 0, 0, 0),
 		{Phase: PhaseStep, Step: 1}, // no held-out scores: not an evaluation point
 		evalPoint(PhaseStep, 40, 0.5, 0, 0, 0),
 		evalPoint(PhaseEnd, 80, 1, 0.5, 0.5, 0),
 	}}
-	uni := &messages.Run{Id: "uni", Curve: []*messages.RunPoint{
+	uni := &records.Run{Id: "uni", Curve: []*records.RunPoint{
 		evalPoint(PhaseStart, 0, 0, 0, 0, 0),
 		evalPoint(PhaseEnd, 100, 0.5, 0, 0, 0),
 	}}
@@ -49,11 +49,11 @@ func TestCompare(t *testing.T) {
 		t.Fatalf("uniform arm counted as reaching pass@1 %.3f it never had", c.Target)
 	}
 	// An arm that ended where the other started makes the goal vacuous.
-	flat := &messages.Run{Id: "flat", Curve: []*messages.RunPoint{evalPoint(PhaseStart, 0, 0, 0), evalPoint(PhaseEnd, 50, 0, 0)}}
+	flat := &records.Run{Id: "flat", Curve: []*records.RunPoint{evalPoint(PhaseStart, 0, 0, 0), evalPoint(PhaseEnd, 50, 0, 0)}}
 	if c, _ := Compare(front, flat, EvalSeed); !c.Vacuous {
 		t.Fatal("reaching an arm that never left 0 not flagged as vacuous")
 	}
-	if _, ok := Compare(front, &messages.Run{Curve: []*messages.RunPoint{evalPoint(PhaseStart, 0, 0)}}, EvalSeed); ok {
+	if _, ok := Compare(front, &records.Run{Curve: []*records.RunPoint{evalPoint(PhaseStart, 0, 0)}}, EvalSeed); ok {
 		t.Fatal("a comparison with an arm of one evaluation point")
 	}
 	var b bytes.Buffer

@@ -23,8 +23,8 @@ import (
 
 	"github.com/frognano/frognano/actors/harness"
 	"github.com/frognano/frognano/actors/learner"
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/rollout"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Keys of a curve point's metrics that say what the run had spent at
@@ -54,8 +54,8 @@ const EvalSeed = 0x5eed_e7a1
 // heldOutSubset is the run's evaluation tasks: those of cfg.HeldOut at
 // the settings' hint levels, a draw of s.EvalTasks seeded by EvalSeed, the
 // same at every point of every run with these settings.
-func heldOutSubset(all []*messages.Task, s Settings) []*messages.Task {
-	var tasks []*messages.Task
+func heldOutSubset(all []*records.Task, s Settings) []*records.Task {
+	var tasks []*records.Task
 	for _, t := range all {
 		if len(s.EvalHints) == 0 || slices.Contains(s.EvalHints, int(t.GetDifficulty().GetHintLevel())) {
 			tasks = append(tasks, t)
@@ -75,7 +75,7 @@ func (t *Trainer) evaluating(s Settings) bool { return s.EvalTasks > 0 && len(t.
 
 // hasPoint says whether the curve already holds a point of this phase at
 // this step with held-out scores.
-func hasPoint(run *messages.Run, phase string, step int64) bool {
+func hasPoint(run *records.Run, phase string, step int64) bool {
 	for _, p := range run.GetCurve() {
 		if p.GetPhase() == phase && p.GetStep() == step && len(p.GetHeldOut()) > 0 {
 			return true
@@ -87,9 +87,9 @@ func hasPoint(run *messages.Run, phase string, step int64) bool {
 // point adds a point of the curve to the run record (not yet stored):
 // the run's figures now, and the held-out scores when eval is set. A
 // step's evaluation fills that step's point rather than adding one.
-func (t *Trainer) point(ctx context.Context, run *messages.Run, s Settings, lim harness.Limits, phase string, eval bool, stepMetrics map[string]float64) error {
+func (t *Trainer) point(ctx context.Context, run *records.Run, s Settings, lim harness.Limits, phase string, eval bool, stepMetrics map[string]float64) error {
 	m := run.GetMetrics()
-	p := &messages.RunPoint{
+	p := &records.RunPoint{
 		Step: run.GetStep(), Phase: phase, PolicyVersion: int64(m[MetricPolicyVersion]),
 		WallSeconds: t.clock.wall(), CpuSeconds: t.clock.cpu(), Metrics: stepMetrics,
 	}
@@ -123,7 +123,7 @@ func (t *Trainer) point(ctx context.Context, run *messages.Run, s Settings, lim 
 
 // evaluate plays s.EvalK episodes of every task of the held-out subset
 // with the current policy and fills p's scores.
-func (t *Trainer) evaluate(ctx context.Context, run *messages.Run, s Settings, lim harness.Limits, p *messages.RunPoint) error {
+func (t *Trainer) evaluate(ctx context.Context, run *records.Run, s Settings, lim harness.Limits, p *records.RunPoint) error {
 	tasks := heldOutSubset(t.cfg.HeldOut, s)
 	if len(tasks) == 0 {
 		return fmt.Errorf("held-out set: no task at hint levels %v", s.EvalHints)
@@ -161,7 +161,7 @@ func (t *Trainer) evaluate(ctx context.Context, run *messages.Run, s Settings, l
 		if b.HintLevel != nil {
 			h = int32(*b.HintLevel)
 		}
-		p.HeldOut = append(p.HeldOut, &messages.HeldOutScore{HintLevel: h, Mode: b.Mode, Tasks: int32(b.Tasks), Episodes: int32(b.Episodes),
+		p.HeldOut = append(p.HeldOut, &records.HeldOutScore{HintLevel: h, Mode: b.Mode, Tasks: int32(b.Tasks), Episodes: int32(b.Episodes),
 			Pass1: b.PassAt1.Mean, Pass1Low: b.PassAt1.Low, Pass1High: b.PassAt1.High})
 	}
 	t.printf("%s: %s in %.0fs", tag, FormatScores(p.GetHeldOut()), time.Since(start).Seconds())
@@ -169,7 +169,7 @@ func (t *Trainer) evaluate(ctx context.Context, run *messages.Run, s Settings, l
 }
 
 // FormatScores prints held-out scores on one line, in Buckets' order.
-func FormatScores(scores []*messages.HeldOutScore) string {
+func FormatScores(scores []*records.HeldOutScore) string {
 	var parts []string
 	for _, sc := range scores {
 		name := "all"
@@ -201,7 +201,7 @@ type clock struct {
 	startCPU    time.Duration
 }
 
-func (c *clock) reset(run *messages.Run) {
+func (c *clock) reset(run *records.Run) {
 	m := run.GetMetrics()
 	c.wall0, c.cpu0, c.start, c.startCPU = m[MetricWallSeconds], m[MetricCPUSeconds], time.Now(), learner.CPUTime()
 }
@@ -212,13 +212,13 @@ func (c *clock) cpu() float64 {
 }
 
 // tick writes the clock into the record.
-func (c *clock) tick(run *messages.Run) {
+func (c *clock) tick(run *records.Run) {
 	run.Metrics[MetricWallSeconds], run.Metrics[MetricCPUSeconds] = c.wall(), c.cpu()
 }
 
 // record adds a point with held-out scores for phase (once: a resumed run
 // skips points it has) and stores the run.
-func (t *Trainer) record(ctx context.Context, run *messages.Run, s Settings, lim harness.Limits, phase string) error {
+func (t *Trainer) record(ctx context.Context, run *records.Run, s Settings, lim harness.Limits, phase string) error {
 	if !t.evaluating(s) || hasPoint(run, phase, run.GetStep()) {
 		return nil
 	}
@@ -242,7 +242,7 @@ func (t *Trainer) record(ctx context.Context, run *messages.Run, s Settings, lim
 // WriteCurve prints a run's learning curve: one row per point with
 // held-out scores (every evaluation) and the training figures of the steps
 // between them.
-func WriteCurve(w io.Writer, run *messages.Run) error {
+func WriteCurve(w io.Writer, run *records.Run) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PHASE\tSTEP\tPOLICY\tWALL s\tCPU s\tTRAIN SOLVE RATE\tHELD-OUT PASS@1 [95% CI]")
 	var solved, steps float64
@@ -287,7 +287,7 @@ func WriteCurve(w io.Writer, run *messages.Run) error {
 // and last evaluation points, task by task, with a 95% bootstrap interval
 // over tasks, for the tasks at hint level hint (-1: all); ok is false
 // before two points exist.
-func Gain(run *messages.Run, hint int32, seed uint64) (est rollout.Estimate, from, to *messages.RunPoint, ok bool) {
+func Gain(run *records.Run, hint int32, seed uint64) (est rollout.Estimate, from, to *records.RunPoint, ok bool) {
 	for _, p := range run.GetCurve() {
 		if len(p.GetHeldOut()) == 0 {
 			continue
@@ -313,6 +313,6 @@ func Gain(run *messages.Run, hint int32, seed uint64) (est rollout.Estimate, fro
 // EvalPending says whether a run whose steps are done still lacks its
 // end point (a run killed during its last evaluation): frognano run
 // --run ID then trains nothing more and measures it.
-func EvalPending(run *messages.Run, s Settings) bool {
+func EvalPending(run *records.Run, s Settings) bool {
 	return s.EvalTasks > 0 && Finished(run, s) && !hasPoint(run, PhaseEnd, run.GetStep())
 }

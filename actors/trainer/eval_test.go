@@ -8,22 +8,22 @@ import (
 	"strings"
 	"testing"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
-func heldOutTask(id string, hint int32) *messages.Task {
-	return &messages.Task{Id: id, Difficulty: &messages.DifficultyFeatures{HintLevel: hint}}
+func heldOutTask(id string, hint int32) *records.Task {
+	return &records.Task{Id: id, Difficulty: &records.DifficultyFeatures{HintLevel: hint}}
 }
 
 // The subset is a seeded draw at the asked hint levels, the same at every
 // call (every evaluation point, every resume, every run).
 func TestHeldOutSubset(t *testing.T) {
-	var all []*messages.Task
+	var all []*records.Task
 	for i := range 30 {
 		all = append(all, heldOutTask(fmt.Sprintf("t%02d", i), int32(i%5)))
 	}
 	s := Settings{Seed: 7, EvalTasks: 5, EvalHints: []int{3, 4}}
-	a, b := heldOutSubset(all, s), heldOutSubset(append([]*messages.Task(nil), all[15:]...), s)
+	a, b := heldOutSubset(all, s), heldOutSubset(append([]*records.Task(nil), all[15:]...), s)
 	if len(a) != 5 {
 		t.Fatalf("%d tasks, want 5", len(a))
 	}
@@ -44,7 +44,7 @@ func TestHeldOutSubset(t *testing.T) {
 	}
 }
 
-func ids(ts []*messages.Task) []string {
+func ids(ts []*records.Task) []string {
 	var out []string
 	for _, t := range ts {
 		out = append(out, t.GetId())
@@ -55,12 +55,12 @@ func ids(ts []*messages.Task) []string {
 // The gain pairs tasks between the first and last evaluation points; a
 // task missing from either is left out.
 func TestGainAndCurve(t *testing.T) {
-	run := &messages.Run{Id: "r", Curve: []*messages.RunPoint{
-		{Phase: PhaseStart, HeldOut: []*messages.HeldOutScore{{HintLevel: -1, Tasks: 3, Pass1: 0.25}},
+	run := &records.Run{Id: "r", Curve: []*records.RunPoint{
+		{Phase: PhaseStart, HeldOut: []*records.HeldOutScore{{HintLevel: -1, Tasks: 3, Pass1: 0.25}},
 			TaskPass1: map[string]float64{"a": 0, "b": 0.5, "c": 0.25}, TaskHint: map[string]int32{"a": 4, "b": 3, "c": 4}},
 		{Phase: PhaseStep, Step: 1, Metrics: map[string]float64{"solve_rate": 0.5}},
 		{Phase: PhaseStep, Step: 2, Metrics: map[string]float64{"solve_rate": 0.25}},
-		{Phase: PhaseEnd, Step: 2, PolicyVersion: 2, HeldOut: []*messages.HeldOutScore{{HintLevel: 4, Tasks: 2, Pass1: 0.75}},
+		{Phase: PhaseEnd, Step: 2, PolicyVersion: 2, HeldOut: []*records.HeldOutScore{{HintLevel: 4, Tasks: 2, Pass1: 0.75}},
 			TaskPass1: map[string]float64{"a": 1, "b": 0.5, "d": 1}, TaskHint: map[string]int32{"a": 4, "b": 3, "d": 4}},
 	}}
 	g, from, to, ok := Gain(run, -1, 1)
@@ -76,7 +76,7 @@ func TestGainAndCurve(t *testing.T) {
 			t.Errorf("the curve lacks %q:\n%s", want, b.String())
 		}
 	}
-	if _, _, _, ok := Gain(&messages.Run{Curve: run.Curve[:1]}, -1, 1); ok {
+	if _, _, _, ok := Gain(&records.Run{Curve: run.Curve[:1]}, -1, 1); ok {
 		t.Error("a gain from one point")
 	}
 	if !hasPoint(run, PhaseEnd, 2) || hasPoint(run, PhaseStep, 1) || hasPoint(run, PhaseEnd, 3) {
@@ -86,17 +86,17 @@ func TestGainAndCurve(t *testing.T) {
 
 // The plot is a PNG of the curve's panels; an empty curve draws too.
 func TestPlotCurve(t *testing.T) {
-	run := &messages.Run{Id: "r"}
+	run := &records.Run{Id: "r"}
 	for step := range 6 {
-		p := &messages.RunPoint{Phase: PhaseStep, Step: int64(step), CpuSeconds: float64(100 * step),
+		p := &records.RunPoint{Phase: PhaseStep, Step: int64(step), CpuSeconds: float64(100 * step),
 			Metrics: map[string]float64{"solve_rate": float64(step) / 10, "effective_fraction": 0.5, "loss": 0.1, batchHint + "4": 1}}
 		if step%2 == 0 {
 			p.Phase = PhaseStart
-			p.HeldOut = []*messages.HeldOutScore{{HintLevel: 4, Pass1: float64(step) / 10, Pass1Low: 0, Pass1High: 0.8}, {HintLevel: -1, Pass1: 0.1, Pass1Low: 0, Pass1High: 0.3}}
+			p.HeldOut = []*records.HeldOutScore{{HintLevel: 4, Pass1: float64(step) / 10, Pass1Low: 0, Pass1High: 0.8}, {HintLevel: -1, Pass1: 0.1, Pass1Low: 0, Pass1High: 0.3}}
 		}
 		run.Curve = append(run.Curve, p)
 	}
-	for _, r := range []*messages.Run{run, {Id: "empty"}} {
+	for _, r := range []*records.Run{run, {Id: "empty"}} {
 		path := filepath.Join(t.TempDir(), "runs", r.GetId(), "curve.png")
 		if err := PlotCurve(r, path); err != nil {
 			t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/frognano/frognano/actors/frontier"
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Keys of a step point's metrics.
@@ -107,8 +108,8 @@ func PoolPointMetrics(m map[string]float64, pool *messages.FrontierStateReply) {
 // training solve rate and effective-group fraction, the loss, the share
 // of tokens clipped or masked, the pool by band and the frontier band by
 // hint level. A figure a point lacks is "-".
-func WriteSteps(w io.Writer, run *messages.Run, maxRows int) error {
-	var steps []*messages.RunPoint
+func WriteSteps(w io.Writer, run *records.Run, maxRows int) error {
+	var steps []*records.RunPoint
 	for _, p := range run.GetCurve() {
 		if p.GetPhase() == PhaseStep {
 			steps = append(steps, p)

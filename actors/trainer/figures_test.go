@@ -17,6 +17,7 @@ import (
 	"github.com/frognano/frognano/kernels/model/modeltest"
 	"github.com/frognano/frognano/kernels/optim"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // TestLearnerStepClipFractionReachesThePoint takes real GRPO steps with a
@@ -100,9 +101,9 @@ func TestPoolReachesThePoint(t *testing.T) {
 	ctx := context.Background()
 	mem := persistence.NewMemory()
 	hints := map[string]int32{"a": 1, "b": 1, "c": 3, "d": 3, "e": 4, "f": 4}
-	var tasks []*messages.Task
+	var tasks []*records.Task
 	for id, h := range hints {
-		tasks = append(tasks, &messages.Task{Id: id, Environment: "env", Difficulty: &messages.DifficultyFeatures{
+		tasks = append(tasks, &records.Task{Id: id, Environment: "env", Difficulty: &records.DifficultyFeatures{
 			Operators: []string{"swap_args"}, Edits: 1, Files: 1, LinesTouched: 1, FailingTests: 1, HintLevel: h, Mode: "patch"}})
 	}
 	if err := mem.Tasks().PutMany(ctx, tasks); err != nil {
@@ -171,11 +172,11 @@ func TestPoolReachesThePoint(t *testing.T) {
 	}
 
 	// frognano runs show prints them.
-	run := &messages.Run{Id: "r", Curve: []*messages.RunPoint{{Phase: PhaseStart}}}
+	run := &records.Run{Id: "r", Curve: []*records.RunPoint{{Phase: PhaseStart}}}
 	for i := 1; i <= 40; i++ {
 		pm := map[string]float64{"solve_rate": 0.5, PointClipFraction: float64(i) / 100}
 		PoolPointMetrics(pm, snap)
-		run.Curve = append(run.Curve, &messages.RunPoint{Step: int64(i), Phase: PhaseStep, PolicyVersion: int64(i), Metrics: pm})
+		run.Curve = append(run.Curve, &records.RunPoint{Step: int64(i), Phase: PhaseStep, PolicyVersion: int64(i), Metrics: pm})
 	}
 	var b strings.Builder
 	if err := WriteSteps(&b, run, 5); err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/frognano/frognano/actors/synth"
 	"github.com/frognano/frognano/kernels/modelstore"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/node"
 )
 
@@ -148,7 +149,7 @@ type Deps struct {
 	// TensorBoard opens a run's event file in dir and returns what appends
 	// its new points after each write of its record (actors/ui; nil: the
 	// job's tensorboard is refused).
-	TensorBoard func(dir string, run *messages.Run, warn io.Writer) (func(*messages.Run), error)
+	TensorBoard func(dir string, run *records.Run, warn io.Writer) (func(*records.Run), error)
 	// AnyPath: the node lives in its client's process (the CLI's embedded
 	// node), so a job's tensorboard may name any directory; a node that
 	// serves others takes only names under the run's directory.
@@ -245,7 +246,7 @@ func execute(ctx context.Context, d *Deps, job Job, out io.Writer) (err error) {
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
-	var stored func(*messages.Run)
+	var stored func(*records.Run)
 	if job.TensorBoard != "" {
 		if d.TensorBoard == nil {
 			return fmt.Errorf("tensorboard: this node cannot write event files")
@@ -292,7 +293,7 @@ func execute(ctx context.Context, d *Deps, job Job, out io.Writer) (err error) {
 		return fmt.Errorf("%d of %d jobs failed or answered wrongly", bad, len(report.Outcomes))
 	}
 	if len(job.Envs) > 0 {
-		var envs []*messages.Environment
+		var envs []*records.Environment
 		run.Metrics["env_baseline_tests"] = 0
 		for _, source := range job.Envs {
 			env, err := environment.Ensure(ctx, d, source, out)
@@ -314,7 +315,7 @@ func execute(ctx context.Context, d *Deps, job Job, out io.Writer) (err error) {
 				for i, hint := range job.HintLevels {
 					synthStart := time.Now()
 					req := &messages.SynthesizeRequest{Environment: env.Name, Count: job.Tasks, Bugs: 1,
-						Seed: uint64(started.UnixNano()) + uint64(k*len(job.HintLevels)+i), Target: &messages.DifficultyFeatures{HintLevel: int32(hint)}}
+						Seed: uint64(started.UnixNano()) + uint64(k*len(job.HintLevels)+i), Target: &records.DifficultyFeatures{HintLevel: int32(hint)}}
 					r, err := d.asker().AskStagesPID(ctx, d.pid(synth.ActorName), req, 24*time.Hour, out, func(m any) bool { _, ok := m.(*messages.SynthesizeResult); return ok })
 					if err != nil {
 						return err
@@ -328,7 +329,7 @@ func execute(ctx context.Context, d *Deps, job Job, out io.Writer) (err error) {
 				}
 			}
 		}
-		var heldOut []*messages.Task
+		var heldOut []*records.Task
 		if s.EvalTasks > 0 {
 			if heldOut, err = evaluate.HeldOutTasks(ctx, d, out); err != nil {
 				return err
@@ -356,7 +357,7 @@ func execute(ctx context.Context, d *Deps, job Job, out io.Writer) (err error) {
 
 // OpenRun returns the run record id names (resumed is true), or a new one
 // (under id when given).
-func OpenRun(ctx context.Context, runs *Runs, id string, now time.Time) (*messages.Run, bool, error) {
+func OpenRun(ctx context.Context, runs *Runs, id string, now time.Time) (*records.Run, bool, error) {
 	if id != "" {
 		r, err := runs.Get(ctx, id)
 		switch {
@@ -371,7 +372,7 @@ func OpenRun(ctx context.Context, runs *Runs, id string, now time.Time) (*messag
 	} else {
 		id = fmt.Sprintf("run-%s", now.UTC().Format("20060102-150405.000"))
 	}
-	return &messages.Run{Id: id, Status: "running", StartedUnixNano: now.UnixNano(), UpdatedUnixNano: now.UnixNano(),
+	return &records.Run{Id: id, Status: "running", StartedUnixNano: now.UnixNano(), UpdatedUnixNano: now.UnixNano(),
 		Metrics: map[string]float64{}}, false, nil
 }
 
@@ -379,7 +380,7 @@ func OpenRun(ctx context.Context, runs *Runs, id string, now time.Time) (*messag
 // its own SandboxWorker actor, spawned by kind on the cluster's members
 // with containerd, with the Sampler's model's tokenizer. stored, when set,
 // is called after each write of the run's record.
-func TrainOnNode(ctx context.Context, d *Deps, run *messages.Run, s Settings, parallel int, out io.Writer, heldOut []*messages.Task, stored func(*messages.Run)) (Summary, error) {
+func TrainOnNode(ctx context.Context, d *Deps, run *records.Run, s Settings, parallel int, out io.Writer, heldOut []*records.Task, stored func(*records.Run)) (Summary, error) {
 	fail := func(err error) (Summary, error) { return SummaryOf(run, s.Steps), err }
 	name := s.Model
 	if name == "" {
@@ -422,7 +423,7 @@ func (d *Deps) AskStages(ctx context.Context, name string, req any, timeout time
 
 // checkTraining refuses a run whose training environment or warm-start
 // environments are held out.
-func checkTraining(ctx context.Context, d *Deps, env *messages.Environment, s Settings) error {
+func checkTraining(ctx context.Context, d *Deps, env *records.Environment, s Settings) error {
 	if err := evaluate.CheckTraining(env.GetName(), env); err != nil {
 		return err
 	}
@@ -430,7 +431,7 @@ func checkTraining(ctx context.Context, d *Deps, env *messages.Environment, s Se
 		if name = strings.TrimSpace(name); name == "" {
 			continue
 		}
-		var e *messages.Environment
+		var e *records.Environment
 		if r, err := d.ask(ctx, d.pid(environment.ActorName), &messages.EnvGetRequest{Name: name}, time.Minute); err == nil {
 			e = r.(*messages.EnvAddReply).GetEnvironment()
 		}
@@ -443,7 +444,7 @@ func checkTraining(ctx context.Context, d *Deps, env *messages.Environment, s Se
 
 // writeRunPlot draws a run's curve at DATA_DIR/runs/ID/curve.png and says
 // where; a run without points draws nothing.
-func writeRunPlot(d *Deps, out io.Writer, run *messages.Run) {
+func writeRunPlot(d *Deps, out io.Writer, run *records.Run) {
 	if len(run.GetCurve()) == 0 {
 		return
 	}

@@ -47,6 +47,7 @@ import (
 
 	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Keys of a step's curve point metrics about staleness.
@@ -71,7 +72,7 @@ func groupVersion(g *messages.TrajectoryGroup) (v int64, ok bool) {
 	v = math.MaxInt64
 	for _, tr := range g.GetTrajectories() {
 		for _, turn := range tr.GetTurns() {
-			if turn.GetRole() == messages.Role_ROLE_ASSISTANT {
+			if turn.GetRole() == records.Role_ROLE_ASSISTANT {
 				v, ok = min(v, turn.GetPolicyVersion()), true
 			}
 		}
@@ -104,10 +105,10 @@ func filterStale(groups []*messages.TrajectoryGroup, version int64, maxStaleness
 
 // mixedVersions says whether an episode's turns were sampled by more
 // than one policy version.
-func mixedVersions(tr *messages.Trajectory) bool {
+func mixedVersions(tr *records.Trajectory) bool {
 	var vs []int64
 	for _, turn := range tr.GetTurns() {
-		if turn.GetRole() == messages.Role_ROLE_ASSISTANT && !slices.Contains(vs, turn.GetPolicyVersion()) {
+		if turn.GetRole() == records.Role_ROLE_ASSISTANT && !slices.Contains(vs, turn.GetPolicyVersion()) {
 			vs = append(vs, turn.GetPolicyVersion())
 		}
 	}
@@ -123,7 +124,7 @@ type produced struct {
 // pipeline runs the run's remaining steps asynchronously (see the top of
 // this file). It returns when every step is recorded, the budget is spent,
 // or a step fails; the producer has stopped by then.
-func (t *Trainer) pipeline(ctx context.Context, run *messages.Run, s Settings, lim harness.Limits) error {
+func (t *Trainer) pipeline(ctx context.Context, run *records.Run, s Settings, lim harness.Limits) error {
 	first := int(run.GetStep()) + 1
 	if first > s.Steps {
 		return nil

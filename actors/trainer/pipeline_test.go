@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // group is a group of task id whose episodes' assistant turns were
@@ -12,12 +13,12 @@ import (
 func group(id string, episodes ...[]int64) *messages.TrajectoryGroup {
 	g := &messages.TrajectoryGroup{TaskId: id}
 	for _, vs := range episodes {
-		tr := &messages.Trajectory{TaskId: id, Turns: []*messages.Turn{{Role: messages.Role_ROLE_SYSTEM}, {Role: messages.Role_ROLE_USER}}}
+		tr := &records.Trajectory{TaskId: id, Turns: []*records.Turn{{Role: records.Role_ROLE_SYSTEM}, {Role: records.Role_ROLE_USER}}}
 		for i, v := range vs {
 			if i == 0 {
 				tr.PolicyVersion = v
 			}
-			tr.Turns = append(tr.Turns, &messages.Turn{Role: messages.Role_ROLE_ASSISTANT, PolicyVersion: v}, &messages.Turn{Role: messages.Role_ROLE_TOOL})
+			tr.Turns = append(tr.Turns, &records.Turn{Role: records.Role_ROLE_ASSISTANT, PolicyVersion: v}, &records.Turn{Role: records.Role_ROLE_TOOL})
 		}
 		g.Trajectories = append(g.Trajectories, tr)
 	}

@@ -17,7 +17,7 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/frognano/frognano/actors/frontier"
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // PlotCurve draws a run's learning curve as a PNG at path: held-out pass@1
@@ -27,18 +27,18 @@ import (
 // trust region clipped or masked, the FrontierEstimator's pool by band and
 // the active pool and its frontier band by hint level; each against the
 // step (left) and against the run's CPU seconds (right).
-func PlotCurve(run *messages.Run, path string) error {
+func PlotCurve(run *records.Run, path string) error {
 	c := curve{run.GetCurve()}
 	var rows []panelFunc
 	for _, r := range c.rows() {
 		rows = append(rows, r.draw)
 	}
 	xs := []struct {
-		f     func(*messages.RunPoint) float64
+		f     func(*records.RunPoint) float64
 		label string
 	}{
-		{func(p *messages.RunPoint) float64 { return float64(p.GetStep()) }, "step"},
-		{func(p *messages.RunPoint) float64 { return p.GetCpuSeconds() }, "CPU seconds"},
+		{func(p *records.RunPoint) float64 { return float64(p.GetStep()) }, "step"},
+		{func(p *records.RunPoint) float64 { return p.GetCpuSeconds() }, "CPU seconds"},
 	}
 	plots := make([][]*plot.Plot, len(rows))
 	for i, row := range rows {
@@ -76,13 +76,13 @@ func PlotCurve(run *messages.Run, path string) error {
 }
 
 // curve is a run's points, drawn panel by panel.
-type curve struct{ points []*messages.RunPoint }
+type curve struct{ points []*records.RunPoint }
 
 // rowHeight is the height of one row of panels, in points.
 const rowHeight = 300
 
 // panelFunc draws one panel of the curve against x.
-type panelFunc func(x func(*messages.RunPoint) float64, xl string) (*plot.Plot, error)
+type panelFunc func(x func(*records.RunPoint) float64, xl string) (*plot.Plot, error)
 
 // row is one row of the figure.
 type row struct {
@@ -129,7 +129,7 @@ func newPanel(title, xl, yl string) *plot.Plot {
 	return p
 }
 
-func (c curve) heldOut(x func(*messages.RunPoint) float64, xl string) (*plot.Plot, error) {
+func (c curve) heldOut(x func(*records.RunPoint) float64, xl string) (*plot.Plot, error) {
 	p := newPanel("", xl, "held-out pass@1")
 	p.Y.Min, p.Y.Max = 0, 1
 	series := map[int32]plotter.XYs{}
@@ -171,7 +171,7 @@ func (c curve) heldOut(x func(*messages.RunPoint) float64, xl string) (*plot.Plo
 }
 
 // metricSeries is one training figure of the step points.
-func (c curve) series(x func(*messages.RunPoint) float64, key string) plotter.XYs {
+func (c curve) series(x func(*records.RunPoint) float64, key string) plotter.XYs {
 	var xy plotter.XYs
 	for _, pt := range c.points {
 		if pt.GetPhase() == PhaseStep {
@@ -186,7 +186,7 @@ func (c curve) series(x func(*messages.RunPoint) float64, key string) plotter.XY
 	return xy
 }
 
-func (c curve) lines(p *plot.Plot, x func(*messages.RunPoint) float64, keys, names []string) error {
+func (c curve) lines(p *plot.Plot, x func(*records.RunPoint) float64, keys, names []string) error {
 	for i, k := range keys {
 		if _, err := c.line(p, x, k, names[i], i, nil); err != nil {
 			return err
@@ -197,7 +197,7 @@ func (c curve) lines(p *plot.Plot, x func(*messages.RunPoint) float64, keys, nam
 
 // line draws the series of key in the i-th color (dashed: dashes, nil for
 // a solid line); false when no step point has it.
-func (c curve) line(p *plot.Plot, x func(*messages.RunPoint) float64, key, name string, i int, dashes []vg.Length) (bool, error) {
+func (c curve) line(p *plot.Plot, x func(*records.RunPoint) float64, key, name string, i int, dashes []vg.Length) (bool, error) {
 	xy := c.series(x, key)
 	if len(xy) == 0 {
 		return false, nil
@@ -213,18 +213,18 @@ func (c curve) line(p *plot.Plot, x func(*messages.RunPoint) float64, key, name 
 	return true, nil
 }
 
-func (c curve) training(x func(*messages.RunPoint) float64, xl string) (*plot.Plot, error) {
+func (c curve) training(x func(*records.RunPoint) float64, xl string) (*plot.Plot, error) {
 	p := newPanel("", xl, "training")
 	p.Y.Min, p.Y.Max = 0, 1
 	return p, c.lines(p, x, []string{"solve_rate", "effective_fraction"}, []string{"solve rate", "effective groups"})
 }
 
-func (c curve) loss(x func(*messages.RunPoint) float64, xl string) (*plot.Plot, error) {
+func (c curve) loss(x func(*records.RunPoint) float64, xl string) (*plot.Plot, error) {
 	p := newPanel("", xl, "GRPO loss, grad norm")
 	return p, c.lines(p, x, []string{"loss", "grad_norm"}, []string{"loss", "grad norm"})
 }
 
-func (c curve) mix(x func(*messages.RunPoint) float64, xl string) (*plot.Plot, error) {
+func (c curve) mix(x func(*records.RunPoint) float64, xl string) (*plot.Plot, error) {
 	p := newPanel("", xl, "batch share by hint level")
 	p.Y.Min, p.Y.Max = 0, 1
 	seen := map[string]bool{}
@@ -252,7 +252,7 @@ const batchHint = "batch_hint_"
 
 // clipped draws the share of each step's policy tokens the GRPO trust
 // region clipped or masked (PointClipFraction).
-func (c curve) clipped(x func(*messages.RunPoint) float64, xl string) (*plot.Plot, error) {
+func (c curve) clipped(x func(*records.RunPoint) float64, xl string) (*plot.Plot, error) {
 	p := newPanel("", xl, "tokens clipped or masked")
 	p.Y.Min, p.Y.Max = 0, 1
 	return p, c.lines(p, x, []string{PointClipFraction}, []string{"share of policy tokens"})
@@ -276,7 +276,7 @@ func (c curve) poolLines() (keys, names []string) {
 }
 
 // pool draws the pool's task count in each band after each step.
-func (c curve) pool(x func(*messages.RunPoint) float64, xl string) (*plot.Plot, error) {
+func (c curve) pool(x func(*records.RunPoint) float64, xl string) (*plot.Plot, error) {
 	p := newPanel("", xl, "pool by band (tasks)")
 	p.Y.Min = 0
 	keys, names := c.poolLines()
@@ -298,7 +298,7 @@ func (c curve) poolLevels() []int32 {
 
 // poolActive is the series of the active pool's tasks at one hint level:
 // the sum of its active bands, at each step point that records any.
-func (c curve) poolActive(x func(*messages.RunPoint) float64, level int32) plotter.XYs {
+func (c curve) poolActive(x func(*records.RunPoint) float64, level int32) plotter.XYs {
 	var xy plotter.XYs
 	for _, pt := range c.points {
 		if pt.GetPhase() != PhaseStep {
@@ -319,7 +319,7 @@ func (c curve) poolActive(x func(*messages.RunPoint) float64, level int32) plott
 
 // poolHints draws, per hint level, the active pool (solid) and its
 // frontier band (dashed) after each step.
-func (c curve) poolHints(x func(*messages.RunPoint) float64, xl string) (*plot.Plot, error) {
+func (c curve) poolHints(x func(*records.RunPoint) float64, xl string) (*plot.Plot, error) {
 	p := newPanel("", xl, "active pool (solid), frontier (dashed) by hint")
 	p.Y.Min = 0
 	for i, level := range c.poolLevels() {

@@ -14,12 +14,13 @@ import (
 
 	"github.com/frognano/frognano/actors/frontier"
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // plotRun is a run whose step points carry the Learner's clip fraction
 // and the frontier's pool, converted as the trainer converts them.
-func plotRun() *messages.Run {
-	run := &messages.Run{Id: "pool"}
+func plotRun() *records.Run {
+	run := &records.Run{Id: "pool"}
 	for step := 1; step <= 5; step++ {
 		m := map[string]float64{"solve_rate": 0.25, "effective_fraction": 0.5, batchHint + "3": 1}
 		LearnerPointMetrics(m, &messages.LearnerStep{Step: int64(step), PolicyTokens: 100, ClipFraction: 0.1 * float64(step)})
@@ -30,7 +31,7 @@ func plotRun() *messages.Run {
 			{Name: frontier.BandRetiredHopeless, Tasks: int32(step / 2), HintTasks: map[int32]int32{3: int32(step / 2)}},
 			{Name: frontier.BandRetiredMastered},
 		}})
-		run.Curve = append(run.Curve, &messages.RunPoint{Phase: PhaseStep, Step: int64(step), CpuSeconds: float64(60 * step), Metrics: m})
+		run.Curve = append(run.Curve, &records.RunPoint{Phase: PhaseStep, Step: int64(step), CpuSeconds: float64(60 * step), Metrics: m})
 	}
 	return run
 }
@@ -52,11 +53,11 @@ func TestPlotCurveDrawsClipFractionAndPool(t *testing.T) {
 	if got, want := rowNames(c), []string{"held-out", "training", "loss", "mix", "clipped", "pool", "pool by hint"}; !slices.Equal(got, want) {
 		t.Fatalf("rows %v, want %v", got, want)
 	}
-	if got := rowNames(curve{[]*messages.RunPoint{{Phase: PhaseStep, Metrics: map[string]float64{"solve_rate": 1}}}}); len(got) != 4 {
+	if got := rowNames(curve{[]*records.RunPoint{{Phase: PhaseStep, Metrics: map[string]float64{"solve_rate": 1}}}}); len(got) != 4 {
 		t.Errorf("a run without the figures draws rows %v", got)
 	}
 
-	step := func(p *messages.RunPoint) float64 { return float64(p.GetStep()) }
+	step := func(p *records.RunPoint) float64 { return float64(p.GetStep()) }
 	keys, names := c.poolLines()
 	if want := []string{"pool_too_hard", "pool_frontier", "pool_too_easy", "pool_retired_hopeless", "pool_retired_mastered"}; !slices.Equal(keys, want) {
 		t.Errorf("pool lines %v, want %v", keys, want)
@@ -86,7 +87,7 @@ func TestPlotCurveDrawsClipFractionAndPool(t *testing.T) {
 	}
 
 	img := drawCurve(t, run)
-	empty := drawCurve(t, &messages.Run{Id: "empty"})
+	empty := drawCurve(t, &records.Run{Id: "empty"})
 	if h, h0 := img.Bounds().Dy(), empty.Bounds().Dy(); h*4 != h0*7 {
 		t.Fatalf("the figure is %d pixels high, the one of four rows %d: want seven rows", h, h0)
 	}
@@ -102,7 +103,7 @@ func TestPlotCurveDrawsClipFractionAndPool(t *testing.T) {
 	}
 }
 
-func drawCurve(t *testing.T, run *messages.Run) image.Image {
+func drawCurve(t *testing.T, run *records.Run) image.Image {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "curve.png")
 	if err := PlotCurve(run, path); err != nil {

@@ -3,8 +3,8 @@ package trainer
 import (
 	"context"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Runs reads and writes a node's run records: the run executes on the
@@ -15,11 +15,11 @@ type Runs struct {
 	// Stored, when set, is called with the run after every Put that
 	// stored it, in the goroutine that called Put (frognano run
 	// --tensorboard appends the record's new points to an event file).
-	Stored func(*messages.Run)
+	Stored func(*records.Run)
 }
 
 // Put stores run, replacing the record with its id.
-func (r *Runs) Put(ctx context.Context, run *messages.Run) error {
+func (r *Runs) Put(ctx context.Context, run *records.Run) error {
 	if err := r.Store.Put(ctx, run); err != nil {
 		return err
 	}
@@ -30,6 +30,6 @@ func (r *Runs) Put(ctx context.Context, run *messages.Run) error {
 }
 
 // Get returns the run, or an error wrapping persistence.ErrNotFound.
-func (r *Runs) Get(ctx context.Context, id string) (*messages.Run, error) {
+func (r *Runs) Get(ctx context.Context, id string) (*records.Run, error) {
 	return r.Store.Get(ctx, id)
 }

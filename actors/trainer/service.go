@@ -16,8 +16,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/joblog"
 	"github.com/frognano/frognano/runtime/node"
 	"github.com/frognano/frognano/runtime/supervise"
@@ -198,7 +198,7 @@ func (a *serviceActor) resumeUnfinished(c actor.Context) {
 		a.s.deps.Logger.Error("cannot list runs to resume", "err", err)
 		return
 	}
-	var unfinished []*messages.Run
+	var unfinished []*records.Run
 	for _, r := range runs {
 		if r.GetStatus() == "running" && r.GetJobJson() != "" {
 			unfinished = append(unfinished, r)
@@ -242,7 +242,7 @@ func (a *serviceActor) markGivenUp(id string) {
 	}
 }
 
-func storedJob(run *messages.Run) (Job, error) {
+func storedJob(run *records.Run) (Job, error) {
 	var job Job
 	if run.GetJobJson() == "" {
 		return job, fmt.Errorf("run %s was not started through a node's run service: resume it with frognano run --run %s and its flags", run.GetId(), run.GetId())
@@ -340,7 +340,7 @@ func (r *runActor) halt(cause error) {
 //
 //	POST /v1/runs              submit a Job (JSON); 202 {"id", "resumed"}
 //	GET  /v1/runs              the runs the store records, with "active"
-//	GET  /v1/runs/{id}         one run's record (JSON of messages.Run)
+//	GET  /v1/runs/{id}         one run's record (JSON of records.Run)
 //	GET  /v1/runs/{id}/logs    its log from ?offset=N; ?follow=true streams
 //	                           until the run's actor ends
 //	POST /v1/runs/{id}/stop    stop it (recorded "stopped"; resumable)

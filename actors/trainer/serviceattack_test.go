@@ -23,7 +23,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/frognano/frognano/actors/diag"
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/node"
 )
@@ -60,7 +60,7 @@ func digestJob(id string, jobs int, rounds int64) string {
 	return fmt.Sprintf(`{"run_id": %q, "jobs": %d, "rounds": %d, "parallel": 1, "envs": [], %s}`, id, jobs, rounds, attackSettings)
 }
 
-func recordOf(t *testing.T, n *node.Node, id string) (*messages.Run, error) {
+func recordOf(t *testing.T, n *node.Node, id string) (*records.Run, error) {
 	t.Helper()
 	return n.DB().Runs().Get(context.Background(), id)
 }
@@ -185,11 +185,11 @@ func TestAttackRunFilesStayOnTheNodesDataDir(t *testing.T) {
 	var mu sync.Mutex
 	var asked []string
 	_, base, dataDir := attackNode(t, "", node.HTTPLimits{}, func(d *Deps) {
-		d.TensorBoard = func(dir string, run *messages.Run, warn io.Writer) (func(*messages.Run), error) {
+		d.TensorBoard = func(dir string, run *records.Run, warn io.Writer) (func(*records.Run), error) {
 			mu.Lock()
 			asked = append(asked, dir)
 			mu.Unlock()
-			return func(*messages.Run) {}, nil // the real one (actors/ui) MkdirAll(dir)s and creates its event file there
+			return func(*records.Run) {}, nil // the real one (actors/ui) MkdirAll(dir)s and creates its event file there
 		}
 	})
 	outside := filepath.Join(os.TempDir(), "probe-attack-tb") // e.g. /etc/cron.d, ~/.ssh
@@ -527,7 +527,7 @@ func TestAttackAFollowerThatNeverReads(t *testing.T) {
 // them: refused (the evaluation service refuses the reverse).
 func TestAttackARunCannotTakeAnEvaluationsID(t *testing.T) {
 	n, base, _ := attackNode(t, "", node.HTTPLimits{}, nil)
-	if err := n.DB().Evaluations().Put(context.Background(), &messages.Evaluation{Id: "eval-1", Status: "done"}); err != nil {
+	if err := n.DB().Evaluations().Put(context.Background(), &records.Evaluation{Id: "eval-1", Status: "done"}); err != nil {
 		t.Fatal(err)
 	}
 	code, body := call(t, http.MethodPost, base+RunsPath, digestJob("eval-1", 1, 10))

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 func validSettings() Settings {
@@ -50,23 +50,23 @@ func TestSettingsRoundTripThroughARunRecord(t *testing.T) {
 	s := validSettings()
 	s.Seed, s.CheckpointEvery, s.WallSeconds = 42, 3, 90.5
 	s.EvalTasks, s.EvalK, s.EvalEvery, s.EvalHints = 12, 2, 5, []int{3, 4}
-	got, err := DecodeSettings(&messages.Run{Id: "r", ConfigYaml: s.Encode()})
+	got, err := DecodeSettings(&records.Run{Id: "r", ConfigYaml: s.Encode()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(got, s) {
 		t.Fatalf("decoded %+v, want %+v", got, s)
 	}
-	if _, err := DecodeSettings(&messages.Run{Id: "plain"}); err == nil || !strings.Contains(err.Error(), "not a training run") {
+	if _, err := DecodeSettings(&records.Run{Id: "plain"}); err == nil || !strings.Contains(err.Error(), "not a training run") {
 		t.Fatalf("a run without settings: %v", err)
 	}
-	if _, err := DecodeSettings(&messages.Run{Id: "bad", ConfigYaml: "{"}); err == nil {
+	if _, err := DecodeSettings(&records.Run{Id: "bad", ConfigYaml: "{"}); err == nil {
 		t.Fatal("malformed settings decoded")
 	}
 }
 
 func TestSummaryOfARunRecord(t *testing.T) {
-	run := &messages.Run{Id: "r", Step: 3, Metrics: map[string]float64{
+	run := &records.Run{Id: "r", Step: 3, Metrics: map[string]float64{
 		MetricEpisodes: 10, MetricInfra: 2, MetricSolved: 4, MetricGroups: 5, MetricEffective: 3,
 		MetricPolicyVersion: 2, MetricLoss: -0.25,
 	}}
@@ -77,7 +77,7 @@ func TestSummaryOfARunRecord(t *testing.T) {
 	if got := s.SolveRate(); got != 0.5 { // 4 solved of 8 graded
 		t.Fatalf("solve rate %v, want 0.5", got)
 	}
-	if SummaryOf(&messages.Run{Id: "empty"}, 1).HaveLoss {
+	if SummaryOf(&records.Run{Id: "empty"}, 1).HaveLoss {
 		t.Fatal("a run without updates reports a loss")
 	}
 	if got := (Summary{Episodes: 2, Infra: 2}).SolveRate(); got != 0 {
@@ -91,7 +91,7 @@ func TestSummaryOfARunRecord(t *testing.T) {
 func TestBudget(t *testing.T) {
 	s := validSettings()
 	s.Steps = 100
-	run := &messages.Run{Step: 3, Metrics: map[string]float64{MetricWallSeconds: 700, MetricEvalSeconds: 200}}
+	run := &records.Run{Step: 3, Metrics: map[string]float64{MetricWallSeconds: 700, MetricEvalSeconds: 200}}
 	if got := TrainSeconds(run); got != 500 {
 		t.Fatalf("TrainSeconds = %v, want 500 (700 s wall less 200 s of evaluation)", got)
 	}
@@ -114,7 +114,7 @@ func TestBudget(t *testing.T) {
 	if !EvalPending(run, Settings{Steps: 100, EvalTasks: 4, EvalK: 2, BudgetSeconds: 600}) {
 		t.Fatal("a run ended by its budget without an end point has no evaluation pending")
 	}
-	run2 := &messages.Run{Step: 100, Metrics: map[string]float64{}}
+	run2 := &records.Run{Step: 100, Metrics: map[string]float64{}}
 	if !Finished(run2, s) {
 		t.Fatal("a run at its last step is not finished")
 	}

@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"io"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // WriteSummary writes a run's totals, its steps and its learning curve:
 // what frognano run prints at its end and frognano runs show prints.
-func WriteSummary(out io.Writer, s Summary, run *messages.Run) {
+func WriteSummary(out io.Writer, s Summary, run *records.Run) {
 	loss := "none (no update yet)"
 	if s.HaveLoss {
 		loss = fmt.Sprintf("%+.5f", s.Loss)
@@ -39,7 +39,7 @@ func WriteSummary(out io.Writer, s Summary, run *messages.Run) {
 	}
 }
 
-func hasSteps(run *messages.Run) bool {
+func hasSteps(run *records.Run) bool {
 	for _, p := range run.GetCurve() {
 		if p.GetPhase() == PhaseStep {
 			return true
@@ -48,7 +48,7 @@ func hasSteps(run *messages.Run) bool {
 	return false
 }
 
-func hasHeldOut(run *messages.Run) bool {
+func hasHeldOut(run *records.Run) bool {
 	for _, p := range run.GetCurve() {
 		if len(p.GetHeldOut()) > 0 {
 			return true

@@ -56,6 +56,7 @@ import (
 	"github.com/frognano/frognano/kernels/sample"
 	"github.com/frognano/frognano/kernels/tokenizer"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Settings are a run's choices, kept in its record (Run.ConfigYaml, as
@@ -137,21 +138,21 @@ func seconds(x float64) time.Duration {
 
 // TrainSeconds is the run's training time so far: its wall time over every
 // process that ran it, less the time its held-out evaluations took.
-func TrainSeconds(run *messages.Run) float64 {
+func TrainSeconds(run *records.Run) float64 {
 	m := run.GetMetrics()
 	return m[MetricWallSeconds] - m[MetricEvalSeconds]
 }
 
 // BudgetSpent says whether the run has used its training budget (never
 // when it has none).
-func BudgetSpent(run *messages.Run, s Settings) bool {
+func BudgetSpent(run *records.Run, s Settings) bool {
 	return s.BudgetSeconds > 0 && (run.GetMetrics()[MetricBudgetSpent] > 0 || TrainSeconds(run) >= s.BudgetSeconds)
 }
 
 // Finished says whether the run's training is over: all its steps taken,
 // or its budget spent (then its end point is still to be evaluated if
 // the curve lacks it).
-func Finished(run *messages.Run, s Settings) bool {
+func Finished(run *records.Run, s Settings) bool {
 	return s.Steps > 0 && (int(run.GetStep()) >= s.Steps || run.GetMetrics()[MetricBudgetSpent] > 0)
 }
 
@@ -200,7 +201,7 @@ func (s Settings) Encode() string {
 }
 
 // DecodeSettings reads the settings of a run record.
-func DecodeSettings(run *messages.Run) (Settings, error) {
+func DecodeSettings(run *records.Run) (Settings, error) {
 	var s Settings
 	if run.GetConfigYaml() == "" {
 		return s, fmt.Errorf("trainer: run %s has no training settings (it was not a training run)", run.GetId())
@@ -228,7 +229,7 @@ type Config struct {
 	// HeldOut is the held-out set the run is evaluated on (tasks of
 	// environments it never trains on; see actors/evaluate); nil: no
 	// evaluation points.
-	HeldOut []*messages.Task
+	HeldOut []*records.Task
 	// Parallel bounds the episodes running at once (default 8).
 	Parallel int
 	// Progress receives a line per phase of every step.
@@ -239,7 +240,7 @@ type Config struct {
 	Runs persistence.RunStore
 	// Stored, when set, is called with the run after each write of its
 	// record (Runs.Stored).
-	Stored func(*messages.Run)
+	Stored func(*records.Run)
 }
 
 // Trainer runs the loop of one run.
@@ -372,7 +373,7 @@ func (s Summary) SolveRate() float64 {
 }
 
 // SummaryOf reads a run record's totals.
-func SummaryOf(run *messages.Run, steps int) Summary {
+func SummaryOf(run *records.Run, steps int) Summary {
 	m := run.GetMetrics()
 	loss, ok := m[MetricLoss]
 	return Summary{
@@ -407,7 +408,7 @@ func (t *Trainer) ask(pid *actor.PID, msg any, timeout time.Duration) (any, erro
 // storing run (its Step and Metrics) after every step. run must be stored
 // already; Train leaves its Status to the caller. It returns the run's
 // summary, also when it fails part-way.
-func (t *Trainer) Train(ctx context.Context, run *messages.Run, s Settings) (Summary, error) {
+func (t *Trainer) Train(ctx context.Context, run *records.Run, s Settings) (Summary, error) {
 	if err := s.Validate(); err != nil {
 		return SummaryOf(run, s.Steps), err
 	}
@@ -497,7 +498,7 @@ func (t *Trainer) Train(ctx context.Context, run *messages.Run, s Settings) (Sum
 // version, and reconciles the record with the Learner's state after a
 // crash. It returns the Sampler's context length. Versions reach the
 // Sampler only by the Trainer's swap: the Learner announces nothing.
-func (t *Trainer) open(ctx context.Context, run *messages.Run, s Settings) (int, error) {
+func (t *Trainer) open(ctx context.Context, run *records.Run, s Settings) (int, error) {
 	start := time.Now()
 	t.printf("learner: opening run %s (model %s, lr %g)", run.GetId(), orDefault(s.Model, "the store's default"), s.LR)
 	res, err := t.ask(actor.NewPID(t.cfg.Node, HostName), &messages.LearnerOpen{RunId: run.GetId(), Model: s.Model, Lr: s.LR,
@@ -554,7 +555,7 @@ func (t *Trainer) open(ctx context.Context, run *messages.Run, s Settings) (int,
 	return int(ss.GetContextLength()), nil
 }
 
-func sameModel(a, b *messages.ModelConfig) bool {
+func sameModel(a, b *records.ModelConfig) bool {
 	return a.GetArchitecture() == b.GetArchitecture() && a.GetHiddenSize() == b.GetHiddenSize() && a.GetLayers() == b.GetLayers() &&
 		a.GetVocabSize() == b.GetVocabSize() && a.GetHeads() == b.GetHeads() && a.GetKvHeads() == b.GetKvHeads() &&
 		a.GetIntermediateSize() == b.GetIntermediateSize()
@@ -579,7 +580,7 @@ func (t *Trainer) swap(runID string, step, version int64) error {
 // prepared is one step's batch and rollouts, ready for the Learner.
 type prepared struct {
 	step  int
-	tasks []*messages.Task
+	tasks []*records.Task
 	// version is the policy version the batch was asked at, the oldest its
 	// episodes may use.
 	version                   int64
@@ -632,7 +633,7 @@ func (t *Trainer) produce(ctx context.Context, runID string, s Settings, lim har
 // consume hands a prepared step to the Learner and records it: outcomes
 // to the frontier, the staleness filter, one GRPO step, the Sampler's
 // swap, the record.
-func (t *Trainer) consume(ctx context.Context, run *messages.Run, s Settings, lim harness.Limits, p *prepared) error {
+func (t *Trainer) consume(ctx context.Context, run *records.Run, s Settings, lim harness.Limits, p *prepared) error {
 	m := run.Metrics
 	step, tasks, results := p.step, p.tasks, p.results
 	tag := fmt.Sprintf("step %d/%d", step, s.Steps)
@@ -825,7 +826,7 @@ func (t *Trainer) consume(ctx context.Context, run *messages.Run, s Settings, li
 // batch asks the run's frontier estimator for n tasks; while the pool is
 // empty it waits for the tasks the frontier asks the synthesizer for. mode
 // tells the frontier the harness mode the batch is played in.
-func (t *Trainer) batch(ctx context.Context, tag, runID string, n int, version int64, seed uint64, mode string, uniform bool) ([]*messages.Task, error) {
+func (t *Trainer) batch(ctx context.Context, tag, runID string, n int, version int64, seed uint64, mode string, uniform bool) ([]*records.Task, error) {
 	const poll, patience = 10 * time.Second, 30 * time.Minute
 	deadline := time.Now().Add(patience)
 	for {
@@ -851,7 +852,7 @@ func (t *Trainer) batch(ctx context.Context, tag, runID string, n int, version i
 // rollouts plays every task's group concurrently and returns the results
 // in task order. A task the node cannot run (its environment or image is
 // gone) fails the step.
-func (t *Trainer) rollouts(ctx context.Context, tag, runID string, tasks []*messages.Task, s Settings, lim harness.Limits, version int64, seed uint64) ([]*rollout.Result, error) {
+func (t *Trainer) rollouts(ctx context.Context, tag, runID string, tasks []*records.Task, s Settings, lim harness.Limits, version int64, seed uint64) ([]*rollout.Result, error) {
 	mode, _ := harness.ParseMode(s.Mode)
 	results := make([]*rollout.Result, len(tasks))
 	errs := make([]error, len(tasks))

@@ -48,6 +48,7 @@ import (
 	"github.com/frognano/frognano/actors/rollout"
 	"github.com/frognano/frognano/actors/synth"
 	"github.com/frognano/frognano/kernels/sample"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Keys of the run record's metrics kept by the warm start.
@@ -81,7 +82,7 @@ const NLLSample = 16
 func DemoRunID(runID string) string { return runID + "/warm-start" }
 
 // warmStartPending says whether the run still has a warm start to do.
-func warmStartPending(run *messages.Run, s Settings) bool {
+func warmStartPending(run *records.Run, s Settings) bool {
 	return s.WarmStartEpochs > 0 && run.GetMetrics()[MetricWarmStartDone] == 0 && run.GetStep() == 0
 }
 
@@ -114,7 +115,7 @@ func (s Settings) validateWarmStart() error {
 }
 
 // warmStart runs the stage when the run has one pending.
-func (t *Trainer) warmStart(ctx context.Context, run *messages.Run, s Settings, lim harness.Limits) error {
+func (t *Trainer) warmStart(ctx context.Context, run *records.Run, s Settings, lim harness.Limits) error {
 	if !warmStartPending(run, s) {
 		return nil
 	}
@@ -168,7 +169,7 @@ func (t *Trainer) warmStart(ctx context.Context, run *messages.Run, s Settings, 
 		}
 		epoch, k := i/perEpoch, i%perEpoch
 		order := epochOrder(s.Seed, epoch, len(train))
-		var trajs []*messages.Trajectory
+		var trajs []*records.Trajectory
 		for _, j := range order[k*batch : min((k+1)*batch, len(train))] {
 			trajs = append(trajs, train[j])
 		}
@@ -267,14 +268,14 @@ func epochOrder(seed uint64, epoch, n int) []int {
 
 // evaluateDemos records the NLL of the training and held-out
 // demonstrations at the current weights.
-func (t *Trainer) evaluateDemos(run *messages.Run, train, heldOut []*messages.Trajectory, key, heldKey, when string) error {
+func (t *Trainer) evaluateDemos(run *records.Run, train, heldOut []*records.Trajectory, key, heldKey, when string) error {
 	// The training demonstrations' NLL is a progress figure measured on
 	// the first NLLSample of them (the same before and after): a forward
 	// pass over hundreds of them would cost as much as an epoch.
 	train = train[:min(len(train), NLLSample)]
 	for _, set := range []struct {
 		key   string
-		trajs []*messages.Trajectory
+		trajs []*records.Trajectory
 		name  string
 	}{{key, train, "training"}, {heldKey, heldOut, "held-out"}} {
 		if len(set.trajs) == 0 {
@@ -295,9 +296,9 @@ func (t *Trainer) evaluateDemos(run *messages.Run, train, heldOut []*messages.Tr
 // demonstrations returns the run's verified demonstrations (token ids and
 // policy masks only), in a seeded order: the stored ones, after playing
 // the gold fix of every chosen task that has none stored yet.
-func (t *Trainer) demonstrations(ctx context.Context, run *messages.Run, s Settings, mode harness.Mode, lim harness.Limits) ([]*messages.Trajectory, error) {
+func (t *Trainer) demonstrations(ctx context.Context, run *records.Run, s Settings, mode harness.Mode, lim harness.Limits) ([]*records.Trajectory, error) {
 	start := time.Now()
-	var tasks []*messages.Task
+	var tasks []*records.Task
 	for _, env := range s.warmStartEnvs() {
 		res, err := t.ask(actor.NewPID(t.cfg.Node, synth.ActorName), &messages.TaskListRequest{Environment: env}, 5*time.Minute)
 		if err != nil {
@@ -305,7 +306,7 @@ func (t *Trainer) demonstrations(ctx context.Context, run *messages.Run, s Setti
 		}
 		tasks = append(tasks, res.(*messages.TaskList).GetTasks()...)
 	}
-	slices.SortFunc(tasks, func(a, b *messages.Task) int { return strings.Compare(a.GetId(), b.GetId()) })
+	slices.SortFunc(tasks, func(a, b *records.Task) int { return strings.Compare(a.GetId(), b.GetId()) })
 	r := rand.New(rand.NewPCG(s.Seed, 0xd3e0))
 	r.Shuffle(len(tasks), func(i, j int) { tasks[i], tasks[j] = tasks[j], tasks[i] })
 	if s.WarmStartTasks > 0 && len(tasks) > s.WarmStartTasks {
@@ -320,11 +321,11 @@ func (t *Trainer) demonstrations(ctx context.Context, run *messages.Run, s Setti
 	if err != nil {
 		return nil, fmt.Errorf("reading stored demonstrations: %w", err)
 	}
-	byTask := map[string]*messages.Trajectory{}
+	byTask := map[string]*records.Trajectory{}
 	for _, tr := range stored {
 		byTask[tr.GetTaskId()] = tr
 	}
-	var todo []*messages.Task
+	var todo []*records.Task
 	for _, task := range tasks {
 		if byTask[task.GetId()] == nil {
 			todo = append(todo, task)
@@ -337,7 +338,7 @@ func (t *Trainer) demonstrations(ctx context.Context, run *messages.Run, s Setti
 	}
 
 	var (
-		out     []*messages.Trajectory
+		out     []*records.Trajectory
 		endings = map[string]int{}
 	)
 	for _, task := range tasks {
@@ -351,7 +352,7 @@ func (t *Trainer) demonstrations(ctx context.Context, run *messages.Run, s Setti
 				return nil, fmt.Errorf("reading demonstration %s: %w", byTask[task.GetId()].GetId(), err)
 			}
 		}
-		out = append(out, &messages.Trajectory{Id: tr.GetId(), TaskId: tr.GetTaskId(), TokenIds: tr.GetTokenIds(), PolicyMask: tr.GetPolicyMask()})
+		out = append(out, &records.Trajectory{Id: tr.GetId(), TaskId: tr.GetTaskId(), TokenIds: tr.GetTokenIds(), PolicyMask: tr.GetPolicyMask()})
 	}
 	m := run.Metrics
 	m[MetricWarmStartTasks] = float64(len(tasks))
@@ -379,7 +380,7 @@ func (t *Trainer) demonstrations(ctx context.Context, run *messages.Run, s Setti
 // playDemos plays the gold fix of every task once, concurrently (within
 // Config.Parallel), through the rollout path, storing the trajectories
 // under demoRun and adding them to byTask.
-func (t *Trainer) playDemos(ctx context.Context, demoRun string, tasks []*messages.Task, s Settings, mode harness.Mode, lim harness.Limits, byTask map[string]*messages.Trajectory) error {
+func (t *Trainer) playDemos(ctx context.Context, demoRun string, tasks []*records.Task, s Settings, mode harness.Mode, lim harness.Limits, byTask map[string]*records.Trajectory) error {
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup

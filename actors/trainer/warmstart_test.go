@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 func TestWarmStartSettings(t *testing.T) {
@@ -37,7 +37,7 @@ func TestWarmStartSettings(t *testing.T) {
 	if err := off.Validate(); err != nil {
 		t.Fatalf("no warm start: %v", err)
 	}
-	back, err := DecodeSettings(&messages.Run{Id: "r", ConfigYaml: ok.Encode()})
+	back, err := DecodeSettings(&records.Run{Id: "r", ConfigYaml: ok.Encode()})
 	if err != nil || !reflect.DeepEqual(back, ok) {
 		t.Fatalf("round trip: %+v, %v", back, err)
 	}
@@ -49,7 +49,7 @@ func TestWarmStartSettings(t *testing.T) {
 // TestWarmStartPending: the stage runs once, before the first GRPO step.
 func TestWarmStartPending(t *testing.T) {
 	s := Settings{WarmStartEpochs: 1}
-	run := &messages.Run{Metrics: map[string]float64{}}
+	run := &records.Run{Metrics: map[string]float64{}}
 	if !warmStartPending(run, s) {
 		t.Fatal("a new run with a warm start has it pending")
 	}
@@ -57,10 +57,10 @@ func TestWarmStartPending(t *testing.T) {
 	if warmStartPending(run, s) {
 		t.Fatal("a finished warm start is pending again")
 	}
-	if warmStartPending(&messages.Run{Step: 1, Metrics: map[string]float64{}}, s) {
+	if warmStartPending(&records.Run{Step: 1, Metrics: map[string]float64{}}, s) {
 		t.Fatal("a run past its first GRPO step has a warm start pending")
 	}
-	if warmStartPending(&messages.Run{Metrics: map[string]float64{}}, Settings{}) {
+	if warmStartPending(&records.Run{Metrics: map[string]float64{}}, Settings{}) {
 		t.Fatal("a run without a warm start has one pending")
 	}
 }

@@ -14,10 +14,11 @@ import (
 	"github.com/frognano/frognano/actors/frontier"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 type envRow struct {
-	Env                                         *messages.Environment
+	Env                                         *records.Environment
 	Tasks                                       int
 	BaselinePass, BaselineFail, BaselineOther   int
 	CoverageTests, CoverageFiles, CoverageLines int
@@ -88,9 +89,9 @@ func (s *Server) clusterPage(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, res := range e.GetBaseline().GetResults() {
 			switch res.GetStatus() {
-			case messages.TestStatus_TEST_STATUS_PASS:
+			case records.TestStatus_TEST_STATUS_PASS:
 				row.BaselinePass++
-			case messages.TestStatus_TEST_STATUS_FAIL, messages.TestStatus_TEST_STATUS_ERROR:
+			case records.TestStatus_TEST_STATUS_FAIL, records.TestStatus_TEST_STATUS_ERROR:
 				row.BaselineFail++
 			default:
 				row.BaselineOther++
@@ -124,7 +125,7 @@ func (s *Server) clusterPage(w http.ResponseWriter, r *http.Request) {
 }
 
 type poolRow struct {
-	Stats  *messages.TaskStats
+	Stats  *records.TaskStats
 	Mean   float64
 	Lo, Hi float64
 }
@@ -135,7 +136,7 @@ type calibPoint struct {
 	Episodes  float64 `json:"episodes"`
 }
 
-func calibration(bins []*messages.CalibrationBin) []calibPoint {
+func calibration(bins []*records.CalibrationBin) []calibPoint {
 	var out []calibPoint
 	for _, b := range bins {
 		if b.GetEpisodes() > 0 {
@@ -297,11 +298,11 @@ func (s *Server) frontierPage(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, "frontier", "Frontier", "frontier", struct {
 		Name      string
 		Names     []string
-		State     *messages.FrontierState
+		State     *records.FrontierState
 		Pool      []poolRow
 		Total     int
 		Calib     string
-		Synthesis []*messages.SynthesisRecord
+		Synthesis []*records.SynthesisRecord
 		Counters  []metricRow
 		Effective float64
 		Bands     bandTable

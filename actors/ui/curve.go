@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strconv"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Point is one curve point as the dashboard's charts, its event stream and
@@ -42,7 +42,7 @@ type HeldOut struct {
 func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
 // PointOf converts the i-th point of a run's curve.
-func PointOf(i int, p *messages.RunPoint) Point {
+func PointOf(i int, p *records.RunPoint) Point {
 	out := Point{Index: i, Phase: p.GetPhase(), Step: p.GetStep(), PolicyVersion: p.GetPolicyVersion(),
 		WallSeconds: p.GetWallSeconds(), CPUSeconds: p.GetCpuSeconds()}
 	if len(p.GetMetrics()) > 0 {
@@ -61,7 +61,7 @@ func PointOf(i int, p *messages.RunPoint) Point {
 }
 
 // Points converts a run's whole curve.
-func Points(run *messages.Run) []Point {
+func Points(run *records.Run) []Point {
 	out := make([]Point, len(run.GetCurve()))
 	for i, p := range run.GetCurve() {
 		out[i] = PointOf(i, p)
@@ -71,7 +71,7 @@ func Points(run *messages.Run) []Point {
 
 // WriteJSONL writes a run's curve, one JSON object per point, each with
 // the run's id.
-func WriteJSONL(w io.Writer, run *messages.Run) error {
+func WriteJSONL(w io.Writer, run *records.Run) error {
 	enc := json.NewEncoder(w)
 	for _, p := range Points(run) {
 		if err := enc.Encode(struct {
@@ -96,7 +96,7 @@ func heldOutName(level int32) string {
 // version, wall and CPU seconds, every metric any point has (sorted by
 // name) and held-out pass@1 with its interval per hint level. A cell a
 // point has no value for is empty.
-func WriteCSV(w io.Writer, run *messages.Run) error {
+func WriteCSV(w io.Writer, run *records.Run) error {
 	metricKeys := map[string]bool{}
 	levels := map[int32]bool{}
 	for _, p := range run.GetCurve() {
@@ -130,7 +130,7 @@ func WriteCSV(w io.Writer, run *messages.Run) error {
 				row = append(row, "")
 			}
 		}
-		byLevel := map[int32]*messages.HeldOutScore{}
+		byLevel := map[int32]*records.HeldOutScore{}
 		for _, h := range p.GetHeldOut() {
 			byLevel[h.GetHintLevel()] = h
 		}

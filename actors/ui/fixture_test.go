@@ -19,6 +19,7 @@ import (
 	"github.com/frognano/frognano/actors/trainer"
 	"github.com/frognano/frognano/actors/ui"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/node"
 )
@@ -47,25 +48,25 @@ func readProto(t *testing.T, name string, m proto.Message) {
 type fixture struct {
 	node  *node.Node
 	base  string // http://HOST:PORT/ui/
-	run   *messages.Run
-	trajs []*messages.Trajectory
-	tasks []*messages.Task
-	env   *messages.Environment
+	run   *records.Run
+	trajs []*records.Trajectory
+	tasks []*records.Task
+	env   *records.Environment
 }
 
 // stepPoint is what the trainer records after step n (trainer.go's step):
 // the training figures, the batch's hint mix, the clock; every third step
 // is an evaluation point with held-out scores (made-up values of the shape
 // the trainer writes).
-func stepPoint(n int, version int64) *messages.RunPoint {
-	var held []*messages.HeldOutScore
+func stepPoint(n int, version int64) *records.RunPoint {
+	var held []*records.HeldOutScore
 	if n%3 == 0 {
 		for _, h := range []struct {
 			level int32
 			tasks int32
 			pass  float64
 		}{{3, 4, 0.125 * float64(n/3)}, {4, 8, 0.0625 * float64(n/3)}, {-1, 12, 0.083 * float64(n/3)}} {
-			held = append(held, &messages.HeldOutScore{HintLevel: h.level, Mode: "patch", Tasks: h.tasks, Episodes: 2 * h.tasks,
+			held = append(held, &records.HeldOutScore{HintLevel: h.level, Mode: "patch", Tasks: h.tasks, Episodes: 2 * h.tasks,
 				Pass1: h.pass, Pass1Low: max(0, h.pass-0.1), Pass1High: min(1, h.pass+0.15)})
 		}
 	}
@@ -82,7 +83,7 @@ func stepPoint(n int, version int64) *messages.RunPoint {
 	trainer.LearnerPointMetrics(m, &messages.LearnerStep{Step: int64(n), PolicyVersion: version,
 		Loss: 0.05 - 0.004*float64(n), GradNorm: 1.5 - 0.1*float64(n), PolicyTokens: 512, ClipFraction: 0.02 * float64(n)})
 	trainer.PoolPointMetrics(m, poolAt(n))
-	return &messages.RunPoint{Step: int64(n), Phase: "step", PolicyVersion: version, HeldOut: held,
+	return &records.RunPoint{Step: int64(n), Phase: "step", PolicyVersion: version, HeldOut: held,
 		WallSeconds: 420 + 95*float64(n), CpuSeconds: 610 + 170*float64(n), Metrics: m}
 }
 
@@ -118,7 +119,7 @@ func startNode(t *testing.T, steps int) *fixture {
 	ctx := context.Background()
 	db := n.DB()
 
-	f.run = &messages.Run{}
+	f.run = &records.Run{}
 	readProto(t, "run.binpb", f.run)
 	if f.run.GetId() != realRun || len(f.run.GetCurve()) != 1 || len(f.run.GetCurve()[0].GetHeldOut()) == 0 {
 		t.Fatalf("testdata run: %s with %d points", f.run.GetId(), len(f.run.GetCurve()))
@@ -141,7 +142,7 @@ func startNode(t *testing.T, steps int) *fixture {
 		t.Fatal(err)
 	}
 
-	f.env = &messages.Environment{}
+	f.env = &records.Environment{}
 	readProto(t, "env.binpb", f.env)
 	if err := db.Environments().Put(ctx, f.env); err != nil {
 		t.Fatal(err)
@@ -151,14 +152,14 @@ func startNode(t *testing.T, steps int) *fixture {
 		name := filepath.Base(path)
 		switch {
 		case strings.HasPrefix(name, "task-"):
-			task := &messages.Task{}
+			task := &records.Task{}
 			readProto(t, name, task)
 			if err := db.Tasks().Put(ctx, task); err != nil {
 				t.Fatal(err)
 			}
 			f.tasks = append(f.tasks, task)
 		case strings.HasPrefix(name, "traj-"):
-			traj := &messages.Trajectory{}
+			traj := &records.Trajectory{}
 			readProto(t, name, traj)
 			if err := db.Trajectories().Append(ctx, traj); err != nil {
 				t.Fatal(err)
@@ -170,7 +171,7 @@ func startNode(t *testing.T, steps int) *fixture {
 		t.Fatal("testdata: no tasks or trajectories")
 	}
 	// A training episode of step 1 (played at v0), made from a real one.
-	train := proto.Clone(f.trajs[len(f.trajs)-1]).(*messages.Trajectory)
+	train := proto.Clone(f.trajs[len(f.trajs)-1]).(*records.Trajectory)
 	train.RunId, train.Id, train.PolicyVersion = realRun, realRun+"/step-1/"+train.GetTaskId(), 0
 	if err := db.Trajectories().Append(ctx, train); err != nil {
 		t.Fatal(err)
@@ -179,14 +180,14 @@ func startNode(t *testing.T, steps int) *fixture {
 
 	// The frontier's record of the pool: posteriors for the tasks, a
 	// calibration and one synthesis request.
-	var stats []*messages.TaskStats
+	var stats []*records.TaskStats
 	for i, task := range f.tasks {
-		stats = append(stats, &messages.TaskStats{TaskId: task.GetId(), Alpha: 1 + float64(i), Beta: 3, Attempts: int64(4 * (i + 1)), Successes: int64(i), PolicyVersion: 1})
+		stats = append(stats, &records.TaskStats{TaskId: task.GetId(), Alpha: 1 + float64(i), Beta: 3, Attempts: int64(4 * (i + 1)), Successes: int64(i), PolicyVersion: 1})
 	}
-	state := &messages.FrontierState{PolicyVersion: 1, BatchSeq: 3, TotalGroups: 12, TotalEffectiveGroups: 5, Mode: "patch",
-		Calibration:      []*messages.CalibrationBin{{PredictedSum: 1, ObservedSum: 0.5, Episodes: 8}, {PredictedSum: 4, ObservedSum: 5, Episodes: 10}},
-		ModelCalibration: []*messages.CalibrationBin{{PredictedSum: 2, ObservedSum: 1, Episodes: 6}},
-		Synthesis: []*messages.SynthesisRecord{{Id: "synth-1", Spec: &messages.SynthesisSpec{Environment: f.env.GetName(), Operators: []string{"swap_operands"}, Bugs: 1, HintLevel: 3, Mode: "patch"},
+	state := &records.FrontierState{PolicyVersion: 1, BatchSeq: 3, TotalGroups: 12, TotalEffectiveGroups: 5, Mode: "patch",
+		Calibration:      []*records.CalibrationBin{{PredictedSum: 1, ObservedSum: 0.5, Episodes: 8}, {PredictedSum: 4, ObservedSum: 5, Episodes: 10}},
+		ModelCalibration: []*records.CalibrationBin{{PredictedSum: 2, ObservedSum: 1, Episodes: 6}},
+		Synthesis: []*records.SynthesisRecord{{Id: "synth-1", Spec: &records.SynthesisSpec{Environment: f.env.GetName(), Operators: []string{"swap_operands"}, Bugs: 1, HintLevel: 3, Mode: "patch"},
 			Asked: 4, Predicted: 0.4, Status: "done", TaskIds: []string{f.tasks[0].GetId()}, Graded: 1, Effective: 1}},
 		Counters: map[string]int64{"outcomes": 48}}
 	if err := db.Frontier().Commit(ctx, persistence.DefaultFrontier, state, stats); err != nil {
@@ -197,7 +198,7 @@ func startNode(t *testing.T, steps int) *fixture {
 
 // appendPoint records one more step of the run, as the trainer does
 // between two reads of the page.
-func (f *fixture) appendPoint(t *testing.T) *messages.RunPoint {
+func (f *fixture) appendPoint(t *testing.T) *records.RunPoint {
 	t.Helper()
 	ctx := context.Background()
 	run, err := f.node.DB().Runs().Get(ctx, realRun)

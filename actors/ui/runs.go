@@ -13,8 +13,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/trainer"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 type runRow struct {
@@ -29,7 +29,7 @@ type runRow struct {
 	Training bool   // has training settings
 }
 
-func rowOf(run *messages.Run) runRow {
+func rowOf(run *records.Run) runRow {
 	r := runRow{ID: run.GetId(), Status: run.GetStatus(), Step: run.GetStep(), Points: len(run.GetCurve()),
 		Started: unixNano(run.GetStartedUnixNano()), Updated: unixNano(run.GetUpdatedUnixNano())}
 	if s, err := trainer.DecodeSettings(run); err == nil {
@@ -172,7 +172,7 @@ func episodeTimeRows(m map[string]float64) []timeRow {
 // max_staleness_seen versions earlier, so its link asks for that range
 // (min_version): the previous point's version alone can hold none of the
 // step's episodes.
-func trainingVersion(run *messages.Run, i int) int64 {
+func trainingVersion(run *records.Run, i int) int64 {
 	if i > 0 {
 		return run.GetCurve()[i-1].GetPolicyVersion()
 	}

@@ -10,8 +10,8 @@ import (
 	"strconv"
 
 	"github.com/frognano/frognano/actors/evaluate"
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 type taskRow struct {
@@ -28,7 +28,7 @@ type taskRow struct {
 	HasStats    bool
 }
 
-func operatorsOf(t *messages.Task) []string {
+func operatorsOf(t *records.Task) []string {
 	ops := t.GetDifficulty().GetOperators()
 	if len(ops) == 0 && t.GetProvenance().GetOperator() != "" {
 		ops = []string{t.GetProvenance().GetOperator()}
@@ -36,7 +36,7 @@ func operatorsOf(t *messages.Task) []string {
 	return ops
 }
 
-func taskRowOf(t *messages.Task, st *messages.TaskStats) taskRow {
+func taskRowOf(t *records.Task, st *records.TaskStats) taskRow {
 	d := t.GetDifficulty()
 	row := taskRow{ID: t.GetId(), Environment: t.GetEnvironment(), Operators: operatorsOf(t), Hint: d.GetHintLevel(),
 		Mode: d.GetMode(), FailToPass: len(t.GetFailToPass()), Lines: d.GetLinesTouched()}
@@ -48,7 +48,7 @@ func taskRowOf(t *messages.Task, st *messages.TaskStats) taskRow {
 	return row
 }
 
-func betaMean(st *messages.TaskStats) float64 {
+func betaMean(st *records.TaskStats) float64 {
 	a, b := st.GetAlpha(), st.GetBeta()
 	if a+b <= 0 {
 		return 0
@@ -58,7 +58,7 @@ func betaMean(st *messages.TaskStats) float64 {
 
 // betaInterval is a 95% interval of the Beta(alpha, beta) posterior by its
 // normal approximation (mean ± 1.96 sd, clipped to [0, 1]).
-func betaInterval(st *messages.TaskStats) (lo, hi float64) {
+func betaInterval(st *records.TaskStats) (lo, hi float64) {
 	a, b := st.GetAlpha(), st.GetBeta()
 	if a+b <= 0 {
 		return 0, 1
@@ -97,7 +97,7 @@ func (s *Server) tasksPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	byTask := map[string]*messages.TaskStats{}
+	byTask := map[string]*records.TaskStats{}
 	for _, st := range stats {
 		byTask[st.GetTaskId()] = st
 	}
@@ -164,7 +164,7 @@ func (s *Server) taskPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	var st *messages.TaskStats
+	var st *records.TaskStats
 	stats, err := s.cfg.Stores.Frontier().Stats(ctx, estimator)
 	if err != nil {
 		s.fail(w, r, err)
@@ -192,9 +192,9 @@ func (s *Server) taskPage(w http.ResponseWriter, r *http.Request) {
 		lo, hi = betaInterval(st)
 	}
 	s.render(w, r, "task", "Task "+t.GetId(), "tasks", struct {
-		Task      *messages.Task
+		Task      *records.Task
 		Row       taskRow
-		Stats     *messages.TaskStats
+		Stats     *records.TaskStats
 		Estimator string
 		HeldOut   bool
 		Lo, Hi    float64
@@ -206,7 +206,7 @@ func (s *Server) taskPage(w http.ResponseWriter, r *http.Request) {
 // heldOutTask is the task id of the committed held-out set
 // (actors/evaluate), in its registered environment; nil when id is not
 // one of the set's.
-func (s *Server) heldOutTask(ctx context.Context, id string) *messages.Task {
+func (s *Server) heldOutTask(ctx context.Context, id string) *records.Task {
 	ins, err := evaluate.HeldOutInstances()
 	if err != nil {
 		s.cfg.Logger.Warn("ui: reading the held-out set failed", "err", err)
@@ -218,7 +218,7 @@ func (s *Server) heldOutTask(ctx context.Context, id string) *messages.Task {
 		}
 		e, err := s.cfg.Stores.Environments().Get(ctx, in.Environment)
 		if err != nil {
-			e = &messages.Environment{Name: in.Environment, Language: in.Language}
+			e = &records.Environment{Name: in.Environment, Language: in.Language}
 		}
 		return in.Task(e)
 	}

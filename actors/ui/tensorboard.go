@@ -16,7 +16,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // TensorBoard reads event files: TFRecords (length, masked CRC32C of the
@@ -86,7 +86,7 @@ func eventBytes(wallTime float64, step int64, fileVersion string, scalars []scal
 // train/<metric> for each metric, held_out/<level> with its interval under
 // held_out_low/ and held_out_high/, and run/policy_version, run/wall_seconds,
 // run/cpu_seconds. Metrics that are not finite are left out.
-func pointScalars(p *messages.RunPoint) []scalar {
+func pointScalars(p *records.RunPoint) []scalar {
 	out := []scalar{
 		{"run/policy_version", float32(p.GetPolicyVersion())},
 		{"run/wall_seconds", float32(p.GetWallSeconds())},
@@ -109,7 +109,7 @@ func pointScalars(p *messages.RunPoint) []scalar {
 // TensorBoardFile is the name of a run's event file: fixed by the run's
 // start, so exporting again replaces the file instead of adding a second
 // one that TensorBoard would read as well.
-func TensorBoardFile(run *messages.Run) string {
+func TensorBoardFile(run *records.Run) string {
 	return fmt.Sprintf("events.out.tfevents.%d.frognano-%s", run.GetStartedUnixNano()/int64(time.Second), safeFileName(run.GetId()))
 }
 
@@ -130,7 +130,7 @@ type stepTag struct {
 // its end) are told apart by their order, and a point rewritten since it
 // was written (a step whose held-out scores filled in) adds only its new
 // scalars. With written empty it is the whole curve, one event per point.
-func appendCurve(buf []byte, run *messages.Run, written map[stepTag]int) ([]byte, int) {
+func appendCurve(buf []byte, run *records.Run, written map[stepTag]int) ([]byte, int) {
 	start := float64(run.GetStartedUnixNano()) / 1e9
 	claimed := map[stepTag]int{}
 	events := 0
@@ -161,7 +161,7 @@ func appendCurve(buf []byte, run *messages.Run, written map[stepTag]int) ([]byte
 // WriteTensorBoardEvents writes a run's curve as TensorBoard events: the
 // file version, then one event per point at the point's step, timed at the
 // run's start plus the point's wall seconds.
-func WriteTensorBoardEvents(w io.Writer, run *messages.Run) error {
+func WriteTensorBoardEvents(w io.Writer, run *records.Run) error {
 	start := float64(run.GetStartedUnixNano()) / 1e9
 	buf := appendRecord(nil, eventBytes(start, 0, fileVersion, nil))
 	buf, _ = appendCurve(buf, run, map[stepTag]int{})
@@ -285,7 +285,7 @@ type TensorBoardLog struct {
 // OpenTensorBoardLog opens run's event file in dir (made if missing),
 // reading the scalars an earlier process wrote into it; a torn record at
 // its end (a process killed while writing) is cut off.
-func OpenTensorBoardLog(dir string, run *messages.Run) (*TensorBoardLog, error) {
+func OpenTensorBoardLog(dir string, run *records.Run) (*TensorBoardLog, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -327,7 +327,7 @@ func (l *TensorBoardLog) load() error {
 
 // Append writes the events of run's curve the file lacks and returns how
 // many it wrote.
-func (l *TensorBoardLog) Append(run *messages.Run) (int, error) {
+func (l *TensorBoardLog) Append(run *records.Run) (int, error) {
 	info, err := os.Stat(l.path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -370,7 +370,7 @@ func (l *TensorBoardLog) Append(run *messages.Run) (int, error) {
 
 // WriteTensorBoard writes a run's event file into dir (made if missing)
 // and returns its path; `tensorboard --logdir DIR` then plots the run.
-func WriteTensorBoard(dir string, run *messages.Run) (string, error) {
+func WriteTensorBoard(dir string, run *records.Run) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}

@@ -11,7 +11,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // TestTensorBoardMatchesTensorBoardsWriter encodes the events of
@@ -97,8 +97,8 @@ func readEvents(t *testing.T, b []byte) (steps []int64, values []map[string]floa
 
 // TestWriteTensorBoard writes a run's curve and reads every point back.
 func TestWriteTensorBoard(t *testing.T) {
-	run := &messages.Run{Id: "tb/run", StartedUnixNano: 1700000000e9, Curve: []*messages.RunPoint{
-		{Step: 0, Phase: "start", WallSeconds: 5, HeldOut: []*messages.HeldOutScore{{HintLevel: 3, Pass1: 0.25, Pass1Low: 0.125, Pass1High: 0.5}}},
+	run := &records.Run{Id: "tb/run", StartedUnixNano: 1700000000e9, Curve: []*records.RunPoint{
+		{Step: 0, Phase: "start", WallSeconds: 5, HeldOut: []*records.HeldOutScore{{HintLevel: 3, Pass1: 0.25, Pass1Low: 0.125, Pass1High: 0.5}}},
 		{Step: 1, Phase: "step", PolicyVersion: 1, WallSeconds: 60, Metrics: map[string]float64{"loss": 0.5, "solve_rate": 0.75, "bad": math.NaN()}},
 	}}
 	dir := t.TempDir()
@@ -162,9 +162,9 @@ func tagCounts(t *testing.T, path string) map[string]int {
 // record; in the end the file holds the scalars a whole export writes.
 func TestTensorBoardLogAppendsAndResumes(t *testing.T) {
 	dir := t.TempDir()
-	run := &messages.Run{Id: "tb/live", StartedUnixNano: 1700000000e9, Curve: []*messages.RunPoint{
+	run := &records.Run{Id: "tb/live", StartedUnixNano: 1700000000e9, Curve: []*records.RunPoint{
 		{Step: 0, Phase: "start", WallSeconds: 5, Metrics: map[string]float64{"rollouts": 0},
-			HeldOut: []*messages.HeldOutScore{{HintLevel: -1, Pass1: 0.25, Pass1Low: 0.125, Pass1High: 0.5}}},
+			HeldOut: []*records.HeldOutScore{{HintLevel: -1, Pass1: 0.25, Pass1Low: 0.125, Pass1High: 0.5}}},
 	}}
 	log, err := OpenTensorBoardLog(dir, run)
 	if err != nil {
@@ -181,15 +181,15 @@ func TestTensorBoardLogAppendsAndResumes(t *testing.T) {
 	appendWant(log, 0) // the record written again unchanged
 	// A warm-start point at the same step, then a step.
 	run.Curve = append(run.Curve,
-		&messages.RunPoint{Step: 0, Phase: "warm_start", PolicyVersion: 2, WallSeconds: 50, Metrics: map[string]float64{"rollouts": 0},
-			HeldOut: []*messages.HeldOutScore{{HintLevel: -1, Pass1: 0.5, Pass1Low: 0.25, Pass1High: 0.75}}},
-		&messages.RunPoint{Step: 1, Phase: "step", PolicyVersion: 3, WallSeconds: 80,
+		&records.RunPoint{Step: 0, Phase: "warm_start", PolicyVersion: 2, WallSeconds: 50, Metrics: map[string]float64{"rollouts": 0},
+			HeldOut: []*records.HeldOutScore{{HintLevel: -1, Pass1: 0.5, Pass1Low: 0.25, Pass1High: 0.75}}},
+		&records.RunPoint{Step: 1, Phase: "step", PolicyVersion: 3, WallSeconds: 80,
 			Metrics: map[string]float64{"rollouts": 8, "clip_fraction": 0.125, "pool_frontier": 4, "pool_hint_3_frontier": 3}})
 	appendWant(log, 2)
 	// The step's held-out scores fill in: one event with only those.
 	step := run.Curve[2]
 	step.WallSeconds = 95
-	step.HeldOut = []*messages.HeldOutScore{{HintLevel: 3, Pass1: 0.375, Pass1Low: 0.25, Pass1High: 0.5}}
+	step.HeldOut = []*records.HeldOutScore{{HintLevel: 3, Pass1: 0.375, Pass1Low: 0.25, Pass1High: 0.5}}
 	appendWant(log, 1)
 	b, err := os.ReadFile(log.Path())
 	if err != nil {
@@ -219,9 +219,9 @@ func TestTensorBoardLogAppendsAndResumes(t *testing.T) {
 	}
 	appendWant(resumed, 0)
 	run.Curve = append(run.Curve,
-		&messages.RunPoint{Step: 2, Phase: "step", PolicyVersion: 4, WallSeconds: 130, Metrics: map[string]float64{"rollouts": 16, "clip_fraction": 0.25}},
-		&messages.RunPoint{Step: 2, Phase: "end", PolicyVersion: 4, WallSeconds: 160, Metrics: map[string]float64{"rollouts": 16},
-			HeldOut: []*messages.HeldOutScore{{HintLevel: -1, Pass1: 0.625, Pass1Low: 0.5, Pass1High: 0.75}}})
+		&records.RunPoint{Step: 2, Phase: "step", PolicyVersion: 4, WallSeconds: 130, Metrics: map[string]float64{"rollouts": 16, "clip_fraction": 0.25}},
+		&records.RunPoint{Step: 2, Phase: "end", PolicyVersion: 4, WallSeconds: 160, Metrics: map[string]float64{"rollouts": 16},
+			HeldOut: []*records.HeldOutScore{{HintLevel: -1, Pass1: 0.625, Pass1Low: 0.5, Pass1High: 0.75}}})
 	appendWant(resumed, 2)
 	appendWant(resumed, 0)
 

@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"strings"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/trainer"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // maxListed bounds the rows of a list page; the page says how many more
@@ -32,13 +32,13 @@ type trajRow struct {
 	Created       int64
 }
 
-func trajRowOf(t *messages.Trajectory) trajRow {
+func trajRowOf(t *records.Trajectory) trajRow {
 	return trajRow{ID: t.GetId(), RunID: t.GetRunId(), TaskID: t.GetTaskId(), PolicyVersion: t.GetPolicyVersion(),
 		Termination: t.GetTermination(), Reward: t.GetReward(), Turns: len(t.GetTurns()), Tokens: len(t.GetTokenIds()),
 		PolicyTokens: policyTokens(t), Generation: t.GetGenerationSeconds(), Sandbox: t.GetSandboxSeconds(), Created: t.GetCreatedUnixNano()}
 }
 
-func policyTokens(t *messages.Trajectory) int {
+func policyTokens(t *records.Trajectory) int {
 	n := 0
 	for _, m := range t.GetPolicyMask() {
 		if m {
@@ -56,7 +56,7 @@ func (s *Server) trajectoriesPage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	store := s.cfg.Stores.Trajectories()
 	var (
-		trajs []*messages.Trajectory
+		trajs []*records.Trajectory
 		title string
 		err   error
 	)
@@ -75,7 +75,7 @@ func (s *Server) trajectoriesPage(w http.ResponseWriter, r *http.Request) {
 		// RUN/eval/PHASE-STEP.ATTEMPT (trainer.evaluate).
 		attempts := int(run.GetMetrics()[trainer.MetricEvalAttempts])
 		for a := 1; a <= attempts && err == nil; a++ {
-			var ts []*messages.Trajectory
+			var ts []*records.Trajectory
 			ts, err = store.ListByRun(ctx, fmt.Sprintf("%s/%s.%d", trainer.EvalRunID(runID), eval, a))
 			trajs = append(trajs, ts...)
 		}
@@ -101,7 +101,7 @@ func (s *Server) trajectoriesPage(w http.ResponseWriter, r *http.Request) {
 			} else {
 				title += fmt.Sprintf(", played at policy v%d to v%d", low, version)
 			}
-			trajs = slices.DeleteFunc(trajs, func(t *messages.Trajectory) bool {
+			trajs = slices.DeleteFunc(trajs, func(t *records.Trajectory) bool {
 				return t.GetPolicyVersion() < low || t.GetPolicyVersion() > version
 			})
 		}
@@ -113,7 +113,7 @@ func (s *Server) trajectoriesPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	slices.SortStableFunc(trajs, func(a, b *messages.Trajectory) int {
+	slices.SortStableFunc(trajs, func(a, b *records.Trajectory) int {
 		if c := a.GetCreatedUnixNano() - b.GetCreatedUnixNano(); c != 0 {
 			if c < 0 {
 				return -1
@@ -162,9 +162,9 @@ type trajView struct {
 	trajRow
 	Seed      uint64
 	Turns     []turnView
-	Report    *messages.TestReport
+	Report    *records.TestReport
 	Tally     []statusCount
-	NotPassed []*messages.TestResult
+	NotPassed []*records.TestResult
 	Patch     string // the last patch the model wrote
 }
 
@@ -173,7 +173,7 @@ type statusCount struct {
 	Count  int
 }
 
-func roleName(r messages.Role) string {
+func roleName(r records.Role) string {
 	return strings.ToLower(strings.TrimPrefix(r.String(), "ROLE_"))
 }
 
@@ -242,23 +242,23 @@ func (s *Server) trajectoryPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := trajView{trajRow: trajRowOf(t), Seed: t.GetSeed(), Report: t.GetReport()}
-	counts := map[messages.TestStatus]int{}
+	counts := map[records.TestStatus]int{}
 	for _, res := range t.GetReport().GetResults() {
 		counts[res.GetStatus()]++
-		if res.GetStatus() != messages.TestStatus_TEST_STATUS_PASS {
+		if res.GetStatus() != records.TestStatus_TEST_STATUS_PASS {
 			v.NotPassed = append(v.NotPassed, res)
 		}
 	}
-	for st := range messages.TestStatus_name {
-		if c := counts[messages.TestStatus(st)]; c > 0 {
-			v.Tally = append(v.Tally, statusCount{statusName(messages.TestStatus(st)), c})
+	for st := range records.TestStatus_name {
+		if c := counts[records.TestStatus(st)]; c > 0 {
+			v.Tally = append(v.Tally, statusCount{statusName(records.TestStatus(st)), c})
 		}
 	}
 	slices.SortFunc(v.Tally, func(a, b statusCount) int { return strings.Compare(a.Status, b.Status) })
 	for i, turn := range t.GetTurns() {
 		tv := turnView{Index: i + 1, Role: roleName(turn.GetRole()), Content: turn.GetContent(),
 			ToolCallID: turn.GetToolCallId(), Seconds: turn.GetSeconds()}
-		if turn.GetRole() == messages.Role_ROLE_ASSISTANT {
+		if turn.GetRole() == records.Role_ROLE_ASSISTANT {
 			if d := extractDiff(turn.GetContent()); d != "" {
 				v.Patch = d
 				tv.Patch = strings.TrimSpace(d) == strings.TrimSpace(turn.GetContent())
@@ -277,7 +277,7 @@ func (s *Server) trajectoryPage(w http.ResponseWriter, r *http.Request) {
 }
 
 // statusName is a test status without its enum prefix.
-func statusName(st messages.TestStatus) string {
+func statusName(st records.TestStatus) string {
 	return strings.ToLower(strings.TrimPrefix(st.String(), "TEST_STATUS_"))
 }
 

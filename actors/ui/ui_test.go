@@ -21,10 +21,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/frognano/frognano/actors/evaluate"
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/trainer"
 	"github.com/frognano/frognano/actors/ui"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 func get(t *testing.T, u string) (int, string) {
@@ -253,8 +253,8 @@ func TestHeldOutTaskPage(t *testing.T) {
 func TestTasksShowTheRunsEstimator(t *testing.T) {
 	f := startNode(t, 1)
 	task := f.tasks[0]
-	state := &messages.FrontierState{PolicyVersion: 2, ActiveUnixNano: time.Now().UnixNano(), Mode: "patch"}
-	stats := []*messages.TaskStats{{TaskId: task.GetId(), Alpha: 3, Beta: 74, Attempts: 77, Successes: 3, PolicyVersion: 2}}
+	state := &records.FrontierState{PolicyVersion: 2, ActiveUnixNano: time.Now().UnixNano(), Mode: "patch"}
+	stats := []*records.TaskStats{{TaskId: task.GetId(), Alpha: 3, Beta: 74, Attempts: 77, Successes: 3, PolicyVersion: 2}}
 	if err := f.node.DB().Frontier().Commit(context.Background(), realRun, state, stats); err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +297,7 @@ func TestAsyncStepLinksToItsEpisodes(t *testing.T) {
 	if err := f.node.DB().Runs().Put(ctx, run); err != nil {
 		t.Fatal(err)
 	}
-	ep := proto.Clone(f.trajs[len(f.trajs)-1]).(*messages.Trajectory)
+	ep := proto.Clone(f.trajs[len(f.trajs)-1]).(*records.Trajectory)
 	ep.Id, ep.PolicyVersion = realRun+"/async/"+ep.GetTaskId(), prev-1
 	if err := f.node.DB().Trajectories().Append(ctx, ep); err != nil {
 		t.Fatal(err)

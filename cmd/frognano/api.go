@@ -16,8 +16,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/trainer"
+	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/node"
 )
@@ -133,8 +133,8 @@ func (p *api) runAction(ctx context.Context, id, action string) (submitted, erro
 }
 
 // run is run id's record, and whether its actor is alive on the node.
-func (p *api) run(ctx context.Context, id string) (*messages.Run, bool, error) {
-	run := &messages.Run{}
+func (p *api) run(ctx context.Context, id string) (*records.Run, bool, error) {
+	run := &records.Run{}
 	resp, err := p.do(ctx, http.MethodGet, trainer.RunsPath+"/"+url.PathEscape(id), nil, run)
 	if err != nil {
 		return nil, false, err
@@ -188,7 +188,7 @@ func (p *api) followLog(ctx context.Context, root, id string, offset int64, tail
 }
 
 // outcome turns a run's final record into the command's result.
-func outcome(run *messages.Run, active bool) error {
+func outcome(run *records.Run, active bool) error {
 	switch {
 	case run.GetStatus() == "done":
 		return nil

@@ -19,6 +19,7 @@ import (
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/synth"
 	"github.com/frognano/frognano/kernels/cpu/kbench"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // benchCmd groups benchmarks compared side by side.
@@ -204,7 +205,7 @@ over several invocations with --packages) without running anything.`,
 // envBenchNode is the suite's view of a node, through the CLI's client.
 type envBenchNode struct{ c *client }
 
-func (n envBenchNode) Environment(_ context.Context, name string) (*messages.Environment, error) {
+func (n envBenchNode) Environment(_ context.Context, name string) (*records.Environment, error) {
 	res, err := n.c.askActor(n.c.pid(environment.ActorName), &messages.EnvGetRequest{Name: name}, time.Minute)
 	if err != nil {
 		if gateway.HasCode(err, messages.FailureCode_FAILURE_CODE_NOT_FOUND) {
@@ -215,7 +216,7 @@ func (n envBenchNode) Environment(_ context.Context, name string) (*messages.Env
 	return res.(*messages.EnvAddReply).Environment, nil
 }
 
-func (n envBenchNode) Register(ctx context.Context, source string, stage func(string)) (*messages.Environment, error) {
+func (n envBenchNode) Register(ctx context.Context, source string, stage func(string)) (*records.Environment, error) {
 	req := &messages.EnvAddRequest{Source: source, SuiteTimeoutSeconds: (10 * time.Minute).Seconds(), MinTests: environment.DefaultMinTests}
 	res, err := n.c.stream(ctx, n.c.pid(environment.ActorName), req, func(m any) bool {
 		switch m := m.(type) {

@@ -14,6 +14,7 @@ import (
 	"github.com/frognano/frognano/actors/frontier"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/cmd/internal/services"
+	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/node"
 )
@@ -73,7 +74,7 @@ func TestClusterMembersShowsLoad(t *testing.T) {
 // TestFrontierPrintsPoolByHintLevel: `frognano frontier` splits each band
 // of the pool by the tasks' hint level, a column per level.
 func TestFrontierPrintsPoolByHintLevel(t *testing.T) {
-	reply := &messages.FrontierStateReply{State: &messages.FrontierState{}, Pool: []*messages.FrontierBand{
+	reply := &messages.FrontierStateReply{State: &records.FrontierState{}, Pool: []*messages.FrontierBand{
 		{Name: frontier.BandTooHard, Tasks: 9, Low: 0, High: 0.2, HintTasks: map[int32]int32{1: 6, 3: 3}},
 		{Name: frontier.BandFrontier, Tasks: 5, Low: 0.2, High: 0.8, HintTasks: map[int32]int32{1: 1, 3: 2, 4: 2}},
 		{Name: frontier.BandTooEasy, Low: 0.8, High: 1},

@@ -16,7 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/frognano/frognano/actors/evaluate"
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // evalFlags are frognano eval's flags: the job's, and the command's own.
@@ -172,8 +172,8 @@ func followEval(ctx context.Context, p *api, sub evaluate.Submitted, errw, out i
 }
 
 // evaluation is evaluation id's record, and whether its actor is alive.
-func (p *api) evaluation(ctx context.Context, id string) (*messages.Evaluation, bool, error) {
-	rec := &messages.Evaluation{}
+func (p *api) evaluation(ctx context.Context, id string) (*records.Evaluation, bool, error) {
+	rec := &records.Evaluation{}
 	resp, err := p.do(ctx, http.MethodGet, evaluate.EvalsPath+"/"+url.PathEscape(id), nil, rec)
 	if err != nil {
 		return nil, false, err
@@ -184,7 +184,7 @@ func (p *api) evaluation(ctx context.Context, id string) (*messages.Evaluation, 
 
 // printEval prints an evaluation's report (and writes it to jsonOut) and
 // turns its status into the command's result.
-func printEval(rec *messages.Evaluation, active bool, out io.Writer, jsonOut string) error {
+func printEval(rec *records.Evaluation, active bool, out io.Writer, jsonOut string) error {
 	if rec.GetReportJson() != "" {
 		var rep evaluate.Report
 		if err := json.Unmarshal([]byte(rec.GetReportJson()), &rep); err != nil {

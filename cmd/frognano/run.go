@@ -10,9 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/synth"
 	"github.com/frognano/frognano/actors/trainer"
+	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/config"
 )
 
@@ -246,7 +246,7 @@ func followRun(ctx context.Context, p *api, id string, offset int64, out, errOut
 
 // writePlot draws a run's curve next to its record (or at path) and says
 // where; a run without points draws nothing.
-func writePlot(a *app, out io.Writer, run *messages.Run, path string) {
+func writePlot(a *app, out io.Writer, run *records.Run, path string) {
 	if len(run.GetCurve()) == 0 {
 		return
 	}

@@ -21,13 +21,13 @@ import (
 
 	"github.com/frognano/frognano/actors/frontier"
 	"github.com/frognano/frognano/actors/harness"
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/actors/sampler"
 	"github.com/frognano/frognano/actors/trainer"
 	"github.com/frognano/frognano/cmd/internal/nodeflags"
 	"github.com/frognano/frognano/kernels/modelstore"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/config"
 )
 
@@ -456,7 +456,7 @@ func goldTrain(data, runID string, s trainer.Settings, out io.Writer) error {
 		gold:    &harness.ScriptedPolicy{Tokenizer: tok, Turns: []string{fix}},
 		sampler: &sampler.Client{Root: c.system.Root, PID: c.pid(sampler.ActorName)},
 	}
-	run := &messages.Run{Id: runID, Status: "running", ConfigYaml: s.Encode(), Metrics: map[string]float64{}, StartedUnixNano: time.Now().UnixNano()}
+	run := &records.Run{Id: runID, Status: "running", ConfigYaml: s.Encode(), Metrics: map[string]float64{}, StartedUnixNano: time.Now().UnixNano()}
 	cfg, err := load()
 	if err != nil {
 		return err

@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/trainer"
+	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/config"
 )
 
@@ -74,13 +74,13 @@ pass@1, as a fraction of B's. It needs no node.
   frognano runs compare frontier.json uniform.json`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var arms [2]*messages.Run
+			var arms [2]*records.Run
 			for i, path := range args {
 				b, err := os.ReadFile(path)
 				if err != nil {
 					return err
 				}
-				arms[i] = &messages.Run{}
+				arms[i] = &records.Run{}
 				if err := protojson.Unmarshal(b, arms[i]); err != nil {
 					return fmt.Errorf("%s: not a run record (frognano runs show ID --json writes one): %w", path, err)
 				}
@@ -95,8 +95,8 @@ pass@1, as a fraction of B's. It needs no node.
 
 // getRun reads run id's record from the node's HTTP API (embedded or
 // --node).
-func getRun(a *app, cmd *cobra.Command, id string) (*messages.Run, error) {
-	var run *messages.Run
+func getRun(a *app, cmd *cobra.Command, id string) (*records.Run, error) {
+	var run *records.Run
 	err := a.withAPI(cmd, func(p *api) (err error) {
 		run, _, err = p.run(cmd.Context(), id)
 		return err

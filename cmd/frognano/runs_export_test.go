@@ -15,6 +15,7 @@ import (
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/trainer"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // TestRunsExport stores a run in a data directory's store and exports its
@@ -25,9 +26,9 @@ func TestRunsExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := &messages.Run{Id: "export-me", Status: "done", Step: 2, Curve: []*messages.RunPoint{
+	run := &records.Run{Id: "export-me", Status: "done", Step: 2, Curve: []*records.RunPoint{
 		{Step: 0, Phase: "start", WallSeconds: 10, CpuSeconds: 12,
-			HeldOut: []*messages.HeldOutScore{{HintLevel: -1, Tasks: 4, Pass1: 0.25, Pass1Low: 0.1, Pass1High: 0.5}}},
+			HeldOut: []*records.HeldOutScore{{HintLevel: -1, Tasks: 4, Pass1: 0.25, Pass1Low: 0.1, Pass1High: 0.5}}},
 		{Step: 1, Phase: "step", PolicyVersion: 1, WallSeconds: 20, CpuSeconds: 30, Metrics: map[string]float64{"solve_rate": 0.5, "loss": 0.125}},
 		{Step: 2, Phase: "step", PolicyVersion: 2, WallSeconds: 30, CpuSeconds: 48, Metrics: map[string]float64{"solve_rate": 0.75}},
 	}}
@@ -100,7 +101,7 @@ func TestRunAppendsTensorBoardEvents(t *testing.T) {
 	data := t.TempDir()
 	tb := filepath.Join(t.TempDir(), "tb")
 	s := trainer.Settings{Steps: 2, TasksPerStep: 1, Group: 2, Mode: "patch", LR: 1e-5}
-	point := func(step int64, clip float64) *messages.RunPoint {
+	point := func(step int64, clip float64) *records.RunPoint {
 		m := map[string]float64{"solve_rate": 0.5}
 		trainer.LearnerPointMetrics(m, &messages.LearnerStep{Step: step, PolicyVersion: step, Loss: 0.25, GradNorm: 1, PolicyTokens: 100, ClipFraction: clip})
 		trainer.PoolPointMetrics(m, &messages.FrontierStateReply{Pool: []*messages.FrontierBand{
@@ -108,9 +109,9 @@ func TestRunAppendsTensorBoardEvents(t *testing.T) {
 			{Name: frontier.BandFrontier, Tasks: 2, HintTasks: map[int32]int32{3: 1, 4: 1}},
 			{Name: frontier.BandTooEasy}, {Name: frontier.BandRetiredHopeless, Tasks: 1, HintTasks: map[int32]int32{3: 1}}, {Name: frontier.BandRetiredMastered},
 		}})
-		return &messages.RunPoint{Step: step, Phase: trainer.PhaseStep, PolicyVersion: step, WallSeconds: 60 * float64(step), Metrics: m}
+		return &records.RunPoint{Step: step, Phase: trainer.PhaseStep, PolicyVersion: step, WallSeconds: 60 * float64(step), Metrics: m}
 	}
-	put := func(run *messages.Run) {
+	put := func(run *records.Run) {
 		t.Helper()
 		db, err := persistence.Open(filepath.Join(data, "db"))
 		if err != nil {
@@ -121,9 +122,9 @@ func TestRunAppendsTensorBoardEvents(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	run := &messages.Run{Id: "tb-run", Status: "stopped", Step: 1, StartedUnixNano: 1700000000e9, ConfigYaml: s.Encode(),
-		Metrics: map[string]float64{}, Curve: []*messages.RunPoint{
-			{Step: 0, Phase: trainer.PhaseStart, WallSeconds: 10, HeldOut: []*messages.HeldOutScore{{HintLevel: -1, Tasks: 4, Pass1: 0.25}}},
+	run := &records.Run{Id: "tb-run", Status: "stopped", Step: 1, StartedUnixNano: 1700000000e9, ConfigYaml: s.Encode(),
+		Metrics: map[string]float64{}, Curve: []*records.RunPoint{
+			{Step: 0, Phase: trainer.PhaseStart, WallSeconds: 10, HeldOut: []*records.HeldOutScore{{HintLevel: -1, Tasks: 4, Pass1: 0.25}}},
 			point(1, 0.125)}}
 	put(run)
 	resume := func() string {

@@ -14,6 +14,7 @@ import (
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/synth"
 	"github.com/frognano/frognano/actors/synth/mutate"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 func synthCmd(a *app) *cobra.Command {
@@ -61,7 +62,7 @@ Operators: ` + strings.Join(mutate.OperatorNames, ", ") + `.`,
 			if hint < synth.HintTests || hint > synth.MaxHintLevel {
 				return fmt.Errorf("--hint-level %d: want %d to %d", hint, synth.HintTests, synth.MaxHintLevel)
 			}
-			req.Target = &messages.DifficultyFeatures{HintLevel: int32(hint)}
+			req.Target = &records.DifficultyFeatures{HintLevel: int32(hint)}
 			c, err := a.connect(cmd)
 			if err != nil {
 				return err

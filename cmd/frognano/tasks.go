@@ -13,6 +13,7 @@ import (
 	"github.com/frognano/frognano/actors/environment"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/synth"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 func tasksCmd(a *app) *cobra.Command {
@@ -78,7 +79,7 @@ environment, language, test_cmd, difficulty and provenance.`,
 			if err != nil {
 				return err
 			}
-			envs := map[string]*messages.Environment{}
+			envs := map[string]*records.Environment{}
 			enc := json.NewEncoder(cmd.OutOrStdout())
 			enc.SetEscapeHTML(false)
 			for _, t := range res.(*messages.TaskList).Tasks {
@@ -101,7 +102,7 @@ environment, language, test_cmd, difficulty and provenance.`,
 	return cmd
 }
 
-func listTasks(a *app, cmd *cobra.Command, env string) ([]*messages.Task, error) {
+func listTasks(a *app, cmd *cobra.Command, env string) ([]*records.Task, error) {
 	c, err := a.connect(cmd)
 	if err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/rollout"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 func trajCmd(a *app) *cobra.Command {
@@ -79,7 +80,7 @@ func trajCmd(a *app) *cobra.Command {
 }
 
 // writeTrajectory prints a trajectory for a person.
-func writeTrajectory(w io.Writer, t *messages.Trajectory, maxChars int) {
+func writeTrajectory(w io.Writer, t *records.Trajectory, maxChars int) {
 	policy := 0
 	for _, m := range t.PolicyMask {
 		if m {
@@ -102,10 +103,10 @@ func writeTrajectory(w io.Writer, t *messages.Trajectory, maxChars int) {
 		role := strings.ToLower(strings.TrimPrefix(m.Role.String(), "ROLE_"))
 		head := role
 		switch m.Role {
-		case messages.Role_ROLE_ASSISTANT:
+		case records.Role_ROLE_ASSISTANT:
 			turn++
 			head = fmt.Sprintf("assistant, turn %d", turn)
-		case messages.Role_ROLE_TOOL:
+		case records.Role_ROLE_TOOL:
 			if m.ToolCallId != "" {
 				head = "result of " + m.ToolCallId
 			} else {
@@ -124,7 +125,7 @@ func writeTrajectory(w io.Writer, t *messages.Trajectory, maxChars int) {
 		fail := 0
 		var failing []string
 		for _, res := range r.Results {
-			if res.Status != messages.TestStatus_TEST_STATUS_PASS {
+			if res.Status != records.TestStatus_TEST_STATUS_PASS {
 				fail++
 				if len(failing) < 10 {
 					failing = append(failing, res.Name)

@@ -19,6 +19,7 @@ import (
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/config"
 )
 
@@ -230,7 +231,7 @@ func TestBadInput(t *testing.T) {
 	})
 	t.Run("locked data dir", func(t *testing.T) {
 		a := startNode(t, testConfig(t))
-		if err := a.DB().Runs().Put(context.Background(), &messages.Run{Id: "r1", Status: "running"}); err != nil {
+		if err := a.DB().Runs().Put(context.Background(), &records.Run{Id: "r1", Status: "running"}); err != nil {
 			t.Fatal(err)
 		}
 		cfg := testConfig(t)

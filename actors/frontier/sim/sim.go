@@ -15,6 +15,7 @@ import (
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/synth/mutate"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Config sets up a simulation. Zero fields take the defaults of
@@ -230,7 +231,7 @@ func reach(curve []Point, target float64) int64 {
 type run struct {
 	cfg     Config
 	w       *World
-	pool    []*messages.Task
+	pool    []*records.Task
 	l       *Learner
 	episode *rand.Rand
 	arm     Arm
@@ -250,7 +251,7 @@ func newRun(cfg Config, name string) *run {
 }
 
 // rollout plays G episodes of t with the current learner.
-func (r *run) rollout(t *messages.Task) (rewards []float64, effective bool) {
+func (r *run) rollout(t *records.Task) (rewards []float64, effective bool) {
 	p := r.l.P(r.w, t)
 	rewards = make([]float64, r.cfg.Group)
 	for i := range rewards {
@@ -272,7 +273,7 @@ func (r *run) rollout(t *messages.Task) (rewards []float64, effective bool) {
 func (r *run) budgetLeft() bool { return r.arm.Rollouts+int64(r.cfg.Group) <= r.cfg.Budget }
 
 // update trains the learner on a batch's groups (one policy version).
-func (r *run) update(tasks []*messages.Task, rewards [][]float64) {
+func (r *run) update(tasks []*records.Task, rewards [][]float64) {
 	for i, t := range tasks {
 		r.arm.signal += r.l.Learn(t, rewards[i])
 	}
@@ -307,7 +308,7 @@ func runUniform(ctx context.Context, cfg Config) (Arm, error) {
 		if err := ctx.Err(); err != nil {
 			return Arm{}, err
 		}
-		var tasks []*messages.Task
+		var tasks []*records.Task
 		var rewards [][]float64
 		for _, i := range pick.Perm(len(r.pool))[:cfg.BatchTasks] {
 			if !r.budgetLeft() {
@@ -332,7 +333,7 @@ func runDAPO(ctx context.Context, cfg Config) (Arm, error) {
 		if err := ctx.Err(); err != nil {
 			return Arm{}, err
 		}
-		var tasks []*messages.Task
+		var tasks []*records.Task
 		var rewards [][]float64
 		for _, i := range pick.Perm(len(r.pool)) {
 			if len(tasks) == cfg.BatchTasks || !r.budgetLeft() {
@@ -351,7 +352,7 @@ func runDAPO(ctx context.Context, cfg Config) (Arm, error) {
 // delivery is a simulated synthesis request in flight.
 type delivery struct {
 	due int
-	rec *messages.SynthesisRecord
+	rec *records.SynthesisRecord
 }
 
 // runFrontier is arm (c): the frontier.Estimator, on in-memory stores,
@@ -389,7 +390,7 @@ func runFrontier(ctx context.Context, cfg Config) (Arm, error) {
 				keep = append(keep, d)
 				continue
 			}
-			var made []*messages.Task
+			var made []*records.Task
 			for range d.rec.GetAsked() {
 				if synth.Float64() < cfg.SynthYield {
 					s := d.rec.GetSpec()
@@ -421,7 +422,7 @@ func runFrontier(ctx context.Context, cfg Config) (Arm, error) {
 		if err != nil {
 			return Arm{}, err
 		}
-		var tasks []*messages.Task
+		var tasks []*records.Task
 		var rewards [][]float64
 		var outcomes []*messages.EpisodeOutcome
 		for _, t := range batch {

@@ -51,7 +51,7 @@ import (
 	"math"
 	"math/rand/v2"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // World holds the features' difficulty costs and makes tasks.
@@ -62,7 +62,7 @@ type World struct {
 	envCost   map[string]float64
 	truth     map[string]float64 // task id → difficulty
 	nextID    int
-	evalTasks []*messages.Task
+	evalTasks []*records.Task
 }
 
 func newWorld(cfg Config) *World {
@@ -104,12 +104,12 @@ func (w *World) uniformSpec(r *rand.Rand) spec {
 	}
 }
 
-func (w *World) uniformTask(r *rand.Rand, prefix string) *messages.Task {
+func (w *World) uniformTask(r *rand.Rand, prefix string) *records.Task {
 	return w.makeTask(r, w.uniformSpec(r), prefix)
 }
 
 // makeTask builds a task to spec with its hidden difficulty.
-func (w *World) makeTask(r *rand.Rand, s spec, prefix string) *messages.Task {
+func (w *World) makeTask(r *rand.Rand, s spec, prefix string) *records.Task {
 	w.nextID++
 	id := fmt.Sprintf("%s-%06d", prefix, w.nextID)
 	edits := s.bugs * (1 + r.IntN(2))
@@ -121,13 +121,13 @@ func (w *World) makeTask(r *rand.Rand, s spec, prefix string) *messages.Task {
 	d := w.opCost[s.op] + w.cfg.BugCost*float64(s.bugs-1) + w.cfg.HintCost*float64(2-s.hint) +
 		w.envCost[s.env] + w.cfg.DistanceCost*float64(dist) + r.NormFloat64()*w.cfg.TaskNoise
 	w.truth[id] = d
-	return &messages.Task{
+	return &records.Task{
 		Id: id, Environment: s.env, Language: "python",
-		Difficulty: &messages.DifficultyFeatures{
+		Difficulty: &records.DifficultyFeatures{
 			Operators: ops, Edits: int32(edits), Files: int32(1 + r.IntN(s.bugs)), LinesTouched: int32(edits * (1 + r.IntN(3))),
 			FailingTests: int32(1 + r.IntN(6)), HintLevel: int32(s.hint), TestDistance: int32(dist), Mode: "agent",
 		},
-		Provenance: &messages.Provenance{Operator: s.op, Generator: "sim/v1"},
+		Provenance: &records.Provenance{Operator: s.op, Generator: "sim/v1"},
 	}
 }
 
@@ -139,7 +139,7 @@ type Learner struct {
 
 func newLearner(cfg Config) *Learner { return &Learner{cfg: cfg, signal: map[string]float64{}} }
 
-func components(t *messages.Task) []string {
+func components(t *records.Task) []string {
 	d := t.GetDifficulty()
 	return []string{"general", "op=" + d.GetOperators()[0], fmt.Sprintf("hint=%d", d.GetHintLevel()), fmt.Sprintf("bugs=%d", len(d.GetOperators()))}
 }
@@ -149,7 +149,7 @@ func (l *Learner) skillOf(component string) float64 {
 }
 
 // P is the probability that the learner solves t in one episode.
-func (l *Learner) P(w *World, t *messages.Task) float64 {
+func (l *Learner) P(w *World, t *records.Task) float64 {
 	z := -w.truth[t.GetId()]
 	for _, c := range components(t) {
 		z += l.skillOf(c)
@@ -158,7 +158,7 @@ func (l *Learner) P(w *World, t *messages.Task) float64 {
 }
 
 // Learn adds a group's signal to the task's skill components.
-func (l *Learner) Learn(t *messages.Task, rewards []float64) float64 {
+func (l *Learner) Learn(t *records.Task, rewards []float64) float64 {
 	mean := 0.0
 	for _, r := range rewards {
 		mean += r

@@ -5,11 +5,12 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: actors.proto
+// source: actors/messages/v1/actors.proto
 
 package messages
 
 import (
+	v1 "github.com/frognano/frognano/persistence/records/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -35,14 +36,14 @@ type SandboxCreate struct {
 	// environment_record is the environment's record as the requesting node
 	// holds it: a member whose own store lacks the environment (it was
 	// registered on another node) uses it.
-	EnvironmentRecord *Environment `protobuf:"bytes,5,opt,name=environment_record,json=environmentRecord,proto3" json:"environment_record,omitempty"`
+	EnvironmentRecord *v1.Environment `protobuf:"bytes,5,opt,name=environment_record,json=environmentRecord,proto3" json:"environment_record,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
 
 func (x *SandboxCreate) Reset() {
 	*x = SandboxCreate{}
-	mi := &file_actors_proto_msgTypes[0]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -54,7 +55,7 @@ func (x *SandboxCreate) String() string {
 func (*SandboxCreate) ProtoMessage() {}
 
 func (x *SandboxCreate) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[0]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -67,7 +68,7 @@ func (x *SandboxCreate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxCreate.ProtoReflect.Descriptor instead.
 func (*SandboxCreate) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{0}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *SandboxCreate) GetImage() string {
@@ -98,7 +99,7 @@ func (x *SandboxCreate) GetEnvironment() string {
 	return ""
 }
 
-func (x *SandboxCreate) GetEnvironmentRecord() *Environment {
+func (x *SandboxCreate) GetEnvironmentRecord() *v1.Environment {
 	if x != nil {
 		return x.EnvironmentRecord
 	}
@@ -114,7 +115,7 @@ type SandboxOK struct {
 
 func (x *SandboxOK) Reset() {
 	*x = SandboxOK{}
-	mi := &file_actors_proto_msgTypes[1]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -126,7 +127,7 @@ func (x *SandboxOK) String() string {
 func (*SandboxOK) ProtoMessage() {}
 
 func (x *SandboxOK) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[1]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -139,7 +140,7 @@ func (x *SandboxOK) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxOK.ProtoReflect.Descriptor instead.
 func (*SandboxOK) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{1}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{1}
 }
 
 type SandboxCreated struct {
@@ -151,7 +152,7 @@ type SandboxCreated struct {
 
 func (x *SandboxCreated) Reset() {
 	*x = SandboxCreated{}
-	mi := &file_actors_proto_msgTypes[2]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -163,7 +164,7 @@ func (x *SandboxCreated) String() string {
 func (*SandboxCreated) ProtoMessage() {}
 
 func (x *SandboxCreated) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[2]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -176,7 +177,7 @@ func (x *SandboxCreated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxCreated.ProtoReflect.Descriptor instead.
 func (*SandboxCreated) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{2}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *SandboxCreated) GetSandboxId() string {
@@ -198,7 +199,7 @@ type SandboxExec struct {
 
 func (x *SandboxExec) Reset() {
 	*x = SandboxExec{}
-	mi := &file_actors_proto_msgTypes[3]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -210,7 +211,7 @@ func (x *SandboxExec) String() string {
 func (*SandboxExec) ProtoMessage() {}
 
 func (x *SandboxExec) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[3]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -223,7 +224,7 @@ func (x *SandboxExec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxExec.ProtoReflect.Descriptor instead.
 func (*SandboxExec) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{3}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SandboxExec) GetArgv() []string {
@@ -269,7 +270,7 @@ type SandboxExecResult struct {
 
 func (x *SandboxExecResult) Reset() {
 	*x = SandboxExecResult{}
-	mi := &file_actors_proto_msgTypes[4]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -281,7 +282,7 @@ func (x *SandboxExecResult) String() string {
 func (*SandboxExecResult) ProtoMessage() {}
 
 func (x *SandboxExecResult) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[4]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -294,7 +295,7 @@ func (x *SandboxExecResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxExecResult.ProtoReflect.Descriptor instead.
 func (*SandboxExecResult) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{4}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SandboxExecResult) GetExitCode() int32 {
@@ -355,7 +356,7 @@ type SandboxReadFile struct {
 
 func (x *SandboxReadFile) Reset() {
 	*x = SandboxReadFile{}
-	mi := &file_actors_proto_msgTypes[5]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -367,7 +368,7 @@ func (x *SandboxReadFile) String() string {
 func (*SandboxReadFile) ProtoMessage() {}
 
 func (x *SandboxReadFile) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[5]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -380,7 +381,7 @@ func (x *SandboxReadFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxReadFile.ProtoReflect.Descriptor instead.
 func (*SandboxReadFile) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{5}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SandboxReadFile) GetPath() string {
@@ -400,7 +401,7 @@ type SandboxFile struct {
 
 func (x *SandboxFile) Reset() {
 	*x = SandboxFile{}
-	mi := &file_actors_proto_msgTypes[6]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -412,7 +413,7 @@ func (x *SandboxFile) String() string {
 func (*SandboxFile) ProtoMessage() {}
 
 func (x *SandboxFile) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[6]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -425,7 +426,7 @@ func (x *SandboxFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxFile.ProtoReflect.Descriptor instead.
 func (*SandboxFile) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{6}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SandboxFile) GetPath() string {
@@ -452,7 +453,7 @@ type SandboxWriteFile struct {
 
 func (x *SandboxWriteFile) Reset() {
 	*x = SandboxWriteFile{}
-	mi := &file_actors_proto_msgTypes[7]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -464,7 +465,7 @@ func (x *SandboxWriteFile) String() string {
 func (*SandboxWriteFile) ProtoMessage() {}
 
 func (x *SandboxWriteFile) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[7]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -477,7 +478,7 @@ func (x *SandboxWriteFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxWriteFile.ProtoReflect.Descriptor instead.
 func (*SandboxWriteFile) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{7}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SandboxWriteFile) GetPath() string {
@@ -504,7 +505,7 @@ type SandboxListFiles struct {
 
 func (x *SandboxListFiles) Reset() {
 	*x = SandboxListFiles{}
-	mi := &file_actors_proto_msgTypes[8]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -516,7 +517,7 @@ func (x *SandboxListFiles) String() string {
 func (*SandboxListFiles) ProtoMessage() {}
 
 func (x *SandboxListFiles) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[8]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -529,7 +530,7 @@ func (x *SandboxListFiles) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxListFiles.ProtoReflect.Descriptor instead.
 func (*SandboxListFiles) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{8}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SandboxListFiles) GetPath() string {
@@ -555,7 +556,7 @@ type SandboxFileList struct {
 
 func (x *SandboxFileList) Reset() {
 	*x = SandboxFileList{}
-	mi := &file_actors_proto_msgTypes[9]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -567,7 +568,7 @@ func (x *SandboxFileList) String() string {
 func (*SandboxFileList) ProtoMessage() {}
 
 func (x *SandboxFileList) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[9]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -580,7 +581,7 @@ func (x *SandboxFileList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxFileList.ProtoReflect.Descriptor instead.
 func (*SandboxFileList) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{9}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SandboxFileList) GetPaths() []string {
@@ -599,7 +600,7 @@ type SandboxApplyPatch struct {
 
 func (x *SandboxApplyPatch) Reset() {
 	*x = SandboxApplyPatch{}
-	mi := &file_actors_proto_msgTypes[10]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -611,7 +612,7 @@ func (x *SandboxApplyPatch) String() string {
 func (*SandboxApplyPatch) ProtoMessage() {}
 
 func (x *SandboxApplyPatch) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[10]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -624,7 +625,7 @@ func (x *SandboxApplyPatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxApplyPatch.ProtoReflect.Descriptor instead.
 func (*SandboxApplyPatch) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{10}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SandboxApplyPatch) GetPatch() string {
@@ -644,7 +645,7 @@ type SandboxRunTests struct {
 
 func (x *SandboxRunTests) Reset() {
 	*x = SandboxRunTests{}
-	mi := &file_actors_proto_msgTypes[11]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +657,7 @@ func (x *SandboxRunTests) String() string {
 func (*SandboxRunTests) ProtoMessage() {}
 
 func (x *SandboxRunTests) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[11]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +670,7 @@ func (x *SandboxRunTests) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxRunTests.ProtoReflect.Descriptor instead.
 func (*SandboxRunTests) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{11}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SandboxRunTests) GetTests() []string {
@@ -688,14 +689,14 @@ func (x *SandboxRunTests) GetTimeoutSeconds() float64 {
 
 type SandboxTestsResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Report        *TestReport            `protobuf:"bytes,1,opt,name=report,proto3" json:"report,omitempty"`
+	Report        *v1.TestReport         `protobuf:"bytes,1,opt,name=report,proto3" json:"report,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SandboxTestsResult) Reset() {
 	*x = SandboxTestsResult{}
-	mi := &file_actors_proto_msgTypes[12]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -707,7 +708,7 @@ func (x *SandboxTestsResult) String() string {
 func (*SandboxTestsResult) ProtoMessage() {}
 
 func (x *SandboxTestsResult) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[12]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -720,10 +721,10 @@ func (x *SandboxTestsResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxTestsResult.ProtoReflect.Descriptor instead.
 func (*SandboxTestsResult) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{12}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{12}
 }
 
-func (x *SandboxTestsResult) GetReport() *TestReport {
+func (x *SandboxTestsResult) GetReport() *v1.TestReport {
 	if x != nil {
 		return x.Report
 	}
@@ -739,7 +740,7 @@ func (x *SandboxTestsResult) GetReport() *TestReport {
 // SandboxEpisodeReady.
 type SandboxPrepareEpisode struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
-	Task               *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	Task               *v1.Task               `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
 	TestPatch          string                 `protobuf:"bytes,2,opt,name=test_patch,json=testPatch,proto3" json:"test_patch,omitempty"`
 	TestTimeoutSeconds float64                `protobuf:"fixed64,3,opt,name=test_timeout_seconds,json=testTimeoutSeconds,proto3" json:"test_timeout_seconds,omitempty"`
 	unknownFields      protoimpl.UnknownFields
@@ -748,7 +749,7 @@ type SandboxPrepareEpisode struct {
 
 func (x *SandboxPrepareEpisode) Reset() {
 	*x = SandboxPrepareEpisode{}
-	mi := &file_actors_proto_msgTypes[13]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -760,7 +761,7 @@ func (x *SandboxPrepareEpisode) String() string {
 func (*SandboxPrepareEpisode) ProtoMessage() {}
 
 func (x *SandboxPrepareEpisode) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[13]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -773,10 +774,10 @@ func (x *SandboxPrepareEpisode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxPrepareEpisode.ProtoReflect.Descriptor instead.
 func (*SandboxPrepareEpisode) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{13}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{13}
 }
 
-func (x *SandboxPrepareEpisode) GetTask() *Task {
+func (x *SandboxPrepareEpisode) GetTask() *v1.Task {
 	if x != nil {
 		return x.Task
 	}
@@ -806,7 +807,7 @@ type SandboxEpisodeReady struct {
 
 func (x *SandboxEpisodeReady) Reset() {
 	*x = SandboxEpisodeReady{}
-	mi := &file_actors_proto_msgTypes[14]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +819,7 @@ func (x *SandboxEpisodeReady) String() string {
 func (*SandboxEpisodeReady) ProtoMessage() {}
 
 func (x *SandboxEpisodeReady) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[14]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +832,7 @@ func (x *SandboxEpisodeReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxEpisodeReady.ProtoReflect.Descriptor instead.
 func (*SandboxEpisodeReady) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{14}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SandboxEpisodeReady) GetSandboxId() string {
@@ -853,7 +854,7 @@ type SandboxGrade struct {
 
 func (x *SandboxGrade) Reset() {
 	*x = SandboxGrade{}
-	mi := &file_actors_proto_msgTypes[15]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +866,7 @@ func (x *SandboxGrade) String() string {
 func (*SandboxGrade) ProtoMessage() {}
 
 func (x *SandboxGrade) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[15]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,12 +879,12 @@ func (x *SandboxGrade) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxGrade.ProtoReflect.Descriptor instead.
 func (*SandboxGrade) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{15}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{15}
 }
 
 type SandboxGraded struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Report        *TestReport            `protobuf:"bytes,1,opt,name=report,proto3" json:"report,omitempty"`
+	Report        *v1.TestReport         `protobuf:"bytes,1,opt,name=report,proto3" json:"report,omitempty"`
 	Resolved      bool                   `protobuf:"varint,2,opt,name=resolved,proto3" json:"resolved,omitempty"`
 	Reward        float64                `protobuf:"fixed64,3,opt,name=reward,proto3" json:"reward,omitempty"`
 	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"` // why not resolved ("" when resolved)
@@ -893,7 +894,7 @@ type SandboxGraded struct {
 
 func (x *SandboxGraded) Reset() {
 	*x = SandboxGraded{}
-	mi := &file_actors_proto_msgTypes[16]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +906,7 @@ func (x *SandboxGraded) String() string {
 func (*SandboxGraded) ProtoMessage() {}
 
 func (x *SandboxGraded) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[16]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,10 +919,10 @@ func (x *SandboxGraded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxGraded.ProtoReflect.Descriptor instead.
 func (*SandboxGraded) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{16}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{16}
 }
 
-func (x *SandboxGraded) GetReport() *TestReport {
+func (x *SandboxGraded) GetReport() *v1.TestReport {
 	if x != nil {
 		return x.Report
 	}
@@ -957,7 +958,7 @@ type SandboxDestroy struct {
 
 func (x *SandboxDestroy) Reset() {
 	*x = SandboxDestroy{}
-	mi := &file_actors_proto_msgTypes[17]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -969,7 +970,7 @@ func (x *SandboxDestroy) String() string {
 func (*SandboxDestroy) ProtoMessage() {}
 
 func (x *SandboxDestroy) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[17]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -982,7 +983,7 @@ func (x *SandboxDestroy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxDestroy.ProtoReflect.Descriptor instead.
 func (*SandboxDestroy) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{17}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{17}
 }
 
 type SandboxDestroyed struct {
@@ -994,7 +995,7 @@ type SandboxDestroyed struct {
 
 func (x *SandboxDestroyed) Reset() {
 	*x = SandboxDestroyed{}
-	mi := &file_actors_proto_msgTypes[18]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1006,7 +1007,7 @@ func (x *SandboxDestroyed) String() string {
 func (*SandboxDestroyed) ProtoMessage() {}
 
 func (x *SandboxDestroyed) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[18]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,7 +1020,7 @@ func (x *SandboxDestroyed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxDestroyed.ProtoReflect.Descriptor instead.
 func (*SandboxDestroyed) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{18}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SandboxDestroyed) GetSandboxId() string {
@@ -1037,7 +1038,7 @@ type SynthesizeRequest struct {
 	Environment string                 `protobuf:"bytes,1,opt,name=environment,proto3" json:"environment,omitempty"`
 	Count       int32                  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
 	Operators   []string               `protobuf:"bytes,3,rep,name=operators,proto3" json:"operators,omitempty"`
-	Target      *DifficultyFeatures    `protobuf:"bytes,4,opt,name=target,proto3" json:"target,omitempty"`
+	Target      *v1.DifficultyFeatures `protobuf:"bytes,4,opt,name=target,proto3" json:"target,omitempty"`
 	Seed        uint64                 `protobuf:"varint,5,opt,name=seed,proto3" json:"seed,omitempty"`
 	// bugs planted per task: 0 or 1 for single-bug tasks, 2 or more for
 	// multi-bug tasks (`--difficulty multi`).
@@ -1057,7 +1058,7 @@ type SynthesizeRequest struct {
 
 func (x *SynthesizeRequest) Reset() {
 	*x = SynthesizeRequest{}
-	mi := &file_actors_proto_msgTypes[19]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1069,7 +1070,7 @@ func (x *SynthesizeRequest) String() string {
 func (*SynthesizeRequest) ProtoMessage() {}
 
 func (x *SynthesizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[19]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1082,7 +1083,7 @@ func (x *SynthesizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SynthesizeRequest.ProtoReflect.Descriptor instead.
 func (*SynthesizeRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{19}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SynthesizeRequest) GetEnvironment() string {
@@ -1106,7 +1107,7 @@ func (x *SynthesizeRequest) GetOperators() []string {
 	return nil
 }
 
-func (x *SynthesizeRequest) GetTarget() *DifficultyFeatures {
+func (x *SynthesizeRequest) GetTarget() *v1.DifficultyFeatures {
 	if x != nil {
 		return x.Target
 	}
@@ -1163,7 +1164,7 @@ type SynthesizeProgress struct {
 
 func (x *SynthesizeProgress) Reset() {
 	*x = SynthesizeProgress{}
-	mi := &file_actors_proto_msgTypes[20]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1175,7 +1176,7 @@ func (x *SynthesizeProgress) String() string {
 func (*SynthesizeProgress) ProtoMessage() {}
 
 func (x *SynthesizeProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[20]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1188,7 +1189,7 @@ func (x *SynthesizeProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SynthesizeProgress.ProtoReflect.Descriptor instead.
 func (*SynthesizeProgress) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{20}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SynthesizeProgress) GetValidated() int32 {
@@ -1249,7 +1250,7 @@ type SynthesizeResult struct {
 
 func (x *SynthesizeResult) Reset() {
 	*x = SynthesizeResult{}
-	mi := &file_actors_proto_msgTypes[21]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1262,7 @@ func (x *SynthesizeResult) String() string {
 func (*SynthesizeResult) ProtoMessage() {}
 
 func (x *SynthesizeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[21]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1275,7 @@ func (x *SynthesizeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SynthesizeResult.ProtoReflect.Descriptor instead.
 func (*SynthesizeResult) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{21}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SynthesizeResult) GetTaskIds() []string {
@@ -1344,7 +1345,7 @@ type BatchRequest struct {
 
 func (x *BatchRequest) Reset() {
 	*x = BatchRequest{}
-	mi := &file_actors_proto_msgTypes[22]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1357,7 @@ func (x *BatchRequest) String() string {
 func (*BatchRequest) ProtoMessage() {}
 
 func (x *BatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[22]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1370,7 @@ func (x *BatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
 func (*BatchRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{22}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BatchRequest) GetTasks() int32 {
@@ -1416,7 +1417,7 @@ func (x *BatchRequest) GetUniform() bool {
 
 type TaskBatch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tasks         []*Task                `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	Tasks         []*v1.Task             `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	PolicyVersion int64                  `protobuf:"varint,2,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1424,7 +1425,7 @@ type TaskBatch struct {
 
 func (x *TaskBatch) Reset() {
 	*x = TaskBatch{}
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1437,7 @@ func (x *TaskBatch) String() string {
 func (*TaskBatch) ProtoMessage() {}
 
 func (x *TaskBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,10 +1450,10 @@ func (x *TaskBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBatch.ProtoReflect.Descriptor instead.
 func (*TaskBatch) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{23}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{23}
 }
 
-func (x *TaskBatch) GetTasks() []*Task {
+func (x *TaskBatch) GetTasks() []*v1.Task {
 	if x != nil {
 		return x.Tasks
 	}
@@ -1479,7 +1480,7 @@ type EpisodeOutcome struct {
 
 func (x *EpisodeOutcome) Reset() {
 	*x = EpisodeOutcome{}
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1492,7 @@ func (x *EpisodeOutcome) String() string {
 func (*EpisodeOutcome) ProtoMessage() {}
 
 func (x *EpisodeOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1505,7 @@ func (x *EpisodeOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeOutcome.ProtoReflect.Descriptor instead.
 func (*EpisodeOutcome) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{24}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *EpisodeOutcome) GetTaskId() string {
@@ -1557,7 +1558,7 @@ type OutcomesReport struct {
 
 func (x *OutcomesReport) Reset() {
 	*x = OutcomesReport{}
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1569,7 +1570,7 @@ func (x *OutcomesReport) String() string {
 func (*OutcomesReport) ProtoMessage() {}
 
 func (x *OutcomesReport) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1582,7 +1583,7 @@ func (x *OutcomesReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutcomesReport.ProtoReflect.Descriptor instead.
 func (*OutcomesReport) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{25}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *OutcomesReport) GetOutcomes() []*EpisodeOutcome {
@@ -1618,7 +1619,7 @@ type OutcomesAck struct {
 
 func (x *OutcomesAck) Reset() {
 	*x = OutcomesAck{}
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +1631,7 @@ func (x *OutcomesAck) String() string {
 func (*OutcomesAck) ProtoMessage() {}
 
 func (x *OutcomesAck) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,7 +1644,7 @@ func (x *OutcomesAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutcomesAck.ProtoReflect.Descriptor instead.
 func (*OutcomesAck) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{26}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *OutcomesAck) GetRecorded() int32 {
@@ -1679,7 +1680,7 @@ type GenerateRequest struct {
 
 func (x *GenerateRequest) Reset() {
 	*x = GenerateRequest{}
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +1692,7 @@ func (x *GenerateRequest) String() string {
 func (*GenerateRequest) ProtoMessage() {}
 
 func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +1705,7 @@ func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateRequest.ProtoReflect.Descriptor instead.
 func (*GenerateRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{27}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GenerateRequest) GetPromptIds() []int32 {
@@ -1779,7 +1780,7 @@ type TokenSequence struct {
 
 func (x *TokenSequence) Reset() {
 	*x = TokenSequence{}
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1791,7 +1792,7 @@ func (x *TokenSequence) String() string {
 func (*TokenSequence) ProtoMessage() {}
 
 func (x *TokenSequence) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1804,7 +1805,7 @@ func (x *TokenSequence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenSequence.ProtoReflect.Descriptor instead.
 func (*TokenSequence) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{28}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TokenSequence) GetIds() []int32 {
@@ -1826,7 +1827,7 @@ type GenerateResponse struct {
 
 func (x *GenerateResponse) Reset() {
 	*x = GenerateResponse{}
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1838,7 +1839,7 @@ func (x *GenerateResponse) String() string {
 func (*GenerateResponse) ProtoMessage() {}
 
 func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1851,7 +1852,7 @@ func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateResponse.ProtoReflect.Descriptor instead.
 func (*GenerateResponse) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{29}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GenerateResponse) GetTokenIds() []int32 {
@@ -1897,7 +1898,7 @@ type WeightsPublished struct {
 
 func (x *WeightsPublished) Reset() {
 	*x = WeightsPublished{}
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1909,7 +1910,7 @@ func (x *WeightsPublished) String() string {
 func (*WeightsPublished) ProtoMessage() {}
 
 func (x *WeightsPublished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1922,7 +1923,7 @@ func (x *WeightsPublished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WeightsPublished.ProtoReflect.Descriptor instead.
 func (*WeightsPublished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{30}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WeightsPublished) GetRunId() string {
@@ -1948,7 +1949,7 @@ func (x *WeightsPublished) GetStep() int64 {
 
 type RolloutRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Task          *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	Task          *v1.Task               `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
 	GroupSize     int32                  `protobuf:"varint,2,opt,name=group_size,json=groupSize,proto3" json:"group_size,omitempty"`
 	PolicyVersion int64                  `protobuf:"varint,3,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
 	Seed          uint64                 `protobuf:"varint,4,opt,name=seed,proto3" json:"seed,omitempty"`
@@ -1959,7 +1960,7 @@ type RolloutRequest struct {
 
 func (x *RolloutRequest) Reset() {
 	*x = RolloutRequest{}
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1971,7 +1972,7 @@ func (x *RolloutRequest) String() string {
 func (*RolloutRequest) ProtoMessage() {}
 
 func (x *RolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1984,10 +1985,10 @@ func (x *RolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutRequest.ProtoReflect.Descriptor instead.
 func (*RolloutRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{31}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{31}
 }
 
-func (x *RolloutRequest) GetTask() *Task {
+func (x *RolloutRequest) GetTask() *v1.Task {
 	if x != nil {
 		return x.Task
 	}
@@ -2033,7 +2034,7 @@ type RolloutResult struct {
 
 func (x *RolloutResult) Reset() {
 	*x = RolloutResult{}
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2045,7 +2046,7 @@ func (x *RolloutResult) String() string {
 func (*RolloutResult) ProtoMessage() {}
 
 func (x *RolloutResult) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2058,7 +2059,7 @@ func (x *RolloutResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutResult.ProtoReflect.Descriptor instead.
 func (*RolloutResult) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{32}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RolloutResult) GetTaskId() string {
@@ -2103,7 +2104,7 @@ type EnvAddRequest struct {
 
 func (x *EnvAddRequest) Reset() {
 	*x = EnvAddRequest{}
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2116,7 @@ func (x *EnvAddRequest) String() string {
 func (*EnvAddRequest) ProtoMessage() {}
 
 func (x *EnvAddRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2129,7 @@ func (x *EnvAddRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvAddRequest.ProtoReflect.Descriptor instead.
 func (*EnvAddRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{33}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *EnvAddRequest) GetSource() string {
@@ -2204,7 +2205,7 @@ type EnvProgress struct {
 
 func (x *EnvProgress) Reset() {
 	*x = EnvProgress{}
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2216,7 +2217,7 @@ func (x *EnvProgress) String() string {
 func (*EnvProgress) ProtoMessage() {}
 
 func (x *EnvProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2229,7 +2230,7 @@ func (x *EnvProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvProgress.ProtoReflect.Descriptor instead.
 func (*EnvProgress) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{34}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *EnvProgress) GetStage() string {
@@ -2241,14 +2242,14 @@ func (x *EnvProgress) GetStage() string {
 
 type EnvAddReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Environment   *Environment           `protobuf:"bytes,1,opt,name=environment,proto3" json:"environment,omitempty"`
+	Environment   *v1.Environment        `protobuf:"bytes,1,opt,name=environment,proto3" json:"environment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EnvAddReply) Reset() {
 	*x = EnvAddReply{}
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2260,7 +2261,7 @@ func (x *EnvAddReply) String() string {
 func (*EnvAddReply) ProtoMessage() {}
 
 func (x *EnvAddReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2273,10 +2274,10 @@ func (x *EnvAddReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvAddReply.ProtoReflect.Descriptor instead.
 func (*EnvAddReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{35}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{35}
 }
 
-func (x *EnvAddReply) GetEnvironment() *Environment {
+func (x *EnvAddReply) GetEnvironment() *v1.Environment {
 	if x != nil {
 		return x.Environment
 	}
@@ -2291,7 +2292,7 @@ type EnvListRequest struct {
 
 func (x *EnvListRequest) Reset() {
 	*x = EnvListRequest{}
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2303,7 +2304,7 @@ func (x *EnvListRequest) String() string {
 func (*EnvListRequest) ProtoMessage() {}
 
 func (x *EnvListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2316,19 +2317,19 @@ func (x *EnvListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvListRequest.ProtoReflect.Descriptor instead.
 func (*EnvListRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{36}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{36}
 }
 
 type EnvList struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Environments  []*Environment         `protobuf:"bytes,1,rep,name=environments,proto3" json:"environments,omitempty"`
+	Environments  []*v1.Environment      `protobuf:"bytes,1,rep,name=environments,proto3" json:"environments,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EnvList) Reset() {
 	*x = EnvList{}
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2340,7 +2341,7 @@ func (x *EnvList) String() string {
 func (*EnvList) ProtoMessage() {}
 
 func (x *EnvList) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2353,10 +2354,10 @@ func (x *EnvList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvList.ProtoReflect.Descriptor instead.
 func (*EnvList) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{37}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{37}
 }
 
-func (x *EnvList) GetEnvironments() []*Environment {
+func (x *EnvList) GetEnvironments() []*v1.Environment {
 	if x != nil {
 		return x.Environments
 	}
@@ -2372,7 +2373,7 @@ type EnvGetRequest struct {
 
 func (x *EnvGetRequest) Reset() {
 	*x = EnvGetRequest{}
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +2385,7 @@ func (x *EnvGetRequest) String() string {
 func (*EnvGetRequest) ProtoMessage() {}
 
 func (x *EnvGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +2398,7 @@ func (x *EnvGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvGetRequest.ProtoReflect.Descriptor instead.
 func (*EnvGetRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{38}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *EnvGetRequest) GetName() string {
@@ -2416,7 +2417,7 @@ type EnvRemoveRequest struct {
 
 func (x *EnvRemoveRequest) Reset() {
 	*x = EnvRemoveRequest{}
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2428,7 +2429,7 @@ func (x *EnvRemoveRequest) String() string {
 func (*EnvRemoveRequest) ProtoMessage() {}
 
 func (x *EnvRemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2441,7 +2442,7 @@ func (x *EnvRemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvRemoveRequest.ProtoReflect.Descriptor instead.
 func (*EnvRemoveRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{39}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *EnvRemoveRequest) GetName() string {
@@ -2460,7 +2461,7 @@ type EnvRemoved struct {
 
 func (x *EnvRemoved) Reset() {
 	*x = EnvRemoved{}
-	mi := &file_actors_proto_msgTypes[40]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2472,7 +2473,7 @@ func (x *EnvRemoved) String() string {
 func (*EnvRemoved) ProtoMessage() {}
 
 func (x *EnvRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[40]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2485,7 +2486,7 @@ func (x *EnvRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvRemoved.ProtoReflect.Descriptor instead.
 func (*EnvRemoved) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{40}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *EnvRemoved) GetName() string {
@@ -2493,207 +2494,6 @@ func (x *EnvRemoved) GetName() string {
 		return x.Name
 	}
 	return ""
-}
-
-// CoverageMap records, for one environment image, which tests execute which
-// lines of its non-test source files. It is measured once per image (a
-// baseline run under coverage.py with one context per test, or one Go test
-// binary run per test) and stored, so the Synthesizer mutates only lines some
-// test reaches and screens a candidate with just those tests.
-type CoverageMap struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	Environment     string                 `protobuf:"bytes,1,opt,name=environment,proto3" json:"environment,omitempty"`
-	Image           string                 `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
-	Tests           []string               `protobuf:"bytes,3,rep,name=tests,proto3" json:"tests,omitempty"` // test ids; LineCoverage.tests index this list
-	Files           []*FileCoverage        `protobuf:"bytes,4,rep,name=files,proto3" json:"files,omitempty"`
-	Seconds         float64                `protobuf:"fixed64,5,opt,name=seconds,proto3" json:"seconds,omitempty"`
-	CreatedUnixNano int64                  `protobuf:"varint,6,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
-	Tool            string                 `protobuf:"bytes,7,opt,name=tool,proto3" json:"tool,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
-}
-
-func (x *CoverageMap) Reset() {
-	*x = CoverageMap{}
-	mi := &file_actors_proto_msgTypes[41]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *CoverageMap) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*CoverageMap) ProtoMessage() {}
-
-func (x *CoverageMap) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[41]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use CoverageMap.ProtoReflect.Descriptor instead.
-func (*CoverageMap) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{41}
-}
-
-func (x *CoverageMap) GetEnvironment() string {
-	if x != nil {
-		return x.Environment
-	}
-	return ""
-}
-
-func (x *CoverageMap) GetImage() string {
-	if x != nil {
-		return x.Image
-	}
-	return ""
-}
-
-func (x *CoverageMap) GetTests() []string {
-	if x != nil {
-		return x.Tests
-	}
-	return nil
-}
-
-func (x *CoverageMap) GetFiles() []*FileCoverage {
-	if x != nil {
-		return x.Files
-	}
-	return nil
-}
-
-func (x *CoverageMap) GetSeconds() float64 {
-	if x != nil {
-		return x.Seconds
-	}
-	return 0
-}
-
-func (x *CoverageMap) GetCreatedUnixNano() int64 {
-	if x != nil {
-		return x.CreatedUnixNano
-	}
-	return 0
-}
-
-func (x *CoverageMap) GetTool() string {
-	if x != nil {
-		return x.Tool
-	}
-	return ""
-}
-
-type FileCoverage struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"` // relative to the repository root
-	Lines         []*LineCoverage        `protobuf:"bytes,2,rep,name=lines,proto3" json:"lines,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FileCoverage) Reset() {
-	*x = FileCoverage{}
-	mi := &file_actors_proto_msgTypes[42]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FileCoverage) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FileCoverage) ProtoMessage() {}
-
-func (x *FileCoverage) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[42]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FileCoverage.ProtoReflect.Descriptor instead.
-func (*FileCoverage) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{42}
-}
-
-func (x *FileCoverage) GetPath() string {
-	if x != nil {
-		return x.Path
-	}
-	return ""
-}
-
-func (x *FileCoverage) GetLines() []*LineCoverage {
-	if x != nil {
-		return x.Lines
-	}
-	return nil
-}
-
-type LineCoverage struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Line          int32                  `protobuf:"varint,1,opt,name=line,proto3" json:"line,omitempty"`
-	Tests         []int32                `protobuf:"varint,2,rep,packed,name=tests,proto3" json:"tests,omitempty"` // empty: executed, but only outside any test (imports)
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *LineCoverage) Reset() {
-	*x = LineCoverage{}
-	mi := &file_actors_proto_msgTypes[43]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *LineCoverage) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*LineCoverage) ProtoMessage() {}
-
-func (x *LineCoverage) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[43]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use LineCoverage.ProtoReflect.Descriptor instead.
-func (*LineCoverage) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{43}
-}
-
-func (x *LineCoverage) GetLine() int32 {
-	if x != nil {
-		return x.Line
-	}
-	return 0
-}
-
-func (x *LineCoverage) GetTests() []int32 {
-	if x != nil {
-		return x.Tests
-	}
-	return nil
 }
 
 type TaskListRequest struct {
@@ -2705,7 +2505,7 @@ type TaskListRequest struct {
 
 func (x *TaskListRequest) Reset() {
 	*x = TaskListRequest{}
-	mi := &file_actors_proto_msgTypes[44]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2717,7 +2517,7 @@ func (x *TaskListRequest) String() string {
 func (*TaskListRequest) ProtoMessage() {}
 
 func (x *TaskListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[44]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2730,7 +2530,7 @@ func (x *TaskListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskListRequest.ProtoReflect.Descriptor instead.
 func (*TaskListRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{44}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TaskListRequest) GetEnvironment() string {
@@ -2742,14 +2542,14 @@ func (x *TaskListRequest) GetEnvironment() string {
 
 type TaskList struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tasks         []*Task                `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	Tasks         []*v1.Task             `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskList) Reset() {
 	*x = TaskList{}
-	mi := &file_actors_proto_msgTypes[45]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2761,7 +2561,7 @@ func (x *TaskList) String() string {
 func (*TaskList) ProtoMessage() {}
 
 func (x *TaskList) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[45]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2774,10 +2574,10 @@ func (x *TaskList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskList.ProtoReflect.Descriptor instead.
 func (*TaskList) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{45}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{42}
 }
 
-func (x *TaskList) GetTasks() []*Task {
+func (x *TaskList) GetTasks() []*v1.Task {
 	if x != nil {
 		return x.Tasks
 	}
@@ -2793,7 +2593,7 @@ type TaskGetRequest struct {
 
 func (x *TaskGetRequest) Reset() {
 	*x = TaskGetRequest{}
-	mi := &file_actors_proto_msgTypes[46]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2805,7 +2605,7 @@ func (x *TaskGetRequest) String() string {
 func (*TaskGetRequest) ProtoMessage() {}
 
 func (x *TaskGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[46]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2818,7 +2618,7 @@ func (x *TaskGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskGetRequest.ProtoReflect.Descriptor instead.
 func (*TaskGetRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{46}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TaskGetRequest) GetId() string {
@@ -2830,14 +2630,14 @@ func (x *TaskGetRequest) GetId() string {
 
 type TaskGetReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Task          *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	Task          *v1.Task               `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskGetReply) Reset() {
 	*x = TaskGetReply{}
-	mi := &file_actors_proto_msgTypes[47]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2849,7 +2649,7 @@ func (x *TaskGetReply) String() string {
 func (*TaskGetReply) ProtoMessage() {}
 
 func (x *TaskGetReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[47]
+	mi := &file_actors_messages_v1_actors_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2862,27 +2662,27 @@ func (x *TaskGetReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskGetReply.ProtoReflect.Descriptor instead.
 func (*TaskGetReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{47}
+	return file_actors_messages_v1_actors_proto_rawDescGZIP(), []int{44}
 }
 
-func (x *TaskGetReply) GetTask() *Task {
+func (x *TaskGetReply) GetTask() *v1.Task {
 	if x != nil {
 		return x.Task
 	}
 	return nil
 }
 
-var File_actors_proto protoreflect.FileDescriptor
+var File_actors_messages_v1_actors_proto protoreflect.FileDescriptor
 
-const file_actors_proto_rawDesc = "" +
+const file_actors_messages_v1_actors_proto_rawDesc = "" +
 	"\n" +
-	"\factors.proto\x12\x14frognano.messages.v1\x1a\rrecords.proto\"\xb7\x02\n" +
+	"\x1factors/messages/v1/actors.proto\x12\x14frognano.messages.v1\x1a$persistence/records/v1/records.proto\"\xb6\x02\n" +
 	"\rSandboxCreate\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\aworkdir\x18\x02 \x01(\tR\aworkdir\x12G\n" +
 	"\x06labels\x18\x03 \x03(\v2/.frognano.messages.v1.SandboxCreate.LabelsEntryR\x06labels\x12 \n" +
-	"\venvironment\x18\x04 \x01(\tR\venvironment\x12P\n" +
-	"\x12environment_record\x18\x05 \x01(\v2!.frognano.messages.v1.EnvironmentR\x11environmentRecord\x1a9\n" +
+	"\venvironment\x18\x04 \x01(\tR\venvironment\x12O\n" +
+	"\x12environment_record\x18\x05 \x01(\v2 .frognano.records.v1.EnvironmentR\x11environmentRecord\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\v\n" +
@@ -2920,32 +2720,32 @@ const file_actors_proto_rawDesc = "" +
 	"\x05patch\x18\x01 \x01(\tR\x05patch\"P\n" +
 	"\x0fSandboxRunTests\x12\x14\n" +
 	"\x05tests\x18\x01 \x03(\tR\x05tests\x12'\n" +
-	"\x0ftimeout_seconds\x18\x02 \x01(\x01R\x0etimeoutSeconds\"N\n" +
-	"\x12SandboxTestsResult\x128\n" +
-	"\x06report\x18\x01 \x01(\v2 .frognano.messages.v1.TestReportR\x06report\"\x98\x01\n" +
-	"\x15SandboxPrepareEpisode\x12.\n" +
-	"\x04task\x18\x01 \x01(\v2\x1a.frognano.messages.v1.TaskR\x04task\x12\x1d\n" +
+	"\x0ftimeout_seconds\x18\x02 \x01(\x01R\x0etimeoutSeconds\"M\n" +
+	"\x12SandboxTestsResult\x127\n" +
+	"\x06report\x18\x01 \x01(\v2\x1f.frognano.records.v1.TestReportR\x06report\"\x97\x01\n" +
+	"\x15SandboxPrepareEpisode\x12-\n" +
+	"\x04task\x18\x01 \x01(\v2\x19.frognano.records.v1.TaskR\x04task\x12\x1d\n" +
 	"\n" +
 	"test_patch\x18\x02 \x01(\tR\ttestPatch\x120\n" +
 	"\x14test_timeout_seconds\x18\x03 \x01(\x01R\x12testTimeoutSeconds\"4\n" +
 	"\x13SandboxEpisodeReady\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\x0e\n" +
-	"\fSandboxGrade\"\x95\x01\n" +
-	"\rSandboxGraded\x128\n" +
-	"\x06report\x18\x01 \x01(\v2 .frognano.messages.v1.TestReportR\x06report\x12\x1a\n" +
+	"\fSandboxGrade\"\x94\x01\n" +
+	"\rSandboxGraded\x127\n" +
+	"\x06report\x18\x01 \x01(\v2\x1f.frognano.records.v1.TestReportR\x06report\x12\x1a\n" +
 	"\bresolved\x18\x02 \x01(\bR\bresolved\x12\x16\n" +
 	"\x06reward\x18\x03 \x01(\x01R\x06reward\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x10\n" +
 	"\x0eSandboxDestroy\"1\n" +
 	"\x10SandboxDestroyed\x12\x1d\n" +
 	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\xc5\x02\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\xc4\x02\n" +
 	"\x11SynthesizeRequest\x12 \n" +
 	"\venvironment\x18\x01 \x01(\tR\venvironment\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x05R\x05count\x12\x1c\n" +
-	"\toperators\x18\x03 \x03(\tR\toperators\x12@\n" +
-	"\x06target\x18\x04 \x01(\v2(.frognano.messages.v1.DifficultyFeaturesR\x06target\x12\x12\n" +
+	"\toperators\x18\x03 \x03(\tR\toperators\x12?\n" +
+	"\x06target\x18\x04 \x01(\v2'.frognano.records.v1.DifficultyFeaturesR\x06target\x12\x12\n" +
 	"\x04seed\x18\x05 \x01(\x04R\x04seed\x12\x12\n" +
 	"\x04bugs\x18\x06 \x01(\x05R\x04bugs\x120\n" +
 	"\x14full_suite_screening\x18\a \x01(\bR\x12fullSuiteScreening\x12\x17\n" +
@@ -2978,9 +2778,9 @@ const file_actors_proto_rawDesc = "" +
 	"\x04seed\x18\x03 \x01(\x04R\x04seed\x12\x12\n" +
 	"\x04mode\x18\x04 \x01(\tR\x04mode\x12\x10\n" +
 	"\x03run\x18\x05 \x01(\tR\x03run\x12\x18\n" +
-	"\auniform\x18\x06 \x01(\bR\auniform\"d\n" +
-	"\tTaskBatch\x120\n" +
-	"\x05tasks\x18\x01 \x03(\v2\x1a.frognano.messages.v1.TaskR\x05tasks\x12%\n" +
+	"\auniform\x18\x06 \x01(\bR\auniform\"c\n" +
+	"\tTaskBatch\x12/\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x19.frognano.records.v1.TaskR\x05tasks\x12%\n" +
 	"\x0epolicy_version\x18\x02 \x01(\x03R\rpolicyVersion\"\xa5\x01\n" +
 	"\x0eEpisodeOutcome\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12%\n" +
@@ -3017,9 +2817,9 @@ const file_actors_proto_rawDesc = "" +
 	"\x10WeightsPublished\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12%\n" +
 	"\x0epolicy_version\x18\x02 \x01(\x03R\rpolicyVersion\x12\x12\n" +
-	"\x04step\x18\x03 \x01(\x03R\x04step\"\xb1\x01\n" +
-	"\x0eRolloutRequest\x12.\n" +
-	"\x04task\x18\x01 \x01(\v2\x1a.frognano.messages.v1.TaskR\x04task\x12\x1d\n" +
+	"\x04step\x18\x03 \x01(\x03R\x04step\"\xb0\x01\n" +
+	"\x0eRolloutRequest\x12-\n" +
+	"\x04task\x18\x01 \x01(\v2\x19.frognano.records.v1.TaskR\x04task\x12\x1d\n" +
 	"\n" +
 	"group_size\x18\x02 \x01(\x05R\tgroupSize\x12%\n" +
 	"\x0epolicy_version\x18\x03 \x01(\x03R\rpolicyVersion\x12\x12\n" +
@@ -3040,56 +2840,42 @@ const file_actors_proto_rawDesc = "" +
 	"\tmin_tests\x18\b \x01(\x05R\bminTests\x126\n" +
 	"\x17allow_collection_errors\x18\t \x01(\bR\x15allowCollectionErrors\"#\n" +
 	"\vEnvProgress\x12\x14\n" +
-	"\x05stage\x18\x01 \x01(\tR\x05stage\"R\n" +
-	"\vEnvAddReply\x12C\n" +
-	"\venvironment\x18\x01 \x01(\v2!.frognano.messages.v1.EnvironmentR\venvironment\"\x10\n" +
-	"\x0eEnvListRequest\"P\n" +
-	"\aEnvList\x12E\n" +
-	"\fenvironments\x18\x01 \x03(\v2!.frognano.messages.v1.EnvironmentR\fenvironments\"#\n" +
+	"\x05stage\x18\x01 \x01(\tR\x05stage\"Q\n" +
+	"\vEnvAddReply\x12B\n" +
+	"\venvironment\x18\x01 \x01(\v2 .frognano.records.v1.EnvironmentR\venvironment\"\x10\n" +
+	"\x0eEnvListRequest\"O\n" +
+	"\aEnvList\x12D\n" +
+	"\fenvironments\x18\x01 \x03(\v2 .frognano.records.v1.EnvironmentR\fenvironments\"#\n" +
 	"\rEnvGetRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"&\n" +
 	"\x10EnvRemoveRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\" \n" +
 	"\n" +
 	"EnvRemoved\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xef\x01\n" +
-	"\vCoverageMap\x12 \n" +
-	"\venvironment\x18\x01 \x01(\tR\venvironment\x12\x14\n" +
-	"\x05image\x18\x02 \x01(\tR\x05image\x12\x14\n" +
-	"\x05tests\x18\x03 \x03(\tR\x05tests\x128\n" +
-	"\x05files\x18\x04 \x03(\v2\".frognano.messages.v1.FileCoverageR\x05files\x12\x18\n" +
-	"\aseconds\x18\x05 \x01(\x01R\aseconds\x12*\n" +
-	"\x11created_unix_nano\x18\x06 \x01(\x03R\x0fcreatedUnixNano\x12\x12\n" +
-	"\x04tool\x18\a \x01(\tR\x04tool\"\\\n" +
-	"\fFileCoverage\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\x128\n" +
-	"\x05lines\x18\x02 \x03(\v2\".frognano.messages.v1.LineCoverageR\x05lines\"8\n" +
-	"\fLineCoverage\x12\x12\n" +
-	"\x04line\x18\x01 \x01(\x05R\x04line\x12\x14\n" +
-	"\x05tests\x18\x02 \x03(\x05R\x05tests\"3\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"3\n" +
 	"\x0fTaskListRequest\x12 \n" +
-	"\venvironment\x18\x01 \x01(\tR\venvironment\"<\n" +
-	"\bTaskList\x120\n" +
-	"\x05tasks\x18\x01 \x03(\v2\x1a.frognano.messages.v1.TaskR\x05tasks\" \n" +
+	"\venvironment\x18\x01 \x01(\tR\venvironment\";\n" +
+	"\bTaskList\x12/\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x19.frognano.records.v1.TaskR\x05tasks\" \n" +
 	"\x0eTaskGetRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\">\n" +
-	"\fTaskGetReply\x12.\n" +
-	"\x04task\x18\x01 \x01(\v2\x1a.frognano.messages.v1.TaskR\x04taskB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
+	"\x02id\x18\x01 \x01(\tR\x02id\"=\n" +
+	"\fTaskGetReply\x12-\n" +
+	"\x04task\x18\x01 \x01(\v2\x19.frognano.records.v1.TaskR\x04taskB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
 
 var (
-	file_actors_proto_rawDescOnce sync.Once
-	file_actors_proto_rawDescData []byte
+	file_actors_messages_v1_actors_proto_rawDescOnce sync.Once
+	file_actors_messages_v1_actors_proto_rawDescData []byte
 )
 
-func file_actors_proto_rawDescGZIP() []byte {
-	file_actors_proto_rawDescOnce.Do(func() {
-		file_actors_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_actors_proto_rawDesc), len(file_actors_proto_rawDesc)))
+func file_actors_messages_v1_actors_proto_rawDescGZIP() []byte {
+	file_actors_messages_v1_actors_proto_rawDescOnce.Do(func() {
+		file_actors_messages_v1_actors_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_actors_messages_v1_actors_proto_rawDesc), len(file_actors_messages_v1_actors_proto_rawDesc)))
 	})
-	return file_actors_proto_rawDescData
+	return file_actors_messages_v1_actors_proto_rawDescData
 }
 
-var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
-var file_actors_proto_goTypes = []any{
+var file_actors_messages_v1_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_actors_messages_v1_actors_proto_goTypes = []any{
 	(*SandboxCreate)(nil),         // 0: frognano.messages.v1.SandboxCreate
 	(*SandboxOK)(nil),             // 1: frognano.messages.v1.SandboxOK
 	(*SandboxCreated)(nil),        // 2: frognano.messages.v1.SandboxCreated
@@ -3131,67 +2917,61 @@ var file_actors_proto_goTypes = []any{
 	(*EnvGetRequest)(nil),         // 38: frognano.messages.v1.EnvGetRequest
 	(*EnvRemoveRequest)(nil),      // 39: frognano.messages.v1.EnvRemoveRequest
 	(*EnvRemoved)(nil),            // 40: frognano.messages.v1.EnvRemoved
-	(*CoverageMap)(nil),           // 41: frognano.messages.v1.CoverageMap
-	(*FileCoverage)(nil),          // 42: frognano.messages.v1.FileCoverage
-	(*LineCoverage)(nil),          // 43: frognano.messages.v1.LineCoverage
-	(*TaskListRequest)(nil),       // 44: frognano.messages.v1.TaskListRequest
-	(*TaskList)(nil),              // 45: frognano.messages.v1.TaskList
-	(*TaskGetRequest)(nil),        // 46: frognano.messages.v1.TaskGetRequest
-	(*TaskGetReply)(nil),          // 47: frognano.messages.v1.TaskGetReply
-	nil,                           // 48: frognano.messages.v1.SandboxCreate.LabelsEntry
-	nil,                           // 49: frognano.messages.v1.SynthesizeProgress.RejectedEntry
-	(*Environment)(nil),           // 50: frognano.messages.v1.Environment
-	(*TestReport)(nil),            // 51: frognano.messages.v1.TestReport
-	(*Task)(nil),                  // 52: frognano.messages.v1.Task
-	(*DifficultyFeatures)(nil),    // 53: frognano.messages.v1.DifficultyFeatures
+	(*TaskListRequest)(nil),       // 41: frognano.messages.v1.TaskListRequest
+	(*TaskList)(nil),              // 42: frognano.messages.v1.TaskList
+	(*TaskGetRequest)(nil),        // 43: frognano.messages.v1.TaskGetRequest
+	(*TaskGetReply)(nil),          // 44: frognano.messages.v1.TaskGetReply
+	nil,                           // 45: frognano.messages.v1.SandboxCreate.LabelsEntry
+	nil,                           // 46: frognano.messages.v1.SynthesizeProgress.RejectedEntry
+	(*v1.Environment)(nil),        // 47: frognano.records.v1.Environment
+	(*v1.TestReport)(nil),         // 48: frognano.records.v1.TestReport
+	(*v1.Task)(nil),               // 49: frognano.records.v1.Task
+	(*v1.DifficultyFeatures)(nil), // 50: frognano.records.v1.DifficultyFeatures
 }
-var file_actors_proto_depIdxs = []int32{
-	48, // 0: frognano.messages.v1.SandboxCreate.labels:type_name -> frognano.messages.v1.SandboxCreate.LabelsEntry
-	50, // 1: frognano.messages.v1.SandboxCreate.environment_record:type_name -> frognano.messages.v1.Environment
-	51, // 2: frognano.messages.v1.SandboxTestsResult.report:type_name -> frognano.messages.v1.TestReport
-	52, // 3: frognano.messages.v1.SandboxPrepareEpisode.task:type_name -> frognano.messages.v1.Task
-	51, // 4: frognano.messages.v1.SandboxGraded.report:type_name -> frognano.messages.v1.TestReport
-	53, // 5: frognano.messages.v1.SynthesizeRequest.target:type_name -> frognano.messages.v1.DifficultyFeatures
-	49, // 6: frognano.messages.v1.SynthesizeProgress.rejected:type_name -> frognano.messages.v1.SynthesizeProgress.RejectedEntry
+var file_actors_messages_v1_actors_proto_depIdxs = []int32{
+	45, // 0: frognano.messages.v1.SandboxCreate.labels:type_name -> frognano.messages.v1.SandboxCreate.LabelsEntry
+	47, // 1: frognano.messages.v1.SandboxCreate.environment_record:type_name -> frognano.records.v1.Environment
+	48, // 2: frognano.messages.v1.SandboxTestsResult.report:type_name -> frognano.records.v1.TestReport
+	49, // 3: frognano.messages.v1.SandboxPrepareEpisode.task:type_name -> frognano.records.v1.Task
+	48, // 4: frognano.messages.v1.SandboxGraded.report:type_name -> frognano.records.v1.TestReport
+	50, // 5: frognano.messages.v1.SynthesizeRequest.target:type_name -> frognano.records.v1.DifficultyFeatures
+	46, // 6: frognano.messages.v1.SynthesizeProgress.rejected:type_name -> frognano.messages.v1.SynthesizeProgress.RejectedEntry
 	20, // 7: frognano.messages.v1.SynthesizeResult.progress:type_name -> frognano.messages.v1.SynthesizeProgress
-	52, // 8: frognano.messages.v1.TaskBatch.tasks:type_name -> frognano.messages.v1.Task
+	49, // 8: frognano.messages.v1.TaskBatch.tasks:type_name -> frognano.records.v1.Task
 	24, // 9: frognano.messages.v1.OutcomesReport.outcomes:type_name -> frognano.messages.v1.EpisodeOutcome
 	28, // 10: frognano.messages.v1.GenerateRequest.stop_seqs:type_name -> frognano.messages.v1.TokenSequence
-	52, // 11: frognano.messages.v1.RolloutRequest.task:type_name -> frognano.messages.v1.Task
-	50, // 12: frognano.messages.v1.EnvAddReply.environment:type_name -> frognano.messages.v1.Environment
-	50, // 13: frognano.messages.v1.EnvList.environments:type_name -> frognano.messages.v1.Environment
-	42, // 14: frognano.messages.v1.CoverageMap.files:type_name -> frognano.messages.v1.FileCoverage
-	43, // 15: frognano.messages.v1.FileCoverage.lines:type_name -> frognano.messages.v1.LineCoverage
-	52, // 16: frognano.messages.v1.TaskList.tasks:type_name -> frognano.messages.v1.Task
-	52, // 17: frognano.messages.v1.TaskGetReply.task:type_name -> frognano.messages.v1.Task
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	49, // 11: frognano.messages.v1.RolloutRequest.task:type_name -> frognano.records.v1.Task
+	47, // 12: frognano.messages.v1.EnvAddReply.environment:type_name -> frognano.records.v1.Environment
+	47, // 13: frognano.messages.v1.EnvList.environments:type_name -> frognano.records.v1.Environment
+	49, // 14: frognano.messages.v1.TaskList.tasks:type_name -> frognano.records.v1.Task
+	49, // 15: frognano.messages.v1.TaskGetReply.task:type_name -> frognano.records.v1.Task
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
-func init() { file_actors_proto_init() }
-func file_actors_proto_init() {
-	if File_actors_proto != nil {
+func init() { file_actors_messages_v1_actors_proto_init() }
+func file_actors_messages_v1_actors_proto_init() {
+	if File_actors_messages_v1_actors_proto != nil {
 		return
 	}
-	file_records_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_proto_rawDesc), len(file_actors_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_messages_v1_actors_proto_rawDesc), len(file_actors_messages_v1_actors_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   50,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
-		GoTypes:           file_actors_proto_goTypes,
-		DependencyIndexes: file_actors_proto_depIdxs,
-		MessageInfos:      file_actors_proto_msgTypes,
+		GoTypes:           file_actors_messages_v1_actors_proto_goTypes,
+		DependencyIndexes: file_actors_messages_v1_actors_proto_depIdxs,
+		MessageInfos:      file_actors_messages_v1_actors_proto_msgTypes,
 	}.Build()
-	File_actors_proto = out.File
-	file_actors_proto_goTypes = nil
-	file_actors_proto_depIdxs = nil
+	File_actors_messages_v1_actors_proto = out.File
+	file_actors_messages_v1_actors_proto_goTypes = nil
+	file_actors_messages_v1_actors_proto_depIdxs = nil
 }

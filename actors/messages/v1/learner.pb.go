@@ -8,11 +8,12 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: learner.proto
+// source: actors/messages/v1/learner.proto
 
 package messages
 
 import (
+	v1 "github.com/frognano/frognano/persistence/records/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -31,14 +32,14 @@ const (
 type TrajectoryGroup struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	Trajectories  []*Trajectory          `protobuf:"bytes,2,rep,name=trajectories,proto3" json:"trajectories,omitempty"`
+	Trajectories  []*v1.Trajectory       `protobuf:"bytes,2,rep,name=trajectories,proto3" json:"trajectories,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TrajectoryGroup) Reset() {
 	*x = TrajectoryGroup{}
-	mi := &file_learner_proto_msgTypes[0]
+	mi := &file_actors_messages_v1_learner_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -50,7 +51,7 @@ func (x *TrajectoryGroup) String() string {
 func (*TrajectoryGroup) ProtoMessage() {}
 
 func (x *TrajectoryGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_learner_proto_msgTypes[0]
+	mi := &file_actors_messages_v1_learner_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -63,7 +64,7 @@ func (x *TrajectoryGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrajectoryGroup.ProtoReflect.Descriptor instead.
 func (*TrajectoryGroup) Descriptor() ([]byte, []int) {
-	return file_learner_proto_rawDescGZIP(), []int{0}
+	return file_actors_messages_v1_learner_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *TrajectoryGroup) GetTaskId() string {
@@ -73,7 +74,7 @@ func (x *TrajectoryGroup) GetTaskId() string {
 	return ""
 }
 
-func (x *TrajectoryGroup) GetTrajectories() []*Trajectory {
+func (x *TrajectoryGroup) GetTrajectories() []*v1.Trajectory {
 	if x != nil {
 		return x.Trajectories
 	}
@@ -91,7 +92,7 @@ type LearnerTrainBatch struct {
 
 func (x *LearnerTrainBatch) Reset() {
 	*x = LearnerTrainBatch{}
-	mi := &file_learner_proto_msgTypes[1]
+	mi := &file_actors_messages_v1_learner_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -103,7 +104,7 @@ func (x *LearnerTrainBatch) String() string {
 func (*LearnerTrainBatch) ProtoMessage() {}
 
 func (x *LearnerTrainBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_learner_proto_msgTypes[1]
+	mi := &file_actors_messages_v1_learner_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -116,7 +117,7 @@ func (x *LearnerTrainBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LearnerTrainBatch.ProtoReflect.Descriptor instead.
 func (*LearnerTrainBatch) Descriptor() ([]byte, []int) {
-	return file_learner_proto_rawDescGZIP(), []int{1}
+	return file_actors_messages_v1_learner_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *LearnerTrainBatch) GetBatchId() string {
@@ -161,7 +162,7 @@ type LearnerStep struct {
 
 func (x *LearnerStep) Reset() {
 	*x = LearnerStep{}
-	mi := &file_learner_proto_msgTypes[2]
+	mi := &file_actors_messages_v1_learner_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -173,7 +174,7 @@ func (x *LearnerStep) String() string {
 func (*LearnerStep) ProtoMessage() {}
 
 func (x *LearnerStep) ProtoReflect() protoreflect.Message {
-	mi := &file_learner_proto_msgTypes[2]
+	mi := &file_actors_messages_v1_learner_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -186,7 +187,7 @@ func (x *LearnerStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LearnerStep.ProtoReflect.Descriptor instead.
 func (*LearnerStep) Descriptor() ([]byte, []int) {
-	return file_learner_proto_rawDescGZIP(), []int{2}
+	return file_actors_messages_v1_learner_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *LearnerStep) GetBatchId() string {
@@ -318,7 +319,7 @@ type LearnerCheckpointRequest struct {
 
 func (x *LearnerCheckpointRequest) Reset() {
 	*x = LearnerCheckpointRequest{}
-	mi := &file_learner_proto_msgTypes[3]
+	mi := &file_actors_messages_v1_learner_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -330,7 +331,7 @@ func (x *LearnerCheckpointRequest) String() string {
 func (*LearnerCheckpointRequest) ProtoMessage() {}
 
 func (x *LearnerCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_learner_proto_msgTypes[3]
+	mi := &file_actors_messages_v1_learner_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -343,7 +344,7 @@ func (x *LearnerCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LearnerCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*LearnerCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_learner_proto_rawDescGZIP(), []int{3}
+	return file_actors_messages_v1_learner_proto_rawDescGZIP(), []int{3}
 }
 
 type LearnerCheckpointed struct {
@@ -357,7 +358,7 @@ type LearnerCheckpointed struct {
 
 func (x *LearnerCheckpointed) Reset() {
 	*x = LearnerCheckpointed{}
-	mi := &file_learner_proto_msgTypes[4]
+	mi := &file_actors_messages_v1_learner_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -369,7 +370,7 @@ func (x *LearnerCheckpointed) String() string {
 func (*LearnerCheckpointed) ProtoMessage() {}
 
 func (x *LearnerCheckpointed) ProtoReflect() protoreflect.Message {
-	mi := &file_learner_proto_msgTypes[4]
+	mi := &file_actors_messages_v1_learner_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -382,7 +383,7 @@ func (x *LearnerCheckpointed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LearnerCheckpointed.ProtoReflect.Descriptor instead.
 func (*LearnerCheckpointed) Descriptor() ([]byte, []int) {
-	return file_learner_proto_rawDescGZIP(), []int{4}
+	return file_actors_messages_v1_learner_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LearnerCheckpointed) GetRunId() string {
@@ -416,7 +417,7 @@ type LearnerStatusRequest struct {
 
 func (x *LearnerStatusRequest) Reset() {
 	*x = LearnerStatusRequest{}
-	mi := &file_learner_proto_msgTypes[5]
+	mi := &file_actors_messages_v1_learner_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -428,7 +429,7 @@ func (x *LearnerStatusRequest) String() string {
 func (*LearnerStatusRequest) ProtoMessage() {}
 
 func (x *LearnerStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_learner_proto_msgTypes[5]
+	mi := &file_actors_messages_v1_learner_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -441,7 +442,7 @@ func (x *LearnerStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LearnerStatusRequest.ProtoReflect.Descriptor instead.
 func (*LearnerStatusRequest) Descriptor() ([]byte, []int) {
-	return file_learner_proto_rawDescGZIP(), []int{5}
+	return file_actors_messages_v1_learner_proto_rawDescGZIP(), []int{5}
 }
 
 type LearnerStatus struct {
@@ -452,7 +453,7 @@ type LearnerStatus struct {
 	SkippedSteps       int64                  `protobuf:"varint,4,opt,name=skipped_steps,json=skippedSteps,proto3" json:"skipped_steps,omitempty"`
 	LastCheckpointStep int64                  `protobuf:"varint,5,opt,name=last_checkpoint_step,json=lastCheckpointStep,proto3" json:"last_checkpoint_step,omitempty"` // -1 when none
 	Backend            string                 `protobuf:"bytes,6,opt,name=backend,proto3" json:"backend,omitempty"`
-	Model              *ModelConfig           `protobuf:"bytes,7,opt,name=model,proto3" json:"model,omitempty"`
+	Model              *v1.ModelConfig        `protobuf:"bytes,7,opt,name=model,proto3" json:"model,omitempty"`
 	Queued             int32                  `protobuf:"varint,9,opt,name=queued,proto3" json:"queued,omitempty"`
 	PublishedStep      int64                  `protobuf:"varint,10,opt,name=published_step,json=publishedStep,proto3" json:"published_step,omitempty"` // newest publication (= its policy version); -1 when none
 	unknownFields      protoimpl.UnknownFields
@@ -461,7 +462,7 @@ type LearnerStatus struct {
 
 func (x *LearnerStatus) Reset() {
 	*x = LearnerStatus{}
-	mi := &file_learner_proto_msgTypes[6]
+	mi := &file_actors_messages_v1_learner_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -473,7 +474,7 @@ func (x *LearnerStatus) String() string {
 func (*LearnerStatus) ProtoMessage() {}
 
 func (x *LearnerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_learner_proto_msgTypes[6]
+	mi := &file_actors_messages_v1_learner_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -486,7 +487,7 @@ func (x *LearnerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LearnerStatus.ProtoReflect.Descriptor instead.
 func (*LearnerStatus) Descriptor() ([]byte, []int) {
-	return file_learner_proto_rawDescGZIP(), []int{6}
+	return file_actors_messages_v1_learner_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LearnerStatus) GetRunId() string {
@@ -531,7 +532,7 @@ func (x *LearnerStatus) GetBackend() string {
 	return ""
 }
 
-func (x *LearnerStatus) GetModel() *ModelConfig {
+func (x *LearnerStatus) GetModel() *v1.ModelConfig {
 	if x != nil {
 		return x.Model
 	}
@@ -563,7 +564,7 @@ func (x *LearnerStatus) GetPublishedStep() int64 {
 type LearnerSFTBatch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	BatchId       string                 `protobuf:"bytes,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
-	Trajectories  []*Trajectory          `protobuf:"bytes,2,rep,name=trajectories,proto3" json:"trajectories,omitempty"`
+	Trajectories  []*v1.Trajectory       `protobuf:"bytes,2,rep,name=trajectories,proto3" json:"trajectories,omitempty"`
 	Lr            float64                `protobuf:"fixed64,3,opt,name=lr,proto3" json:"lr,omitempty"`
 	WarmupSteps   int32                  `protobuf:"varint,4,opt,name=warmup_steps,json=warmupSteps,proto3" json:"warmup_steps,omitempty"`
 	TotalSteps    int32                  `protobuf:"varint,5,opt,name=total_steps,json=totalSteps,proto3" json:"total_steps,omitempty"`
@@ -573,7 +574,7 @@ type LearnerSFTBatch struct {
 
 func (x *LearnerSFTBatch) Reset() {
 	*x = LearnerSFTBatch{}
-	mi := &file_learner_proto_msgTypes[7]
+	mi := &file_actors_messages_v1_learner_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -585,7 +586,7 @@ func (x *LearnerSFTBatch) String() string {
 func (*LearnerSFTBatch) ProtoMessage() {}
 
 func (x *LearnerSFTBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_learner_proto_msgTypes[7]
+	mi := &file_actors_messages_v1_learner_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -598,7 +599,7 @@ func (x *LearnerSFTBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LearnerSFTBatch.ProtoReflect.Descriptor instead.
 func (*LearnerSFTBatch) Descriptor() ([]byte, []int) {
-	return file_learner_proto_rawDescGZIP(), []int{7}
+	return file_actors_messages_v1_learner_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LearnerSFTBatch) GetBatchId() string {
@@ -608,7 +609,7 @@ func (x *LearnerSFTBatch) GetBatchId() string {
 	return ""
 }
 
-func (x *LearnerSFTBatch) GetTrajectories() []*Trajectory {
+func (x *LearnerSFTBatch) GetTrajectories() []*v1.Trajectory {
 	if x != nil {
 		return x.Trajectories
 	}
@@ -642,14 +643,14 @@ func (x *LearnerSFTBatch) GetTotalSteps() int32 {
 type LearnerSFTEvaluate struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	BatchId       string                 `protobuf:"bytes,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
-	Trajectories  []*Trajectory          `protobuf:"bytes,2,rep,name=trajectories,proto3" json:"trajectories,omitempty"`
+	Trajectories  []*v1.Trajectory       `protobuf:"bytes,2,rep,name=trajectories,proto3" json:"trajectories,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LearnerSFTEvaluate) Reset() {
 	*x = LearnerSFTEvaluate{}
-	mi := &file_learner_proto_msgTypes[8]
+	mi := &file_actors_messages_v1_learner_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -661,7 +662,7 @@ func (x *LearnerSFTEvaluate) String() string {
 func (*LearnerSFTEvaluate) ProtoMessage() {}
 
 func (x *LearnerSFTEvaluate) ProtoReflect() protoreflect.Message {
-	mi := &file_learner_proto_msgTypes[8]
+	mi := &file_actors_messages_v1_learner_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -674,7 +675,7 @@ func (x *LearnerSFTEvaluate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LearnerSFTEvaluate.ProtoReflect.Descriptor instead.
 func (*LearnerSFTEvaluate) Descriptor() ([]byte, []int) {
-	return file_learner_proto_rawDescGZIP(), []int{8}
+	return file_actors_messages_v1_learner_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LearnerSFTEvaluate) GetBatchId() string {
@@ -684,7 +685,7 @@ func (x *LearnerSFTEvaluate) GetBatchId() string {
 	return ""
 }
 
-func (x *LearnerSFTEvaluate) GetTrajectories() []*Trajectory {
+func (x *LearnerSFTEvaluate) GetTrajectories() []*v1.Trajectory {
 	if x != nil {
 		return x.Trajectories
 	}
@@ -704,7 +705,7 @@ type LearnerSFTLoss struct {
 
 func (x *LearnerSFTLoss) Reset() {
 	*x = LearnerSFTLoss{}
-	mi := &file_learner_proto_msgTypes[9]
+	mi := &file_actors_messages_v1_learner_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -716,7 +717,7 @@ func (x *LearnerSFTLoss) String() string {
 func (*LearnerSFTLoss) ProtoMessage() {}
 
 func (x *LearnerSFTLoss) ProtoReflect() protoreflect.Message {
-	mi := &file_learner_proto_msgTypes[9]
+	mi := &file_actors_messages_v1_learner_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +730,7 @@ func (x *LearnerSFTLoss) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LearnerSFTLoss.ProtoReflect.Descriptor instead.
 func (*LearnerSFTLoss) Descriptor() ([]byte, []int) {
-	return file_learner_proto_rawDescGZIP(), []int{9}
+	return file_actors_messages_v1_learner_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LearnerSFTLoss) GetBatchId() string {
@@ -767,14 +768,14 @@ func (x *LearnerSFTLoss) GetSeconds() float64 {
 	return 0
 }
 
-var File_learner_proto protoreflect.FileDescriptor
+var File_actors_messages_v1_learner_proto protoreflect.FileDescriptor
 
-const file_learner_proto_rawDesc = "" +
+const file_actors_messages_v1_learner_proto_rawDesc = "" +
 	"\n" +
-	"\rlearner.proto\x12\x14frognano.messages.v1\x1a\rrecords.proto\"p\n" +
+	" actors/messages/v1/learner.proto\x12\x14frognano.messages.v1\x1a$persistence/records/v1/records.proto\"o\n" +
 	"\x0fTrajectoryGroup\x12\x17\n" +
-	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12D\n" +
-	"\ftrajectories\x18\x02 \x03(\v2 .frognano.messages.v1.TrajectoryR\ftrajectories\"m\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12C\n" +
+	"\ftrajectories\x18\x02 \x03(\v2\x1f.frognano.records.v1.TrajectoryR\ftrajectories\"m\n" +
 	"\x11LearnerTrainBatch\x12\x19\n" +
 	"\bbatch_id\x18\x01 \x01(\tR\abatchId\x12=\n" +
 	"\x06groups\x18\x02 \x03(\v2%.frognano.messages.v1.TrajectoryGroupR\x06groups\"\x94\x04\n" +
@@ -804,28 +805,28 @@ const file_learner_proto_rawDesc = "" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12%\n" +
 	"\x0epolicy_version\x18\x03 \x01(\x03R\rpolicyVersion\"\x16\n" +
-	"\x14LearnerStatusRequest\"\xdd\x02\n" +
+	"\x14LearnerStatusRequest\"\xdc\x02\n" +
 	"\rLearnerStatus\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12%\n" +
 	"\x0epolicy_version\x18\x03 \x01(\x03R\rpolicyVersion\x12#\n" +
 	"\rskipped_steps\x18\x04 \x01(\x03R\fskippedSteps\x120\n" +
 	"\x14last_checkpoint_step\x18\x05 \x01(\x03R\x12lastCheckpointStep\x12\x18\n" +
-	"\abackend\x18\x06 \x01(\tR\abackend\x127\n" +
-	"\x05model\x18\a \x01(\v2!.frognano.messages.v1.ModelConfigR\x05model\x12\x16\n" +
+	"\abackend\x18\x06 \x01(\tR\abackend\x126\n" +
+	"\x05model\x18\a \x01(\v2 .frognano.records.v1.ModelConfigR\x05model\x12\x16\n" +
 	"\x06queued\x18\t \x01(\x05R\x06queued\x12%\n" +
 	"\x0epublished_step\x18\n" +
-	" \x01(\x03R\rpublishedStepJ\x04\b\b\x10\tR\vsubscribers\"\xc6\x01\n" +
+	" \x01(\x03R\rpublishedStepJ\x04\b\b\x10\tR\vsubscribers\"\xc5\x01\n" +
 	"\x0fLearnerSFTBatch\x12\x19\n" +
-	"\bbatch_id\x18\x01 \x01(\tR\abatchId\x12D\n" +
-	"\ftrajectories\x18\x02 \x03(\v2 .frognano.messages.v1.TrajectoryR\ftrajectories\x12\x0e\n" +
+	"\bbatch_id\x18\x01 \x01(\tR\abatchId\x12C\n" +
+	"\ftrajectories\x18\x02 \x03(\v2\x1f.frognano.records.v1.TrajectoryR\ftrajectories\x12\x0e\n" +
 	"\x02lr\x18\x03 \x01(\x01R\x02lr\x12!\n" +
 	"\fwarmup_steps\x18\x04 \x01(\x05R\vwarmupSteps\x12\x1f\n" +
 	"\vtotal_steps\x18\x05 \x01(\x05R\n" +
-	"totalSteps\"u\n" +
+	"totalSteps\"t\n" +
 	"\x12LearnerSFTEvaluate\x12\x19\n" +
-	"\bbatch_id\x18\x01 \x01(\tR\abatchId\x12D\n" +
-	"\ftrajectories\x18\x02 \x03(\v2 .frognano.messages.v1.TrajectoryR\ftrajectories\"\xa3\x01\n" +
+	"\bbatch_id\x18\x01 \x01(\tR\abatchId\x12C\n" +
+	"\ftrajectories\x18\x02 \x03(\v2\x1f.frognano.records.v1.TrajectoryR\ftrajectories\"\xa3\x01\n" +
 	"\x0eLearnerSFTLoss\x12\x19\n" +
 	"\bbatch_id\x18\x01 \x01(\tR\abatchId\x12\x10\n" +
 	"\x03nll\x18\x02 \x01(\x01R\x03nll\x12#\n" +
@@ -834,19 +835,19 @@ const file_learner_proto_rawDesc = "" +
 	"\aseconds\x18\x05 \x01(\x01R\asecondsB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
 
 var (
-	file_learner_proto_rawDescOnce sync.Once
-	file_learner_proto_rawDescData []byte
+	file_actors_messages_v1_learner_proto_rawDescOnce sync.Once
+	file_actors_messages_v1_learner_proto_rawDescData []byte
 )
 
-func file_learner_proto_rawDescGZIP() []byte {
-	file_learner_proto_rawDescOnce.Do(func() {
-		file_learner_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_learner_proto_rawDesc), len(file_learner_proto_rawDesc)))
+func file_actors_messages_v1_learner_proto_rawDescGZIP() []byte {
+	file_actors_messages_v1_learner_proto_rawDescOnce.Do(func() {
+		file_actors_messages_v1_learner_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_actors_messages_v1_learner_proto_rawDesc), len(file_actors_messages_v1_learner_proto_rawDesc)))
 	})
-	return file_learner_proto_rawDescData
+	return file_actors_messages_v1_learner_proto_rawDescData
 }
 
-var file_learner_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
-var file_learner_proto_goTypes = []any{
+var file_actors_messages_v1_learner_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_actors_messages_v1_learner_proto_goTypes = []any{
 	(*TrajectoryGroup)(nil),          // 0: frognano.messages.v1.TrajectoryGroup
 	(*LearnerTrainBatch)(nil),        // 1: frognano.messages.v1.LearnerTrainBatch
 	(*LearnerStep)(nil),              // 2: frognano.messages.v1.LearnerStep
@@ -857,15 +858,15 @@ var file_learner_proto_goTypes = []any{
 	(*LearnerSFTBatch)(nil),          // 7: frognano.messages.v1.LearnerSFTBatch
 	(*LearnerSFTEvaluate)(nil),       // 8: frognano.messages.v1.LearnerSFTEvaluate
 	(*LearnerSFTLoss)(nil),           // 9: frognano.messages.v1.LearnerSFTLoss
-	(*Trajectory)(nil),               // 10: frognano.messages.v1.Trajectory
-	(*ModelConfig)(nil),              // 11: frognano.messages.v1.ModelConfig
+	(*v1.Trajectory)(nil),            // 10: frognano.records.v1.Trajectory
+	(*v1.ModelConfig)(nil),           // 11: frognano.records.v1.ModelConfig
 }
-var file_learner_proto_depIdxs = []int32{
-	10, // 0: frognano.messages.v1.TrajectoryGroup.trajectories:type_name -> frognano.messages.v1.Trajectory
+var file_actors_messages_v1_learner_proto_depIdxs = []int32{
+	10, // 0: frognano.messages.v1.TrajectoryGroup.trajectories:type_name -> frognano.records.v1.Trajectory
 	0,  // 1: frognano.messages.v1.LearnerTrainBatch.groups:type_name -> frognano.messages.v1.TrajectoryGroup
-	11, // 2: frognano.messages.v1.LearnerStatus.model:type_name -> frognano.messages.v1.ModelConfig
-	10, // 3: frognano.messages.v1.LearnerSFTBatch.trajectories:type_name -> frognano.messages.v1.Trajectory
-	10, // 4: frognano.messages.v1.LearnerSFTEvaluate.trajectories:type_name -> frognano.messages.v1.Trajectory
+	11, // 2: frognano.messages.v1.LearnerStatus.model:type_name -> frognano.records.v1.ModelConfig
+	10, // 3: frognano.messages.v1.LearnerSFTBatch.trajectories:type_name -> frognano.records.v1.Trajectory
+	10, // 4: frognano.messages.v1.LearnerSFTEvaluate.trajectories:type_name -> frognano.records.v1.Trajectory
 	5,  // [5:5] is the sub-list for method output_type
 	5,  // [5:5] is the sub-list for method input_type
 	5,  // [5:5] is the sub-list for extension type_name
@@ -873,27 +874,26 @@ var file_learner_proto_depIdxs = []int32{
 	0,  // [0:5] is the sub-list for field type_name
 }
 
-func init() { file_learner_proto_init() }
-func file_learner_proto_init() {
-	if File_learner_proto != nil {
+func init() { file_actors_messages_v1_learner_proto_init() }
+func file_actors_messages_v1_learner_proto_init() {
+	if File_actors_messages_v1_learner_proto != nil {
 		return
 	}
-	file_records_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_learner_proto_rawDesc), len(file_learner_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_messages_v1_learner_proto_rawDesc), len(file_actors_messages_v1_learner_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
-		GoTypes:           file_learner_proto_goTypes,
-		DependencyIndexes: file_learner_proto_depIdxs,
-		MessageInfos:      file_learner_proto_msgTypes,
+		GoTypes:           file_actors_messages_v1_learner_proto_goTypes,
+		DependencyIndexes: file_actors_messages_v1_learner_proto_depIdxs,
+		MessageInfos:      file_actors_messages_v1_learner_proto_msgTypes,
 	}.Build()
-	File_learner_proto = out.File
-	file_learner_proto_goTypes = nil
-	file_learner_proto_depIdxs = nil
+	File_actors_messages_v1_learner_proto = out.File
+	file_actors_messages_v1_learner_proto_goTypes = nil
+	file_actors_messages_v1_learner_proto_depIdxs = nil
 }

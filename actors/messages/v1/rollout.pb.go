@@ -5,11 +5,12 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: rollout.proto
+// source: actors/messages/v1/rollout.proto
 
 package messages
 
 import (
+	v1 "github.com/frognano/frognano/persistence/records/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -38,7 +39,7 @@ type EpisodeLimits struct {
 
 func (x *EpisodeLimits) Reset() {
 	*x = EpisodeLimits{}
-	mi := &file_rollout_proto_msgTypes[0]
+	mi := &file_actors_messages_v1_rollout_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -50,7 +51,7 @@ func (x *EpisodeLimits) String() string {
 func (*EpisodeLimits) ProtoMessage() {}
 
 func (x *EpisodeLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_rollout_proto_msgTypes[0]
+	mi := &file_actors_messages_v1_rollout_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -63,7 +64,7 @@ func (x *EpisodeLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeLimits.ProtoReflect.Descriptor instead.
 func (*EpisodeLimits) Descriptor() ([]byte, []int) {
-	return file_rollout_proto_rawDescGZIP(), []int{0}
+	return file_actors_messages_v1_rollout_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *EpisodeLimits) GetMaxTurns() int32 {
@@ -106,7 +107,7 @@ type SamplingParams struct {
 
 func (x *SamplingParams) Reset() {
 	*x = SamplingParams{}
-	mi := &file_rollout_proto_msgTypes[1]
+	mi := &file_actors_messages_v1_rollout_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -118,7 +119,7 @@ func (x *SamplingParams) String() string {
 func (*SamplingParams) ProtoMessage() {}
 
 func (x *SamplingParams) ProtoReflect() protoreflect.Message {
-	mi := &file_rollout_proto_msgTypes[1]
+	mi := &file_actors_messages_v1_rollout_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -131,7 +132,7 @@ func (x *SamplingParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
 func (*SamplingParams) Descriptor() ([]byte, []int) {
-	return file_rollout_proto_rawDescGZIP(), []int{1}
+	return file_actors_messages_v1_rollout_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *SamplingParams) GetTemperature() float32 {
@@ -170,7 +171,7 @@ type RolloutGroupRequest struct {
 
 func (x *RolloutGroupRequest) Reset() {
 	*x = RolloutGroupRequest{}
-	mi := &file_rollout_proto_msgTypes[2]
+	mi := &file_actors_messages_v1_rollout_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -182,7 +183,7 @@ func (x *RolloutGroupRequest) String() string {
 func (*RolloutGroupRequest) ProtoMessage() {}
 
 func (x *RolloutGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rollout_proto_msgTypes[2]
+	mi := &file_actors_messages_v1_rollout_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -195,7 +196,7 @@ func (x *RolloutGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutGroupRequest.ProtoReflect.Descriptor instead.
 func (*RolloutGroupRequest) Descriptor() ([]byte, []int) {
-	return file_rollout_proto_rawDescGZIP(), []int{2}
+	return file_actors_messages_v1_rollout_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *RolloutGroupRequest) GetRequest() *RolloutRequest {
@@ -252,7 +253,7 @@ type EpisodeSummary struct {
 
 func (x *EpisodeSummary) Reset() {
 	*x = EpisodeSummary{}
-	mi := &file_rollout_proto_msgTypes[3]
+	mi := &file_actors_messages_v1_rollout_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -264,7 +265,7 @@ func (x *EpisodeSummary) String() string {
 func (*EpisodeSummary) ProtoMessage() {}
 
 func (x *EpisodeSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_rollout_proto_msgTypes[3]
+	mi := &file_actors_messages_v1_rollout_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -277,7 +278,7 @@ func (x *EpisodeSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpisodeSummary.ProtoReflect.Descriptor instead.
 func (*EpisodeSummary) Descriptor() ([]byte, []int) {
-	return file_rollout_proto_rawDescGZIP(), []int{3}
+	return file_actors_messages_v1_rollout_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *EpisodeSummary) GetTrajectoryId() string {
@@ -392,7 +393,7 @@ type RolloutGroupResult struct {
 
 func (x *RolloutGroupResult) Reset() {
 	*x = RolloutGroupResult{}
-	mi := &file_rollout_proto_msgTypes[4]
+	mi := &file_actors_messages_v1_rollout_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -404,7 +405,7 @@ func (x *RolloutGroupResult) String() string {
 func (*RolloutGroupResult) ProtoMessage() {}
 
 func (x *RolloutGroupResult) ProtoReflect() protoreflect.Message {
-	mi := &file_rollout_proto_msgTypes[4]
+	mi := &file_actors_messages_v1_rollout_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -417,7 +418,7 @@ func (x *RolloutGroupResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutGroupResult.ProtoReflect.Descriptor instead.
 func (*RolloutGroupResult) Descriptor() ([]byte, []int) {
-	return file_rollout_proto_rawDescGZIP(), []int{4}
+	return file_actors_messages_v1_rollout_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RolloutGroupResult) GetResult() *RolloutResult {
@@ -451,7 +452,7 @@ type TrajectoryGetRequest struct {
 
 func (x *TrajectoryGetRequest) Reset() {
 	*x = TrajectoryGetRequest{}
-	mi := &file_rollout_proto_msgTypes[5]
+	mi := &file_actors_messages_v1_rollout_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -463,7 +464,7 @@ func (x *TrajectoryGetRequest) String() string {
 func (*TrajectoryGetRequest) ProtoMessage() {}
 
 func (x *TrajectoryGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rollout_proto_msgTypes[5]
+	mi := &file_actors_messages_v1_rollout_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -476,7 +477,7 @@ func (x *TrajectoryGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrajectoryGetRequest.ProtoReflect.Descriptor instead.
 func (*TrajectoryGetRequest) Descriptor() ([]byte, []int) {
-	return file_rollout_proto_rawDescGZIP(), []int{5}
+	return file_actors_messages_v1_rollout_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TrajectoryGetRequest) GetId() string {
@@ -488,14 +489,14 @@ func (x *TrajectoryGetRequest) GetId() string {
 
 type TrajectoryGetReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Trajectory    *Trajectory            `protobuf:"bytes,1,opt,name=trajectory,proto3" json:"trajectory,omitempty"`
+	Trajectory    *v1.Trajectory         `protobuf:"bytes,1,opt,name=trajectory,proto3" json:"trajectory,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TrajectoryGetReply) Reset() {
 	*x = TrajectoryGetReply{}
-	mi := &file_rollout_proto_msgTypes[6]
+	mi := &file_actors_messages_v1_rollout_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -507,7 +508,7 @@ func (x *TrajectoryGetReply) String() string {
 func (*TrajectoryGetReply) ProtoMessage() {}
 
 func (x *TrajectoryGetReply) ProtoReflect() protoreflect.Message {
-	mi := &file_rollout_proto_msgTypes[6]
+	mi := &file_actors_messages_v1_rollout_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -520,10 +521,10 @@ func (x *TrajectoryGetReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrajectoryGetReply.ProtoReflect.Descriptor instead.
 func (*TrajectoryGetReply) Descriptor() ([]byte, []int) {
-	return file_rollout_proto_rawDescGZIP(), []int{6}
+	return file_actors_messages_v1_rollout_proto_rawDescGZIP(), []int{6}
 }
 
-func (x *TrajectoryGetReply) GetTrajectory() *Trajectory {
+func (x *TrajectoryGetReply) GetTrajectory() *v1.Trajectory {
 	if x != nil {
 		return x.Trajectory
 	}
@@ -542,7 +543,7 @@ type TrajectoryListRequest struct {
 
 func (x *TrajectoryListRequest) Reset() {
 	*x = TrajectoryListRequest{}
-	mi := &file_rollout_proto_msgTypes[7]
+	mi := &file_actors_messages_v1_rollout_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -554,7 +555,7 @@ func (x *TrajectoryListRequest) String() string {
 func (*TrajectoryListRequest) ProtoMessage() {}
 
 func (x *TrajectoryListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rollout_proto_msgTypes[7]
+	mi := &file_actors_messages_v1_rollout_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -567,7 +568,7 @@ func (x *TrajectoryListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrajectoryListRequest.ProtoReflect.Descriptor instead.
 func (*TrajectoryListRequest) Descriptor() ([]byte, []int) {
-	return file_rollout_proto_rawDescGZIP(), []int{7}
+	return file_actors_messages_v1_rollout_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TrajectoryListRequest) GetRunId() string {
@@ -604,7 +605,7 @@ type TrajectorySummary struct {
 
 func (x *TrajectorySummary) Reset() {
 	*x = TrajectorySummary{}
-	mi := &file_rollout_proto_msgTypes[8]
+	mi := &file_actors_messages_v1_rollout_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +617,7 @@ func (x *TrajectorySummary) String() string {
 func (*TrajectorySummary) ProtoMessage() {}
 
 func (x *TrajectorySummary) ProtoReflect() protoreflect.Message {
-	mi := &file_rollout_proto_msgTypes[8]
+	mi := &file_actors_messages_v1_rollout_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +630,7 @@ func (x *TrajectorySummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrajectorySummary.ProtoReflect.Descriptor instead.
 func (*TrajectorySummary) Descriptor() ([]byte, []int) {
-	return file_rollout_proto_rawDescGZIP(), []int{8}
+	return file_actors_messages_v1_rollout_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TrajectorySummary) GetId() string {
@@ -718,7 +719,7 @@ type TrajectoryList struct {
 
 func (x *TrajectoryList) Reset() {
 	*x = TrajectoryList{}
-	mi := &file_rollout_proto_msgTypes[9]
+	mi := &file_actors_messages_v1_rollout_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +731,7 @@ func (x *TrajectoryList) String() string {
 func (*TrajectoryList) ProtoMessage() {}
 
 func (x *TrajectoryList) ProtoReflect() protoreflect.Message {
-	mi := &file_rollout_proto_msgTypes[9]
+	mi := &file_actors_messages_v1_rollout_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +744,7 @@ func (x *TrajectoryList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrajectoryList.ProtoReflect.Descriptor instead.
 func (*TrajectoryList) Descriptor() ([]byte, []int) {
-	return file_rollout_proto_rawDescGZIP(), []int{9}
+	return file_actors_messages_v1_rollout_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TrajectoryList) GetTrajectories() []*TrajectorySummary {
@@ -758,14 +759,14 @@ func (x *TrajectoryList) GetTrajectories() []*TrajectorySummary {
 // TrajectoryAppended.
 type TrajectoryAppendRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Trajectory    *Trajectory            `protobuf:"bytes,1,opt,name=trajectory,proto3" json:"trajectory,omitempty"`
+	Trajectory    *v1.Trajectory         `protobuf:"bytes,1,opt,name=trajectory,proto3" json:"trajectory,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TrajectoryAppendRequest) Reset() {
 	*x = TrajectoryAppendRequest{}
-	mi := &file_rollout_proto_msgTypes[10]
+	mi := &file_actors_messages_v1_rollout_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -777,7 +778,7 @@ func (x *TrajectoryAppendRequest) String() string {
 func (*TrajectoryAppendRequest) ProtoMessage() {}
 
 func (x *TrajectoryAppendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rollout_proto_msgTypes[10]
+	mi := &file_actors_messages_v1_rollout_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -790,10 +791,10 @@ func (x *TrajectoryAppendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrajectoryAppendRequest.ProtoReflect.Descriptor instead.
 func (*TrajectoryAppendRequest) Descriptor() ([]byte, []int) {
-	return file_rollout_proto_rawDescGZIP(), []int{10}
+	return file_actors_messages_v1_rollout_proto_rawDescGZIP(), []int{10}
 }
 
-func (x *TrajectoryAppendRequest) GetTrajectory() *Trajectory {
+func (x *TrajectoryAppendRequest) GetTrajectory() *v1.Trajectory {
 	if x != nil {
 		return x.Trajectory
 	}
@@ -809,7 +810,7 @@ type TrajectoryAppended struct {
 
 func (x *TrajectoryAppended) Reset() {
 	*x = TrajectoryAppended{}
-	mi := &file_rollout_proto_msgTypes[11]
+	mi := &file_actors_messages_v1_rollout_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -821,7 +822,7 @@ func (x *TrajectoryAppended) String() string {
 func (*TrajectoryAppended) ProtoMessage() {}
 
 func (x *TrajectoryAppended) ProtoReflect() protoreflect.Message {
-	mi := &file_rollout_proto_msgTypes[11]
+	mi := &file_actors_messages_v1_rollout_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -834,7 +835,7 @@ func (x *TrajectoryAppended) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrajectoryAppended.ProtoReflect.Descriptor instead.
 func (*TrajectoryAppended) Descriptor() ([]byte, []int) {
-	return file_rollout_proto_rawDescGZIP(), []int{11}
+	return file_actors_messages_v1_rollout_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TrajectoryAppended) GetId() string {
@@ -844,11 +845,11 @@ func (x *TrajectoryAppended) GetId() string {
 	return ""
 }
 
-var File_rollout_proto protoreflect.FileDescriptor
+var File_actors_messages_v1_rollout_proto protoreflect.FileDescriptor
 
-const file_rollout_proto_rawDesc = "" +
+const file_actors_messages_v1_rollout_proto_rawDesc = "" +
 	"\n" +
-	"\rrollout.proto\x12\x14frognano.messages.v1\x1a\rrecords.proto\x1a\factors.proto\"\x98\x01\n" +
+	" actors/messages/v1/rollout.proto\x12\x14frognano.messages.v1\x1a$persistence/records/v1/records.proto\x1a\x1factors/messages/v1/actors.proto\"\x98\x01\n" +
 	"\rEpisodeLimits\x12\x1b\n" +
 	"\tmax_turns\x18\x01 \x01(\x05R\bmaxTurns\x12&\n" +
 	"\x0fmax_turn_tokens\x18\x02 \x01(\x05R\rmaxTurnTokens\x12\x1f\n" +
@@ -885,10 +886,10 @@ const file_rollout_proto_rawDesc = "" +
 	"\bepisodes\x18\x02 \x03(\v2$.frognano.messages.v1.EpisodeSummaryR\bepisodes\x12!\n" +
 	"\fwall_seconds\x18\x03 \x01(\x01R\vwallSeconds\"&\n" +
 	"\x14TrajectoryGetRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"V\n" +
-	"\x12TrajectoryGetReply\x12@\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"U\n" +
+	"\x12TrajectoryGetReply\x12?\n" +
 	"\n" +
-	"trajectory\x18\x01 \x01(\v2 .frognano.messages.v1.TrajectoryR\n" +
+	"trajectory\x18\x01 \x01(\v2\x1f.frognano.records.v1.TrajectoryR\n" +
 	"trajectory\"G\n" +
 	"\x15TrajectoryListRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
@@ -907,28 +908,28 @@ const file_rollout_proto_rawDesc = "" +
 	" \x01(\x03R\x0fcreatedUnixNano\x12%\n" +
 	"\x0epolicy_version\x18\v \x01(\x03R\rpolicyVersion\"]\n" +
 	"\x0eTrajectoryList\x12K\n" +
-	"\ftrajectories\x18\x01 \x03(\v2'.frognano.messages.v1.TrajectorySummaryR\ftrajectories\"[\n" +
-	"\x17TrajectoryAppendRequest\x12@\n" +
+	"\ftrajectories\x18\x01 \x03(\v2'.frognano.messages.v1.TrajectorySummaryR\ftrajectories\"Z\n" +
+	"\x17TrajectoryAppendRequest\x12?\n" +
 	"\n" +
-	"trajectory\x18\x01 \x01(\v2 .frognano.messages.v1.TrajectoryR\n" +
+	"trajectory\x18\x01 \x01(\v2\x1f.frognano.records.v1.TrajectoryR\n" +
 	"trajectory\"$\n" +
 	"\x12TrajectoryAppended\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02idB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
 
 var (
-	file_rollout_proto_rawDescOnce sync.Once
-	file_rollout_proto_rawDescData []byte
+	file_actors_messages_v1_rollout_proto_rawDescOnce sync.Once
+	file_actors_messages_v1_rollout_proto_rawDescData []byte
 )
 
-func file_rollout_proto_rawDescGZIP() []byte {
-	file_rollout_proto_rawDescOnce.Do(func() {
-		file_rollout_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_rollout_proto_rawDesc), len(file_rollout_proto_rawDesc)))
+func file_actors_messages_v1_rollout_proto_rawDescGZIP() []byte {
+	file_actors_messages_v1_rollout_proto_rawDescOnce.Do(func() {
+		file_actors_messages_v1_rollout_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_actors_messages_v1_rollout_proto_rawDesc), len(file_actors_messages_v1_rollout_proto_rawDesc)))
 	})
-	return file_rollout_proto_rawDescData
+	return file_actors_messages_v1_rollout_proto_rawDescData
 }
 
-var file_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
-var file_rollout_proto_goTypes = []any{
+var file_actors_messages_v1_rollout_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_actors_messages_v1_rollout_proto_goTypes = []any{
 	(*EpisodeLimits)(nil),           // 0: frognano.messages.v1.EpisodeLimits
 	(*SamplingParams)(nil),          // 1: frognano.messages.v1.SamplingParams
 	(*RolloutGroupRequest)(nil),     // 2: frognano.messages.v1.RolloutGroupRequest
@@ -943,17 +944,17 @@ var file_rollout_proto_goTypes = []any{
 	(*TrajectoryAppended)(nil),      // 11: frognano.messages.v1.TrajectoryAppended
 	(*RolloutRequest)(nil),          // 12: frognano.messages.v1.RolloutRequest
 	(*RolloutResult)(nil),           // 13: frognano.messages.v1.RolloutResult
-	(*Trajectory)(nil),              // 14: frognano.messages.v1.Trajectory
+	(*v1.Trajectory)(nil),           // 14: frognano.records.v1.Trajectory
 }
-var file_rollout_proto_depIdxs = []int32{
+var file_actors_messages_v1_rollout_proto_depIdxs = []int32{
 	12, // 0: frognano.messages.v1.RolloutGroupRequest.request:type_name -> frognano.messages.v1.RolloutRequest
 	0,  // 1: frognano.messages.v1.RolloutGroupRequest.limits:type_name -> frognano.messages.v1.EpisodeLimits
 	1,  // 2: frognano.messages.v1.RolloutGroupRequest.sampling:type_name -> frognano.messages.v1.SamplingParams
 	13, // 3: frognano.messages.v1.RolloutGroupResult.result:type_name -> frognano.messages.v1.RolloutResult
 	3,  // 4: frognano.messages.v1.RolloutGroupResult.episodes:type_name -> frognano.messages.v1.EpisodeSummary
-	14, // 5: frognano.messages.v1.TrajectoryGetReply.trajectory:type_name -> frognano.messages.v1.Trajectory
+	14, // 5: frognano.messages.v1.TrajectoryGetReply.trajectory:type_name -> frognano.records.v1.Trajectory
 	8,  // 6: frognano.messages.v1.TrajectoryList.trajectories:type_name -> frognano.messages.v1.TrajectorySummary
-	14, // 7: frognano.messages.v1.TrajectoryAppendRequest.trajectory:type_name -> frognano.messages.v1.Trajectory
+	14, // 7: frognano.messages.v1.TrajectoryAppendRequest.trajectory:type_name -> frognano.records.v1.Trajectory
 	8,  // [8:8] is the sub-list for method output_type
 	8,  // [8:8] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
@@ -961,28 +962,27 @@ var file_rollout_proto_depIdxs = []int32{
 	0,  // [0:8] is the sub-list for field type_name
 }
 
-func init() { file_rollout_proto_init() }
-func file_rollout_proto_init() {
-	if File_rollout_proto != nil {
+func init() { file_actors_messages_v1_rollout_proto_init() }
+func file_actors_messages_v1_rollout_proto_init() {
+	if File_actors_messages_v1_rollout_proto != nil {
 		return
 	}
-	file_records_proto_init()
-	file_actors_proto_init()
+	file_actors_messages_v1_actors_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rollout_proto_rawDesc), len(file_rollout_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_messages_v1_rollout_proto_rawDesc), len(file_actors_messages_v1_rollout_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
-		GoTypes:           file_rollout_proto_goTypes,
-		DependencyIndexes: file_rollout_proto_depIdxs,
-		MessageInfos:      file_rollout_proto_msgTypes,
+		GoTypes:           file_actors_messages_v1_rollout_proto_goTypes,
+		DependencyIndexes: file_actors_messages_v1_rollout_proto_depIdxs,
+		MessageInfos:      file_actors_messages_v1_rollout_proto_msgTypes,
 	}.Build()
-	File_rollout_proto = out.File
-	file_rollout_proto_goTypes = nil
-	file_rollout_proto_depIdxs = nil
+	File_actors_messages_v1_rollout_proto = out.File
+	file_actors_messages_v1_rollout_proto_goTypes = nil
+	file_actors_messages_v1_rollout_proto_depIdxs = nil
 }

@@ -4,7 +4,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: runtime.proto
+// source: actors/messages/v1/runtime.proto
 
 package messages
 
@@ -140,11 +140,11 @@ func (x FailureCode) String() string {
 }
 
 func (FailureCode) Descriptor() protoreflect.EnumDescriptor {
-	return file_runtime_proto_enumTypes[0].Descriptor()
+	return file_actors_messages_v1_runtime_proto_enumTypes[0].Descriptor()
 }
 
 func (FailureCode) Type() protoreflect.EnumType {
-	return &file_runtime_proto_enumTypes[0]
+	return &file_actors_messages_v1_runtime_proto_enumTypes[0]
 }
 
 func (x FailureCode) Number() protoreflect.EnumNumber {
@@ -153,7 +153,7 @@ func (x FailureCode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FailureCode.Descriptor instead.
 func (FailureCode) EnumDescriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{0}
+	return file_actors_messages_v1_runtime_proto_rawDescGZIP(), []int{0}
 }
 
 type Ping struct {
@@ -166,7 +166,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_runtime_proto_msgTypes[0]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -178,7 +178,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[0]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -191,7 +191,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{0}
+	return file_actors_messages_v1_runtime_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *Ping) GetSeq() uint64 {
@@ -219,7 +219,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_runtime_proto_msgTypes[1]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -231,7 +231,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[1]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -244,7 +244,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{1}
+	return file_actors_messages_v1_runtime_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *Pong) GetSeq() uint64 {
@@ -280,7 +280,7 @@ type GPU struct {
 
 func (x *GPU) Reset() {
 	*x = GPU{}
-	mi := &file_runtime_proto_msgTypes[2]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -292,7 +292,7 @@ func (x *GPU) String() string {
 func (*GPU) ProtoMessage() {}
 
 func (x *GPU) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[2]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -305,7 +305,7 @@ func (x *GPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPU.ProtoReflect.Descriptor instead.
 func (*GPU) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{2}
+	return file_actors_messages_v1_runtime_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *GPU) GetIndex() int32 {
@@ -351,7 +351,7 @@ type Capabilities struct {
 
 func (x *Capabilities) Reset() {
 	*x = Capabilities{}
-	mi := &file_runtime_proto_msgTypes[3]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -363,7 +363,7 @@ func (x *Capabilities) String() string {
 func (*Capabilities) ProtoMessage() {}
 
 func (x *Capabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[3]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -376,7 +376,7 @@ func (x *Capabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capabilities.ProtoReflect.Descriptor instead.
 func (*Capabilities) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{3}
+	return file_actors_messages_v1_runtime_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Capabilities) GetCores() int32 {
@@ -429,7 +429,7 @@ type NodeInfoRequest struct {
 
 func (x *NodeInfoRequest) Reset() {
 	*x = NodeInfoRequest{}
-	mi := &file_runtime_proto_msgTypes[4]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -441,7 +441,7 @@ func (x *NodeInfoRequest) String() string {
 func (*NodeInfoRequest) ProtoMessage() {}
 
 func (x *NodeInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[4]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -454,7 +454,7 @@ func (x *NodeInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfoRequest.ProtoReflect.Descriptor instead.
 func (*NodeInfoRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{4}
+	return file_actors_messages_v1_runtime_proto_rawDescGZIP(), []int{4}
 }
 
 type NodeInfo struct {
@@ -476,7 +476,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_runtime_proto_msgTypes[5]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -488,7 +488,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[5]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -501,7 +501,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{5}
+	return file_actors_messages_v1_runtime_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *NodeInfo) GetId() string {
@@ -588,7 +588,7 @@ type Load struct {
 
 func (x *Load) Reset() {
 	*x = Load{}
-	mi := &file_runtime_proto_msgTypes[6]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -600,7 +600,7 @@ func (x *Load) String() string {
 func (*Load) ProtoMessage() {}
 
 func (x *Load) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[6]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -613,7 +613,7 @@ func (x *Load) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Load.ProtoReflect.Descriptor instead.
 func (*Load) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{6}
+	return file_actors_messages_v1_runtime_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Load) GetSampledUnixNano() int64 {
@@ -671,7 +671,7 @@ type DigestJob struct {
 
 func (x *DigestJob) Reset() {
 	*x = DigestJob{}
-	mi := &file_runtime_proto_msgTypes[7]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -683,7 +683,7 @@ func (x *DigestJob) String() string {
 func (*DigestJob) ProtoMessage() {}
 
 func (x *DigestJob) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[7]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -696,7 +696,7 @@ func (x *DigestJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestJob.ProtoReflect.Descriptor instead.
 func (*DigestJob) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{7}
+	return file_actors_messages_v1_runtime_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DigestJob) GetId() string {
@@ -731,7 +731,7 @@ type DigestResult struct {
 
 func (x *DigestResult) Reset() {
 	*x = DigestResult{}
-	mi := &file_runtime_proto_msgTypes[8]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -743,7 +743,7 @@ func (x *DigestResult) String() string {
 func (*DigestResult) ProtoMessage() {}
 
 func (x *DigestResult) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[8]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -756,7 +756,7 @@ func (x *DigestResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestResult.ProtoReflect.Descriptor instead.
 func (*DigestResult) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{8}
+	return file_actors_messages_v1_runtime_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DigestResult) GetId() string {
@@ -791,7 +791,7 @@ type Failure struct {
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_runtime_proto_msgTypes[9]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -803,7 +803,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[9]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -816,7 +816,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{9}
+	return file_actors_messages_v1_runtime_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Failure) GetCode() FailureCode {
@@ -845,7 +845,7 @@ type SpawnRequest struct {
 
 func (x *SpawnRequest) Reset() {
 	*x = SpawnRequest{}
-	mi := &file_runtime_proto_msgTypes[10]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +857,7 @@ func (x *SpawnRequest) String() string {
 func (*SpawnRequest) ProtoMessage() {}
 
 func (x *SpawnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[10]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +870,7 @@ func (x *SpawnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpawnRequest.ProtoReflect.Descriptor instead.
 func (*SpawnRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{10}
+	return file_actors_messages_v1_runtime_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SpawnRequest) GetKind() string {
@@ -897,7 +897,7 @@ type SpawnReply struct {
 
 func (x *SpawnReply) Reset() {
 	*x = SpawnReply{}
-	mi := &file_runtime_proto_msgTypes[11]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +909,7 @@ func (x *SpawnReply) String() string {
 func (*SpawnReply) ProtoMessage() {}
 
 func (x *SpawnReply) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[11]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,7 +922,7 @@ func (x *SpawnReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpawnReply.ProtoReflect.Descriptor instead.
 func (*SpawnReply) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{11}
+	return file_actors_messages_v1_runtime_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SpawnReply) GetAddress() string {
@@ -953,7 +953,7 @@ type DigestBatchRequest struct {
 
 func (x *DigestBatchRequest) Reset() {
 	*x = DigestBatchRequest{}
-	mi := &file_runtime_proto_msgTypes[12]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +965,7 @@ func (x *DigestBatchRequest) String() string {
 func (*DigestBatchRequest) ProtoMessage() {}
 
 func (x *DigestBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[12]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +978,7 @@ func (x *DigestBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestBatchRequest.ProtoReflect.Descriptor instead.
 func (*DigestBatchRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{12}
+	return file_actors_messages_v1_runtime_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DigestBatchRequest) GetJobs() int32 {
@@ -1023,7 +1023,7 @@ type DigestOutcome struct {
 
 func (x *DigestOutcome) Reset() {
 	*x = DigestOutcome{}
-	mi := &file_runtime_proto_msgTypes[13]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1035,7 @@ func (x *DigestOutcome) String() string {
 func (*DigestOutcome) ProtoMessage() {}
 
 func (x *DigestOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[13]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1048,7 @@ func (x *DigestOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestOutcome.ProtoReflect.Descriptor instead.
 func (*DigestOutcome) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{13}
+	return file_actors_messages_v1_runtime_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DigestOutcome) GetId() string {
@@ -1103,7 +1103,7 @@ type DigestBatchReport struct {
 
 func (x *DigestBatchReport) Reset() {
 	*x = DigestBatchReport{}
-	mi := &file_runtime_proto_msgTypes[14]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1115,7 +1115,7 @@ func (x *DigestBatchReport) String() string {
 func (*DigestBatchReport) ProtoMessage() {}
 
 func (x *DigestBatchReport) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[14]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1128,7 +1128,7 @@ func (x *DigestBatchReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestBatchReport.ProtoReflect.Descriptor instead.
 func (*DigestBatchReport) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{14}
+	return file_actors_messages_v1_runtime_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DigestBatchReport) GetOutcomes() []*DigestOutcome {
@@ -1153,7 +1153,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_runtime_proto_msgTypes[15]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1165,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[15]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1178,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{15}
+	return file_actors_messages_v1_runtime_proto_rawDescGZIP(), []int{15}
 }
 
 type MembersReply struct {
@@ -1190,7 +1190,7 @@ type MembersReply struct {
 
 func (x *MembersReply) Reset() {
 	*x = MembersReply{}
-	mi := &file_runtime_proto_msgTypes[16]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1202,7 @@ func (x *MembersReply) String() string {
 func (*MembersReply) ProtoMessage() {}
 
 func (x *MembersReply) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[16]
+	mi := &file_actors_messages_v1_runtime_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1215,7 @@ func (x *MembersReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersReply.ProtoReflect.Descriptor instead.
 func (*MembersReply) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{16}
+	return file_actors_messages_v1_runtime_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MembersReply) GetMembers() []*NodeInfo {
@@ -1225,11 +1225,11 @@ func (x *MembersReply) GetMembers() []*NodeInfo {
 	return nil
 }
 
-var File_runtime_proto protoreflect.FileDescriptor
+var File_actors_messages_v1_runtime_proto protoreflect.FileDescriptor
 
-const file_runtime_proto_rawDesc = "" +
+const file_actors_messages_v1_runtime_proto_rawDesc = "" +
 	"\n" +
-	"\rruntime.proto\x12\x14frognano.messages.v1\"2\n" +
+	" actors/messages/v1/runtime.proto\x12\x14frognano.messages.v1\"2\n" +
 	"\x04Ping\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\"F\n" +
@@ -1346,20 +1346,20 @@ const file_runtime_proto_rawDesc = "" +
 	"\x15FAILURE_CODE_COVERAGE\x10\x1dB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
 
 var (
-	file_runtime_proto_rawDescOnce sync.Once
-	file_runtime_proto_rawDescData []byte
+	file_actors_messages_v1_runtime_proto_rawDescOnce sync.Once
+	file_actors_messages_v1_runtime_proto_rawDescData []byte
 )
 
-func file_runtime_proto_rawDescGZIP() []byte {
-	file_runtime_proto_rawDescOnce.Do(func() {
-		file_runtime_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_runtime_proto_rawDesc), len(file_runtime_proto_rawDesc)))
+func file_actors_messages_v1_runtime_proto_rawDescGZIP() []byte {
+	file_actors_messages_v1_runtime_proto_rawDescOnce.Do(func() {
+		file_actors_messages_v1_runtime_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_actors_messages_v1_runtime_proto_rawDesc), len(file_actors_messages_v1_runtime_proto_rawDesc)))
 	})
-	return file_runtime_proto_rawDescData
+	return file_actors_messages_v1_runtime_proto_rawDescData
 }
 
-var file_runtime_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_runtime_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
-var file_runtime_proto_goTypes = []any{
+var file_actors_messages_v1_runtime_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_actors_messages_v1_runtime_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_actors_messages_v1_runtime_proto_goTypes = []any{
 	(FailureCode)(0),           // 0: frognano.messages.v1.FailureCode
 	(*Ping)(nil),               // 1: frognano.messages.v1.Ping
 	(*Pong)(nil),               // 2: frognano.messages.v1.Pong
@@ -1380,7 +1380,7 @@ var file_runtime_proto_goTypes = []any{
 	(*MembersReply)(nil),       // 17: frognano.messages.v1.MembersReply
 	nil,                        // 18: frognano.messages.v1.Load.KindActorsEntry
 }
-var file_runtime_proto_depIdxs = []int32{
+var file_actors_messages_v1_runtime_proto_depIdxs = []int32{
 	3,  // 0: frognano.messages.v1.Capabilities.gpus:type_name -> frognano.messages.v1.GPU
 	4,  // 1: frognano.messages.v1.NodeInfo.capabilities:type_name -> frognano.messages.v1.Capabilities
 	7,  // 2: frognano.messages.v1.NodeInfo.load:type_name -> frognano.messages.v1.Load
@@ -1395,28 +1395,28 @@ var file_runtime_proto_depIdxs = []int32{
 	0,  // [0:7] is the sub-list for field type_name
 }
 
-func init() { file_runtime_proto_init() }
-func file_runtime_proto_init() {
-	if File_runtime_proto != nil {
+func init() { file_actors_messages_v1_runtime_proto_init() }
+func file_actors_messages_v1_runtime_proto_init() {
+	if File_actors_messages_v1_runtime_proto != nil {
 		return
 	}
-	file_runtime_proto_msgTypes[6].OneofWrappers = []any{}
+	file_actors_messages_v1_runtime_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runtime_proto_rawDesc), len(file_runtime_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_messages_v1_runtime_proto_rawDesc), len(file_actors_messages_v1_runtime_proto_rawDesc)),
 			NumEnums:      1,
 			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
-		GoTypes:           file_runtime_proto_goTypes,
-		DependencyIndexes: file_runtime_proto_depIdxs,
-		EnumInfos:         file_runtime_proto_enumTypes,
-		MessageInfos:      file_runtime_proto_msgTypes,
+		GoTypes:           file_actors_messages_v1_runtime_proto_goTypes,
+		DependencyIndexes: file_actors_messages_v1_runtime_proto_depIdxs,
+		EnumInfos:         file_actors_messages_v1_runtime_proto_enumTypes,
+		MessageInfos:      file_actors_messages_v1_runtime_proto_msgTypes,
 	}.Build()
-	File_runtime_proto = out.File
-	file_runtime_proto_goTypes = nil
-	file_runtime_proto_depIdxs = nil
+	File_actors_messages_v1_runtime_proto = out.File
+	file_actors_messages_v1_runtime_proto_goTypes = nil
+	file_actors_messages_v1_runtime_proto_depIdxs = nil
 }

@@ -6,11 +6,12 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: sampler.proto
+// source: actors/messages/v1/sampler.proto
 
 package messages
 
 import (
+	v1 "github.com/frognano/frognano/persistence/records/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -38,7 +39,7 @@ type GenerateCancel struct {
 
 func (x *GenerateCancel) Reset() {
 	*x = GenerateCancel{}
-	mi := &file_sampler_proto_msgTypes[0]
+	mi := &file_actors_messages_v1_sampler_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -50,7 +51,7 @@ func (x *GenerateCancel) String() string {
 func (*GenerateCancel) ProtoMessage() {}
 
 func (x *GenerateCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_sampler_proto_msgTypes[0]
+	mi := &file_actors_messages_v1_sampler_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -63,7 +64,7 @@ func (x *GenerateCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateCancel.ProtoReflect.Descriptor instead.
 func (*GenerateCancel) Descriptor() ([]byte, []int) {
-	return file_sampler_proto_rawDescGZIP(), []int{0}
+	return file_actors_messages_v1_sampler_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *GenerateCancel) GetRequestAddress() string {
@@ -93,7 +94,7 @@ type WeightsApplied struct {
 
 func (x *WeightsApplied) Reset() {
 	*x = WeightsApplied{}
-	mi := &file_sampler_proto_msgTypes[1]
+	mi := &file_actors_messages_v1_sampler_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -105,7 +106,7 @@ func (x *WeightsApplied) String() string {
 func (*WeightsApplied) ProtoMessage() {}
 
 func (x *WeightsApplied) ProtoReflect() protoreflect.Message {
-	mi := &file_sampler_proto_msgTypes[1]
+	mi := &file_actors_messages_v1_sampler_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -118,7 +119,7 @@ func (x *WeightsApplied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WeightsApplied.ProtoReflect.Descriptor instead.
 func (*WeightsApplied) Descriptor() ([]byte, []int) {
-	return file_sampler_proto_rawDescGZIP(), []int{1}
+	return file_actors_messages_v1_sampler_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *WeightsApplied) GetRunId() string {
@@ -151,7 +152,7 @@ type SamplerStatusRequest struct {
 
 func (x *SamplerStatusRequest) Reset() {
 	*x = SamplerStatusRequest{}
-	mi := &file_sampler_proto_msgTypes[2]
+	mi := &file_actors_messages_v1_sampler_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -163,7 +164,7 @@ func (x *SamplerStatusRequest) String() string {
 func (*SamplerStatusRequest) ProtoMessage() {}
 
 func (x *SamplerStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sampler_proto_msgTypes[2]
+	mi := &file_actors_messages_v1_sampler_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -176,7 +177,7 @@ func (x *SamplerStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplerStatusRequest.ProtoReflect.Descriptor instead.
 func (*SamplerStatusRequest) Descriptor() ([]byte, []int) {
-	return file_sampler_proto_rawDescGZIP(), []int{2}
+	return file_actors_messages_v1_sampler_proto_rawDescGZIP(), []int{2}
 }
 
 type SamplerStatus struct {
@@ -188,14 +189,14 @@ type SamplerStatus struct {
 	GeneratedTokens int64                  `protobuf:"varint,5,opt,name=generated_tokens,json=generatedTokens,proto3" json:"generated_tokens,omitempty"`
 	Steps           int64                  `protobuf:"varint,6,opt,name=steps,proto3" json:"steps,omitempty"`                                      // batched forward passes so far
 	ContextLength   int32                  `protobuf:"varint,7,opt,name=context_length,json=contextLength,proto3" json:"context_length,omitempty"` // most positions per sequence
-	Config          *ModelConfig           `protobuf:"bytes,8,opt,name=config,proto3" json:"config,omitempty"`
+	Config          *v1.ModelConfig        `protobuf:"bytes,8,opt,name=config,proto3" json:"config,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SamplerStatus) Reset() {
 	*x = SamplerStatus{}
-	mi := &file_sampler_proto_msgTypes[3]
+	mi := &file_actors_messages_v1_sampler_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -207,7 +208,7 @@ func (x *SamplerStatus) String() string {
 func (*SamplerStatus) ProtoMessage() {}
 
 func (x *SamplerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sampler_proto_msgTypes[3]
+	mi := &file_actors_messages_v1_sampler_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -220,7 +221,7 @@ func (x *SamplerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplerStatus.ProtoReflect.Descriptor instead.
 func (*SamplerStatus) Descriptor() ([]byte, []int) {
-	return file_sampler_proto_rawDescGZIP(), []int{3}
+	return file_actors_messages_v1_sampler_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SamplerStatus) GetModel() string {
@@ -272,18 +273,18 @@ func (x *SamplerStatus) GetContextLength() int32 {
 	return 0
 }
 
-func (x *SamplerStatus) GetConfig() *ModelConfig {
+func (x *SamplerStatus) GetConfig() *v1.ModelConfig {
 	if x != nil {
 		return x.Config
 	}
 	return nil
 }
 
-var File_sampler_proto protoreflect.FileDescriptor
+var File_actors_messages_v1_sampler_proto protoreflect.FileDescriptor
 
-const file_sampler_proto_rawDesc = "" +
+const file_actors_messages_v1_sampler_proto_rawDesc = "" +
 	"\n" +
-	"\rsampler.proto\x12\x14frognano.messages.v1\x1a\rrecords.proto\"X\n" +
+	" actors/messages/v1/sampler.proto\x12\x14frognano.messages.v1\x1a$persistence/records/v1/records.proto\"X\n" +
 	"\x0eGenerateCancel\x12'\n" +
 	"\x0frequest_address\x18\x01 \x01(\tR\x0erequestAddress\x12\x1d\n" +
 	"\n" +
@@ -292,7 +293,7 @@ const file_sampler_proto_rawDesc = "" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12%\n" +
 	"\x0epolicy_version\x18\x03 \x01(\x03R\rpolicyVersion\"\x16\n" +
-	"\x14SamplerStatusRequest\"\xa3\x02\n" +
+	"\x14SamplerStatusRequest\"\xa2\x02\n" +
 	"\rSamplerStatus\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12%\n" +
 	"\x0epolicy_version\x18\x02 \x01(\x03R\rpolicyVersion\x12\x18\n" +
@@ -300,31 +301,31 @@ const file_sampler_proto_rawDesc = "" +
 	"\awaiting\x18\x04 \x01(\x05R\awaiting\x12)\n" +
 	"\x10generated_tokens\x18\x05 \x01(\x03R\x0fgeneratedTokens\x12\x14\n" +
 	"\x05steps\x18\x06 \x01(\x03R\x05steps\x12%\n" +
-	"\x0econtext_length\x18\a \x01(\x05R\rcontextLength\x129\n" +
-	"\x06config\x18\b \x01(\v2!.frognano.messages.v1.ModelConfigR\x06configB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
+	"\x0econtext_length\x18\a \x01(\x05R\rcontextLength\x128\n" +
+	"\x06config\x18\b \x01(\v2 .frognano.records.v1.ModelConfigR\x06configB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
 
 var (
-	file_sampler_proto_rawDescOnce sync.Once
-	file_sampler_proto_rawDescData []byte
+	file_actors_messages_v1_sampler_proto_rawDescOnce sync.Once
+	file_actors_messages_v1_sampler_proto_rawDescData []byte
 )
 
-func file_sampler_proto_rawDescGZIP() []byte {
-	file_sampler_proto_rawDescOnce.Do(func() {
-		file_sampler_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_sampler_proto_rawDesc), len(file_sampler_proto_rawDesc)))
+func file_actors_messages_v1_sampler_proto_rawDescGZIP() []byte {
+	file_actors_messages_v1_sampler_proto_rawDescOnce.Do(func() {
+		file_actors_messages_v1_sampler_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_actors_messages_v1_sampler_proto_rawDesc), len(file_actors_messages_v1_sampler_proto_rawDesc)))
 	})
-	return file_sampler_proto_rawDescData
+	return file_actors_messages_v1_sampler_proto_rawDescData
 }
 
-var file_sampler_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
-var file_sampler_proto_goTypes = []any{
+var file_actors_messages_v1_sampler_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_actors_messages_v1_sampler_proto_goTypes = []any{
 	(*GenerateCancel)(nil),       // 0: frognano.messages.v1.GenerateCancel
 	(*WeightsApplied)(nil),       // 1: frognano.messages.v1.WeightsApplied
 	(*SamplerStatusRequest)(nil), // 2: frognano.messages.v1.SamplerStatusRequest
 	(*SamplerStatus)(nil),        // 3: frognano.messages.v1.SamplerStatus
-	(*ModelConfig)(nil),          // 4: frognano.messages.v1.ModelConfig
+	(*v1.ModelConfig)(nil),       // 4: frognano.records.v1.ModelConfig
 }
-var file_sampler_proto_depIdxs = []int32{
-	4, // 0: frognano.messages.v1.SamplerStatus.config:type_name -> frognano.messages.v1.ModelConfig
+var file_actors_messages_v1_sampler_proto_depIdxs = []int32{
+	4, // 0: frognano.messages.v1.SamplerStatus.config:type_name -> frognano.records.v1.ModelConfig
 	1, // [1:1] is the sub-list for method output_type
 	1, // [1:1] is the sub-list for method input_type
 	1, // [1:1] is the sub-list for extension type_name
@@ -332,27 +333,26 @@ var file_sampler_proto_depIdxs = []int32{
 	0, // [0:1] is the sub-list for field type_name
 }
 
-func init() { file_sampler_proto_init() }
-func file_sampler_proto_init() {
-	if File_sampler_proto != nil {
+func init() { file_actors_messages_v1_sampler_proto_init() }
+func file_actors_messages_v1_sampler_proto_init() {
+	if File_actors_messages_v1_sampler_proto != nil {
 		return
 	}
-	file_records_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sampler_proto_rawDesc), len(file_sampler_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_messages_v1_sampler_proto_rawDesc), len(file_actors_messages_v1_sampler_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
-		GoTypes:           file_sampler_proto_goTypes,
-		DependencyIndexes: file_sampler_proto_depIdxs,
-		MessageInfos:      file_sampler_proto_msgTypes,
+		GoTypes:           file_actors_messages_v1_sampler_proto_goTypes,
+		DependencyIndexes: file_actors_messages_v1_sampler_proto_depIdxs,
+		MessageInfos:      file_actors_messages_v1_sampler_proto_msgTypes,
 	}.Build()
-	File_sampler_proto = out.File
-	file_sampler_proto_goTypes = nil
-	file_sampler_proto_depIdxs = nil
+	File_actors_messages_v1_sampler_proto = out.File
+	file_actors_messages_v1_sampler_proto_goTypes = nil
+	file_actors_messages_v1_sampler_proto_depIdxs = nil
 }

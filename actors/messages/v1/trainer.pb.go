@@ -6,7 +6,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: trainer.proto
+// source: actors/messages/v1/trainer.proto
 
 package messages
 
@@ -46,7 +46,7 @@ type LearnerOpen struct {
 
 func (x *LearnerOpen) Reset() {
 	*x = LearnerOpen{}
-	mi := &file_trainer_proto_msgTypes[0]
+	mi := &file_actors_messages_v1_trainer_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -58,7 +58,7 @@ func (x *LearnerOpen) String() string {
 func (*LearnerOpen) ProtoMessage() {}
 
 func (x *LearnerOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_trainer_proto_msgTypes[0]
+	mi := &file_actors_messages_v1_trainer_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -71,7 +71,7 @@ func (x *LearnerOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LearnerOpen.ProtoReflect.Descriptor instead.
 func (*LearnerOpen) Descriptor() ([]byte, []int) {
-	return file_trainer_proto_rawDescGZIP(), []int{0}
+	return file_actors_messages_v1_trainer_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *LearnerOpen) GetRunId() string {
@@ -136,7 +136,7 @@ type LearnerOpened struct {
 
 func (x *LearnerOpened) Reset() {
 	*x = LearnerOpened{}
-	mi := &file_trainer_proto_msgTypes[1]
+	mi := &file_actors_messages_v1_trainer_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -148,7 +148,7 @@ func (x *LearnerOpened) String() string {
 func (*LearnerOpened) ProtoMessage() {}
 
 func (x *LearnerOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_trainer_proto_msgTypes[1]
+	mi := &file_actors_messages_v1_trainer_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -161,7 +161,7 @@ func (x *LearnerOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LearnerOpened.ProtoReflect.Descriptor instead.
 func (*LearnerOpened) Descriptor() ([]byte, []int) {
-	return file_trainer_proto_rawDescGZIP(), []int{1}
+	return file_actors_messages_v1_trainer_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *LearnerOpened) GetAddress() string {
@@ -185,11 +185,11 @@ func (x *LearnerOpened) GetStatus() *LearnerStatus {
 	return nil
 }
 
-var File_trainer_proto protoreflect.FileDescriptor
+var File_actors_messages_v1_trainer_proto protoreflect.FileDescriptor
 
-const file_trainer_proto_rawDesc = "" +
+const file_actors_messages_v1_trainer_proto_rawDesc = "" +
 	"\n" +
-	"\rtrainer.proto\x12\x14frognano.messages.v1\x1a\rlearner.proto\"\xda\x01\n" +
+	" actors/messages/v1/trainer.proto\x12\x14frognano.messages.v1\x1a actors/messages/v1/learner.proto\"\xda\x01\n" +
 	"\vLearnerOpen\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x0e\n" +
@@ -204,24 +204,24 @@ const file_trainer_proto_rawDesc = "" +
 	"\x06status\x18\x03 \x01(\v2#.frognano.messages.v1.LearnerStatusR\x06statusB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
 
 var (
-	file_trainer_proto_rawDescOnce sync.Once
-	file_trainer_proto_rawDescData []byte
+	file_actors_messages_v1_trainer_proto_rawDescOnce sync.Once
+	file_actors_messages_v1_trainer_proto_rawDescData []byte
 )
 
-func file_trainer_proto_rawDescGZIP() []byte {
-	file_trainer_proto_rawDescOnce.Do(func() {
-		file_trainer_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_trainer_proto_rawDesc), len(file_trainer_proto_rawDesc)))
+func file_actors_messages_v1_trainer_proto_rawDescGZIP() []byte {
+	file_actors_messages_v1_trainer_proto_rawDescOnce.Do(func() {
+		file_actors_messages_v1_trainer_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_actors_messages_v1_trainer_proto_rawDesc), len(file_actors_messages_v1_trainer_proto_rawDesc)))
 	})
-	return file_trainer_proto_rawDescData
+	return file_actors_messages_v1_trainer_proto_rawDescData
 }
 
-var file_trainer_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
-var file_trainer_proto_goTypes = []any{
+var file_actors_messages_v1_trainer_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_actors_messages_v1_trainer_proto_goTypes = []any{
 	(*LearnerOpen)(nil),   // 0: frognano.messages.v1.LearnerOpen
 	(*LearnerOpened)(nil), // 1: frognano.messages.v1.LearnerOpened
 	(*LearnerStatus)(nil), // 2: frognano.messages.v1.LearnerStatus
 }
-var file_trainer_proto_depIdxs = []int32{
+var file_actors_messages_v1_trainer_proto_depIdxs = []int32{
 	2, // 0: frognano.messages.v1.LearnerOpened.status:type_name -> frognano.messages.v1.LearnerStatus
 	1, // [1:1] is the sub-list for method output_type
 	1, // [1:1] is the sub-list for method input_type
@@ -230,27 +230,27 @@ var file_trainer_proto_depIdxs = []int32{
 	0, // [0:1] is the sub-list for field type_name
 }
 
-func init() { file_trainer_proto_init() }
-func file_trainer_proto_init() {
-	if File_trainer_proto != nil {
+func init() { file_actors_messages_v1_trainer_proto_init() }
+func file_actors_messages_v1_trainer_proto_init() {
+	if File_actors_messages_v1_trainer_proto != nil {
 		return
 	}
-	file_learner_proto_init()
+	file_actors_messages_v1_learner_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_trainer_proto_rawDesc), len(file_trainer_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_messages_v1_trainer_proto_rawDesc), len(file_actors_messages_v1_trainer_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   2,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
-		GoTypes:           file_trainer_proto_goTypes,
-		DependencyIndexes: file_trainer_proto_depIdxs,
-		MessageInfos:      file_trainer_proto_msgTypes,
+		GoTypes:           file_actors_messages_v1_trainer_proto_goTypes,
+		DependencyIndexes: file_actors_messages_v1_trainer_proto_depIdxs,
+		MessageInfos:      file_actors_messages_v1_trainer_proto_msgTypes,
 	}.Build()
-	File_trainer_proto = out.File
-	file_trainer_proto_goTypes = nil
-	file_trainer_proto_depIdxs = nil
+	File_actors_messages_v1_trainer_proto = out.File
+	file_actors_messages_v1_trainer_proto_goTypes = nil
+	file_actors_messages_v1_trainer_proto_depIdxs = nil
 }

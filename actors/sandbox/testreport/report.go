@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // Status is one test's outcome.
@@ -226,8 +226,8 @@ func Grade(r *Report, failToPass, passToPass []string) Outcome {
 // validity, so an invalid report is sent with every result turned into an
 // ERROR carrying the problem, plus one synthetic result named
 // "frognano:report": whoever grades from the record alone still gets 0.
-func (r *Report) Proto() *messages.TestReport {
-	out := &messages.TestReport{
+func (r *Report) Proto() *records.TestReport {
+	out := &records.TestReport{
 		ExitCode:        int32(r.ExitCode),
 		TimedOut:        r.TimedOut,
 		DurationSeconds: r.Duration.Seconds(),
@@ -235,7 +235,7 @@ func (r *Report) Proto() *messages.TestReport {
 		Problem:         r.Problem,
 	}
 	for _, res := range r.Results {
-		tr := &messages.TestResult{
+		tr := &records.TestResult{
 			Name:            res.ID,
 			Status:          protoStatus(res.Status),
 			DurationSeconds: res.Duration.Seconds(),
@@ -243,15 +243,15 @@ func (r *Report) Proto() *messages.TestReport {
 			Collection:      res.Collection,
 		}
 		if !r.Valid {
-			tr.Status = messages.TestStatus_TEST_STATUS_ERROR
+			tr.Status = records.TestStatus_TEST_STATUS_ERROR
 			tr.Message = "report rejected: " + r.Problem
 		}
 		out.Results = append(out.Results, tr)
 	}
 	if !r.Valid {
-		out.Results = append(out.Results, &messages.TestResult{
+		out.Results = append(out.Results, &records.TestResult{
 			Name:    InvalidReportID,
-			Status:  messages.TestStatus_TEST_STATUS_ERROR,
+			Status:  records.TestStatus_TEST_STATUS_ERROR,
 			Message: r.Problem,
 		})
 	}
@@ -261,18 +261,18 @@ func (r *Report) Proto() *messages.TestReport {
 // InvalidReportID names the synthetic result Proto adds to a rejected report.
 const InvalidReportID = "frognano:report"
 
-func protoStatus(s Status) messages.TestStatus {
+func protoStatus(s Status) records.TestStatus {
 	switch s {
 	case StatusPass:
-		return messages.TestStatus_TEST_STATUS_PASS
+		return records.TestStatus_TEST_STATUS_PASS
 	case StatusFail:
-		return messages.TestStatus_TEST_STATUS_FAIL
+		return records.TestStatus_TEST_STATUS_FAIL
 	case StatusError:
-		return messages.TestStatus_TEST_STATUS_ERROR
+		return records.TestStatus_TEST_STATUS_ERROR
 	case StatusSkip:
-		return messages.TestStatus_TEST_STATUS_SKIP
+		return records.TestStatus_TEST_STATUS_SKIP
 	default:
-		return messages.TestStatus_TEST_STATUS_UNSPECIFIED
+		return records.TestStatus_TEST_STATUS_UNSPECIFIED
 	}
 }
 

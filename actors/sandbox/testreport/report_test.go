@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 func TestVerify(t *testing.T) {
@@ -260,7 +260,7 @@ func TestProto(t *testing.T) {
 	}}
 	r.Verify()
 	p := r.Proto()
-	if len(p.Results) != 2 || p.Results[0].Status != messages.TestStatus_TEST_STATUS_PASS || p.Results[1].Status != messages.TestStatus_TEST_STATUS_FAIL || p.ExitCode != 1 || p.DurationSeconds != 2 {
+	if len(p.Results) != 2 || p.Results[0].Status != records.TestStatus_TEST_STATUS_PASS || p.Results[1].Status != records.TestStatus_TEST_STATUS_FAIL || p.ExitCode != 1 || p.DurationSeconds != 2 {
 		t.Fatalf("%v", p)
 	}
 
@@ -271,7 +271,7 @@ func TestProto(t *testing.T) {
 		t.Fatalf("want the synthetic result too: %v", p)
 	}
 	for _, res := range p.Results {
-		if res.Status != messages.TestStatus_TEST_STATUS_ERROR {
+		if res.Status != records.TestStatus_TEST_STATUS_ERROR {
 			t.Fatalf("an invalid report must carry only errors: %v", p)
 		}
 	}

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/persistence"
+	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
 // writeArith writes a small Python project a mutation can break, named
@@ -69,7 +69,7 @@ func followUntil(t *testing.T, prefix []string, last string, args ...string) str
 }
 
 // storedRun reads run id from the store in data (the node must be stopped).
-func storedRun(t *testing.T, data, id string) *messages.Run {
+func storedRun(t *testing.T, data, id string) *records.Run {
 	t.Helper()
 	db, err := persistence.Open(filepath.Join(data, "db"))
 	if err != nil {

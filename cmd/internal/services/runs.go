@@ -12,11 +12,11 @@ import (
 	"github.com/frognano/frognano/actors/evaluate"
 	"github.com/frognano/frognano/actors/frontier"
 	"github.com/frognano/frognano/actors/gateway"
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/rollout"
 	"github.com/frognano/frognano/actors/synth"
 	"github.com/frognano/frognano/actors/trainer"
 	"github.com/frognano/frognano/actors/ui"
+	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/node"
 )
@@ -35,7 +35,7 @@ func NewRuns(cfg config.Config, log *slog.Logger, sandboxes *Sandboxes, autoResu
 // function that appends the record's new points after each write of it.
 // A failed append is a warning, once: training goes on, and runs export
 // --format tensorboard writes the file again.
-func tensorBoard(dir string, run *messages.Run, warn io.Writer) (func(*messages.Run), error) {
+func tensorBoard(dir string, run *records.Run, warn io.Writer) (func(*records.Run), error) {
 	tb, err := ui.OpenTensorBoardLog(dir, run)
 	if err != nil {
 		return nil, fmt.Errorf("tensorboard %s: %w", dir, err)
@@ -45,7 +45,7 @@ func tensorBoard(dir string, run *messages.Run, warn io.Writer) (func(*messages.
 		mu     sync.Mutex
 		warned bool
 	)
-	return func(r *messages.Run) {
+	return func(r *records.Run) {
 		mu.Lock()
 		defer mu.Unlock()
 		if _, err := tb.Append(r); err != nil && !warned {
