@@ -70,7 +70,7 @@ bench-kernels: build model
 # Regenerate protobuf code (needs protoc from protobuf-compiler).
 proto:
 	go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
-	PATH="$$(go env GOPATH)/bin:$$PATH" go generate ./persistence/records/... ./actors/messages/...
+	PATH="$$(go env GOPATH)/bin:$$PATH" go generate ./persistence/records/... ./runtime/messages/... ./actors/messages/...
 
 # The CUDA backend's kernel library, kernels/cuda/libfrognano_cuda.a (needs
 # nvcc: scripts/install-cuda.sh). Then build or test with -tags cuda, e.g.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 	"github.com/frognano/frognano/runtime/node"
 	"github.com/frognano/frognano/runtime/placement"
 )
@@ -36,12 +36,12 @@ func NodeKind() node.Kind {
 // kind through a placement pool and answers a DigestBatchReport; the
 // digests are left for the asker to check (Digest).
 func Batches(n *node.Node, ctx actor.Context) bool {
-	req, ok := ctx.Message().(*messages.DigestBatchRequest)
+	req, ok := ctx.Message().(*rtmsg.DigestBatchRequest)
 	if !ok {
 		return false
 	}
 	if req.Jobs <= 0 || req.Jobs > MaxJobs || req.Rounds < 0 || req.Rounds > MaxRounds {
-		ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, fmt.Errorf("jobs must be in [1, %d] and rounds in [0, %d]", MaxJobs, MaxRounds)))
+		ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST, fmt.Errorf("jobs must be in [1, %d] and rounds in [0, %d]", MaxJobs, MaxRounds)))
 		return true
 	}
 	requester := ctx.Sender()
@@ -54,11 +54,11 @@ func Batches(n *node.Node, ctx actor.Context) bool {
 // batch runs one DigestBatchRequest through a placement pool.
 type batch struct {
 	n         *node.Node
-	req       *messages.DigestBatchRequest
+	req       *rtmsg.DigestBatchRequest
 	requester *actor.PID
 	pool      *actor.PID
 	data      map[string][]byte
-	report    *messages.DigestBatchReport
+	report    *rtmsg.DigestBatchReport
 	started   time.Time
 }
 
@@ -66,7 +66,7 @@ func (b *batch) Receive(ctx actor.Context) {
 	switch res := ctx.Message().(type) {
 	case *actor.Started:
 		b.started = time.Now()
-		b.report = &messages.DigestBatchReport{}
+		b.report = &rtmsg.DigestBatchReport{}
 		b.data = map[string][]byte{}
 		b.pool = ctx.Spawn(placement.Props(placement.Config{
 			Kind:         Kind,
@@ -84,22 +84,22 @@ func (b *batch) Receive(ctx actor.Context) {
 			binary.LittleEndian.PutUint64(seed[8:], uint64(i))
 			sum := sha256.Sum256(seed[:])
 			b.data[id] = sum[:]
-			ctx.Request(b.pool, &placement.Submit{ID: id, Job: &messages.DigestJob{Id: id, Data: sum[:], Rounds: b.req.Rounds}})
+			ctx.Request(b.pool, &placement.Submit{ID: id, Job: &rtmsg.DigestJob{Id: id, Data: sum[:], Rounds: b.req.Rounds}})
 		}
 	case *placement.Done:
-		out := &messages.DigestOutcome{Id: res.ID, Data: b.data[res.ID], Node: res.Node, Attempts: int32(res.Attempts)}
-		if r, ok := res.Result.(*messages.DigestResult); ok {
+		out := &rtmsg.DigestOutcome{Id: res.ID, Data: b.data[res.ID], Node: res.Node, Attempts: int32(res.Attempts)}
+		if r, ok := res.Result.(*rtmsg.DigestResult); ok {
 			out.Digest = r.Digest
 		} else {
 			out.Error = fmt.Sprintf("unexpected reply %T", res.Result)
 		}
 		b.add(ctx, out)
 	case *placement.Failed:
-		b.add(ctx, &messages.DigestOutcome{Id: res.ID, Data: b.data[res.ID], Attempts: int32(res.Attempts), Error: res.Err.Error()})
+		b.add(ctx, &rtmsg.DigestOutcome{Id: res.ID, Data: b.data[res.ID], Attempts: int32(res.Attempts), Error: res.Err.Error()})
 	}
 }
 
-func (b *batch) add(ctx actor.Context, o *messages.DigestOutcome) {
+func (b *batch) add(ctx actor.Context, o *rtmsg.DigestOutcome) {
 	b.report.Outcomes = append(b.report.Outcomes, o)
 	if len(b.report.Outcomes) == int(b.req.Jobs) {
 		b.report.Seconds = time.Since(b.started).Seconds()

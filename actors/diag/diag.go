@@ -12,7 +12,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // Kind is the name under which nodes register this actor.
@@ -22,26 +22,26 @@ const Kind = "diag"
 const MaxRounds = 1 << 28
 
 // Props builds a diag actor; info returns the current facts of its node.
-func Props(info func() *messages.NodeInfo) *actor.Props {
+func Props(info func() *rtmsg.NodeInfo) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor { return &diag{info: info} })
 }
 
 type diag struct {
-	info func() *messages.NodeInfo
+	info func() *rtmsg.NodeInfo
 }
 
 func (d *diag) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *messages.Ping:
-		ctx.Respond(&messages.Pong{Seq: m.Seq, Node: ctx.ActorSystem().Address(), Payload: m.Payload})
-	case *messages.NodeInfoRequest:
+	case *rtmsg.Ping:
+		ctx.Respond(&rtmsg.Pong{Seq: m.Seq, Node: ctx.ActorSystem().Address(), Payload: m.Payload})
+	case *rtmsg.NodeInfoRequest:
 		ctx.Respond(d.info())
-	case *messages.DigestJob:
+	case *rtmsg.DigestJob:
 		if m.Rounds < 0 || m.Rounds > MaxRounds {
-			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, fmt.Errorf("rounds %d outside [0, %d]", m.Rounds, MaxRounds)))
+			ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST, fmt.Errorf("rounds %d outside [0, %d]", m.Rounds, MaxRounds)))
 			return
 		}
-		ctx.Respond(&messages.DigestResult{Id: m.Id, Digest: Digest(m.Data, m.Rounds), Node: ctx.ActorSystem().Address()})
+		ctx.Respond(&rtmsg.DigestResult{Id: m.Id, Digest: Digest(m.Data, m.Rounds), Node: ctx.ActorSystem().Address()})
 	}
 }
 

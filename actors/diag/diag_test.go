@@ -13,8 +13,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/runtime/config"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 	"github.com/frognano/frognano/runtime/node"
 )
 
@@ -73,8 +73,8 @@ func TestTwoNodesSpreadVerifiedWork(t *testing.T) {
 		t.Fatalf("kinds %v lack %q", a.Info().GetKinds(), Kind)
 	}
 
-	res := ask(t, a, &messages.DigestBatchRequest{Jobs: 6, Rounds: 1000, PreferRemote: true, Seed: 7})
-	report, ok := res.(*messages.DigestBatchReport)
+	res := ask(t, a, &rtmsg.DigestBatchRequest{Jobs: 6, Rounds: 1000, PreferRemote: true, Seed: 7})
+	report, ok := res.(*rtmsg.DigestBatchReport)
 	if !ok || len(report.Outcomes) != 6 {
 		t.Fatalf("digest batch answered %v", res)
 	}
@@ -92,15 +92,15 @@ func TestTwoNodesSpreadVerifiedWork(t *testing.T) {
 // bad_request at once, and so is a single job with too many rounds.
 func TestBatchesRefuseWhatTheyCannotRun(t *testing.T) {
 	n := startNode(t)
-	for _, req := range []*messages.DigestBatchRequest{
+	for _, req := range []*rtmsg.DigestBatchRequest{
 		{Jobs: 0, Rounds: 1}, {Jobs: MaxJobs + 1, Rounds: 1}, {Jobs: 1, Rounds: -1}, {Jobs: 1, Rounds: MaxRounds + 1},
 	} {
-		if r := ask(t, n, req); !messages.IsFailure(r, messages.FailureCode_FAILURE_CODE_BAD_REQUEST) {
+		if r := ask(t, n, req); !rtmsg.IsFailure(r, rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST) {
 			t.Errorf("jobs %d, rounds %d answered %v", req.Jobs, req.Rounds, r)
 		}
 	}
-	res, err := n.System().Root.RequestFuture(n.System().Root.Spawn(Props(n.Info)), &messages.DigestJob{Id: "j", Rounds: MaxRounds + 1}, 10*time.Second).Result()
-	if err != nil || !messages.IsFailure(res, messages.FailureCode_FAILURE_CODE_BAD_REQUEST) {
+	res, err := n.System().Root.RequestFuture(n.System().Root.Spawn(Props(n.Info)), &rtmsg.DigestJob{Id: "j", Rounds: MaxRounds + 1}, 10*time.Second).Result()
+	if err != nil || !rtmsg.IsFailure(res, rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST) {
 		t.Errorf("a job with %d rounds answered %v, %v", MaxRounds+1, res, err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/persistence"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // ActorName is the well-known name of a node's environments actor.
@@ -54,28 +55,28 @@ func (r *registrar) Receive(ctx actor.Context) {
 	case *messages.EnvListRequest:
 		envs, err := r.cfg.Store.List(context.Background())
 		if err != nil {
-			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_STORE, err))
+			ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_STORE, err))
 			return
 		}
 		ctx.Respond(&messages.EnvList{Environments: envs})
 	case *messages.EnvGetRequest:
 		env, err := r.cfg.Store.Get(context.Background(), m.Name)
 		if err != nil {
-			ctx.Respond(messages.Fail(code(err), err))
+			ctx.Respond(rtmsg.Fail(code(err), err))
 			return
 		}
 		ctx.Respond(&messages.EnvAddReply{Environment: env})
 	case *messages.EnvRemoveRequest:
 		rt, err := r.cfg.Runtime(context.Background())
 		if err != nil {
-			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_CONTAINERD, err))
+			ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_CONTAINERD, err))
 			return
 		}
 		r.mu.Lock()
 		err = r.builder(rt).Remove(context.Background(), m.Name)
 		r.mu.Unlock()
 		if err != nil {
-			ctx.Respond(messages.Fail(code(err), err))
+			ctx.Respond(rtmsg.Fail(code(err), err))
 			return
 		}
 		ctx.Respond(&messages.EnvRemoved{Name: m.Name})
@@ -94,7 +95,7 @@ func (r *registrar) add(ctx actor.Context, m *messages.EnvAddRequest) {
 	system := ctx.ActorSystem()
 	src, err := ParseSource(m.Source)
 	if err != nil {
-		ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, err))
+		ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST, err))
 		return
 	}
 	go func() {
@@ -102,7 +103,7 @@ func (r *registrar) add(ctx actor.Context, m *messages.EnvAddRequest) {
 			bctx := context.Background()
 			rt, err := r.cfg.Runtime(bctx)
 			if err != nil {
-				return messages.Fail(messages.FailureCode_FAILURE_CODE_CONTAINERD, err)
+				return rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_CONTAINERD, err)
 			}
 			b := r.builder(rt)
 			b.Progress = func(stage string) {
@@ -118,7 +119,7 @@ func (r *registrar) add(ctx actor.Context, m *messages.EnvAddRequest) {
 				MinTests: int(m.MinTests), AllowCollectionErrors: m.AllowCollectionErrors,
 			})
 			if err != nil {
-				return messages.Fail(code(err), err)
+				return rtmsg.Fail(code(err), err)
 			}
 			return &messages.EnvAddReply{Environment: env}
 		}()
@@ -128,18 +129,18 @@ func (r *registrar) add(ctx actor.Context, m *messages.EnvAddRequest) {
 	}()
 }
 
-func code(err error) messages.FailureCode {
+func code(err error) rtmsg.FailureCode {
 	switch {
 	case errors.Is(err, persistence.ErrNotFound):
-		return messages.FailureCode_FAILURE_CODE_NOT_FOUND
+		return rtmsg.FailureCode_FAILURE_CODE_NOT_FOUND
 	case errors.Is(err, ErrExists):
-		return messages.FailureCode_FAILURE_CODE_EXISTS
+		return rtmsg.FailureCode_FAILURE_CODE_EXISTS
 	case errors.Is(err, ErrNoTests), errors.Is(err, ErrNoLanguage), errors.Is(err, ErrNoSuchImage):
-		return messages.FailureCode_FAILURE_CODE_BAD_SOURCE
+		return rtmsg.FailureCode_FAILURE_CODE_BAD_SOURCE
 	case errors.Is(err, ErrInstall), errors.Is(err, ErrSuite), errors.Is(err, ErrNoPassingRun), errors.Is(err, ErrCollection), errors.Is(err, ErrTooFewTests):
-		return messages.FailureCode_FAILURE_CODE_REJECTED
+		return rtmsg.FailureCode_FAILURE_CODE_REJECTED
 	case errors.Is(err, sandbox.ErrContainerdNotRunning):
-		return messages.FailureCode_FAILURE_CODE_CONTAINERD
+		return rtmsg.FailureCode_FAILURE_CODE_CONTAINERD
 	}
-	return messages.FailureCode_FAILURE_CODE_ERROR
+	return rtmsg.FailureCode_FAILURE_CODE_ERROR
 }

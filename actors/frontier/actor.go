@@ -13,6 +13,7 @@ import (
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/persistence"
 	records "github.com/frognano/frognano/persistence/records/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // ActorName is the well-known name of a node's frontier actor.
@@ -90,14 +91,14 @@ type synthAnswer struct {
 	err       error
 }
 
-func code(err error) messages.FailureCode {
+func code(err error) rtmsg.FailureCode {
 	switch {
 	case errors.Is(err, ErrBadRequest):
-		return messages.FailureCode_FAILURE_CODE_BAD_REQUEST
+		return rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST
 	case errors.Is(err, persistence.ErrNotFound):
-		return messages.FailureCode_FAILURE_CODE_NOT_FOUND
+		return rtmsg.FailureCode_FAILURE_CODE_NOT_FOUND
 	}
-	return messages.FailureCode_FAILURE_CODE_ERROR
+	return rtmsg.FailureCode_FAILURE_CODE_ERROR
 }
 
 // nameOf is the estimator a request's run names.
@@ -188,7 +189,7 @@ func (a *frontierActor) Receive(ctx actor.Context) {
 				return
 			}
 		}
-		ctx.Respond(messages.Fail(code(err), err))
+		ctx.Respond(rtmsg.Fail(code(err), err))
 	case *messages.OutcomesReport:
 		name, est, err := a.forRun(m.GetRun())
 		if err == nil {
@@ -200,11 +201,11 @@ func (a *frontierActor) Receive(ctx actor.Context) {
 				return
 			}
 		}
-		ctx.Respond(messages.Fail(code(err), err))
+		ctx.Respond(rtmsg.Fail(code(err), err))
 	case *messages.FrontierStateRequest:
 		est, err := a.forState(m)
 		if err != nil {
-			ctx.Respond(messages.Fail(code(err), err))
+			ctx.Respond(rtmsg.Fail(code(err), err))
 			return
 		}
 		ctx.Respond(est.Snapshot(a.environmentNames()))
@@ -314,7 +315,7 @@ func requestProps(synth *actor.PID, estimator, id string, req *messages.Synthesi
 			ctx.Request(synth, req)
 		case *messages.SynthesizeResult:
 			answer(m.GetTaskIds(), nil)
-		case *messages.Failure:
+		case *rtmsg.Failure:
 			answer(nil, fmt.Errorf("synthesizer: %s: %s", m.GetCode().Short(), m.GetMessage()))
 		case *actor.Terminated:
 			answer(nil, fmt.Errorf("synthesizer %s stopped (%v)", synth, m.GetWhy()))

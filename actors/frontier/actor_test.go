@@ -14,6 +14,7 @@ import (
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/persistence"
 	records "github.com/frognano/frognano/persistence/records/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 func ask(t *testing.T, sys *actor.ActorSystem, pid *actor.PID, msg any) any {
@@ -69,7 +70,7 @@ func TestActorRestartKeepsState(t *testing.T) {
 			t.Fatalf("ack %v, want 12 recorded", ack)
 		}
 	}
-	if r := ask(t, sys, pid, &messages.BatchRequest{Tasks: 0}); !messages.IsFailure(r, messages.FailureCode_FAILURE_CODE_BAD_REQUEST) {
+	if r := ask(t, sys, pid, &messages.BatchRequest{Tasks: 0}); !rtmsg.IsFailure(r, rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST) {
 		t.Errorf("empty batch request answered %v", r)
 	}
 	before := ask(t, sys, pid, &messages.FrontierStateRequest{}).(*messages.FrontierStateReply)
@@ -105,7 +106,7 @@ func TestActorSynthesizerCannotDeliver(t *testing.T) {
 			return sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
 				if _, ok := ctx.Message().(*messages.SynthesizeRequest); ok {
 					ctx.Respond(&messages.SynthesizeProgress{Stage: "screening"})
-					ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_CONTAINERD, errors.New("containerd is not running")))
+					ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_CONTAINERD, errors.New("containerd is not running")))
 				}
 			}))
 		}, "containerd is not running"},
@@ -235,10 +236,10 @@ func TestEachRunHasItsOwnEstimator(t *testing.T) {
 	if l := state(&messages.FrontierStateRequest{Latest: true}); l.GetEstimator() != "run-a" {
 		t.Errorf("latest estimator %s after run-a played again, want run-a", l.GetEstimator())
 	}
-	if r := ask(t, sys, pid, &messages.FrontierStateRequest{Run: "run-typo"}); !messages.IsFailure(r, messages.FailureCode_FAILURE_CODE_NOT_FOUND) {
+	if r := ask(t, sys, pid, &messages.FrontierStateRequest{Run: "run-typo"}); !rtmsg.IsFailure(r, rtmsg.FailureCode_FAILURE_CODE_NOT_FOUND) {
 		t.Errorf("the state of a run that never asked for a batch: %v", r)
 	}
-	if r := ask(t, sys, pid, &messages.BatchRequest{Tasks: 1, Run: "bad\x00run"}); !messages.IsFailure(r, messages.FailureCode_FAILURE_CODE_BAD_REQUEST) {
+	if r := ask(t, sys, pid, &messages.BatchRequest{Tasks: 1, Run: "bad\x00run"}); !rtmsg.IsFailure(r, rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST) {
 		t.Errorf("a run with a NUL byte answered %v", r)
 	}
 	before := []*messages.FrontierStateReply{state(&messages.FrontierStateRequest{Run: "run-a"}), state(&messages.FrontierStateRequest{Run: "run-b"})}

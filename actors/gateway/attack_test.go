@@ -58,11 +58,11 @@ func settle(n *node.Node, want int) int {
 func TestAttackGatewaySpawnLeavesNoActorBehind(t *testing.T) {
 	n := startNode(t, "")
 	url := "http://" + n.HTTPAddr() + Path + node.ManagerName
-	post(t, url, "", `{"type": "frognano.messages.v1.Ping", "message": {}}`) // warm up
+	post(t, url, "", `{"type": "frognano.runtime.v1.Ping", "message": {}}`) // warm up
 	before := settle(n, 0)
 	const calls = 50
 	for i := 0; i < calls; i++ {
-		code, body := post(t, url, "", `{"type": "frognano.messages.v1.SpawnRequest", "message": {"kind": "diag"}, "timeout_seconds": 10}`)
+		code, body := post(t, url, "", `{"type": "frognano.runtime.v1.SpawnRequest", "message": {"kind": "diag"}, "timeout_seconds": 10}`)
 		if code != http.StatusOK || !strings.Contains(body, "SpawnReply") {
 			if code == http.StatusOK || code/100 == 4 {
 				return // refused: holds
@@ -99,7 +99,7 @@ func TestAttackGatewayClientsThatLeave(t *testing.T) {
 	for i := 0; i < 40; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		// stager never answers a Ping: the call waits for its timeout (an hour).
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(`{"type": "frognano.messages.v1.Ping", "message": {}, "timeout_seconds": 3600}`))
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(`{"type": "frognano.runtime.v1.Ping", "message": {}, "timeout_seconds": 3600}`))
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
@@ -156,7 +156,7 @@ func TestAttackGatewayHostileBodies(t *testing.T) {
 	// Beyond the 16 MiB limit, without a declared length: 413.
 	pr, pw := io.Pipe()
 	go func() {
-		pw.Write([]byte(`{"type": "frognano.messages.v1.Ping", "message": {"payload": "`))
+		pw.Write([]byte(`{"type": "frognano.runtime.v1.Ping", "message": {"payload": "`))
 		chunk := []byte(strings.Repeat("A", 1<<20))
 		for i := 0; i < 17; i++ {
 			if _, err := pw.Write(chunk); err != nil {
@@ -192,7 +192,7 @@ func TestAttackGatewayNeedsTheToken(t *testing.T) {
 	base := "http://" + n.HTTPAddr()
 	for _, auth := range []string{"", "Bearer", "Bearer ", "Bearer " + token[:39], "Bearer " + token + "k", "Basic " + token, token, "Bearer  " + token, "Token " + token} {
 		for _, path := range []string{Path + node.ManagerName, "//v1/actors/node", "/healthz/../v1/actors/node", "/ui/login/../../v1/actors/node", "/readyz%2F..%2Fv1/actors/node"} {
-			req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(`{"type": "frognano.messages.v1.SpawnRequest", "message": {"kind": "diag"}}`))
+			req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(`{"type": "frognano.runtime.v1.SpawnRequest", "message": {"kind": "diag"}}`))
 			if auth != "" {
 				req.Header.Set("Authorization", auth)
 			}

@@ -11,7 +11,7 @@
 // The answer is a stream of JSON lines, one per message the actor sends
 // back: {"type": "frognano.messages.v1.EnvProgress", "message": {...}}
 // for progress (a type whose name ends in "Progress"), then the final one
-// (the reply, or a frognano.messages.v1.Failure, its code by name:
+// (the reply, or a frognano.runtime.v1.Failure, its code by name:
 // {"code": "FAILURE_CODE_NOT_FOUND", "message": "..."}), or {"error": "..."}
 // when none came within the timeout.
 package gateway
@@ -34,7 +34,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 	"github.com/frognano/frognano/runtime/node"
 )
 
@@ -42,8 +42,10 @@ import (
 const Path = "/v1/actors/"
 
 // Packages are the protobuf packages whose messages the gateway carries: the
-// actors' messages and the records some of them carry or answer with.
-var Packages = []string{"frognano.messages.v1", "frognano.records.v1"}
+// actors' messages, the records some of them carry or answer with, and the
+// runtime's (Ping, NodeInfoRequest, SpawnRequest, the Failure every actor
+// answers with).
+var Packages = []string{"frognano.messages.v1", "frognano.records.v1", "frognano.runtime.v1"}
 
 // carries says whether the gateway carries messages of this full name.
 func carries(name string) bool {
@@ -178,7 +180,7 @@ func serve(ctx context.Context, n *node.Node, name string, msg proto.Message, ti
 			if !Progress(m) {
 				// A spawn through the gateway is a check: its client, outside
 				// the actor system, could never reach or stop the actor.
-				if r, ok := m.(*messages.SpawnReply); ok {
+				if r, ok := m.(*rtmsg.SpawnReply); ok {
 					root.Stop(actor.NewPID(r.GetAddress(), r.GetId()))
 				}
 				return
@@ -200,14 +202,14 @@ func httpError(w http.ResponseWriter, code int, err error) {
 
 // FailureError is the Failure an actor answered with.
 type FailureError struct {
-	Code    messages.FailureCode
+	Code    rtmsg.FailureCode
 	Message string
 }
 
 func (e *FailureError) Error() string { return e.Message }
 
 // HasCode says whether err is an actor's Failure with this code.
-func HasCode(err error, code messages.FailureCode) bool {
+func HasCode(err error, code rtmsg.FailureCode) bool {
 	var f *FailureError
 	return errors.As(err, &f) && f.Code == code
 }
@@ -261,7 +263,7 @@ func (c *Client) Ask(ctx context.Context, name string, req proto.Message, timeou
 		if err != nil {
 			return nil, fmt.Errorf("node at %s: %w", c.Base, err)
 		}
-		if f, ok := m.(*messages.Failure); ok {
+		if f, ok := m.(*rtmsg.Failure); ok {
 			return nil, &FailureError{Code: f.GetCode(), Message: f.GetMessage()}
 		}
 		if Progress(m) {

@@ -19,6 +19,7 @@ import (
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/config"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 	"github.com/frognano/frognano/runtime/node"
 )
 
@@ -32,7 +33,7 @@ func stager() *actor.Props {
 			c.Send(c.Sender(), &messages.EnvProgress{Stage: "two"})
 			c.Respond(&messages.EnvAddReply{Environment: &records.Environment{Name: m.GetSource()}})
 		case *messages.EnvGetRequest:
-			c.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_NOT_FOUND, errors.New("no environment "+m.GetName())))
+			c.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_NOT_FOUND, errors.New("no environment "+m.GetName())))
 		}
 	})
 }
@@ -67,10 +68,10 @@ func TestGatewayCarriesProgressRepliesAndFailures(t *testing.T) {
 	if err != nil || res.(*messages.EnvAddReply).GetEnvironment().GetName() != "six" || strings.Join(stages, ",") != "one,two" {
 		t.Fatalf("add: %v, %v, stages %v", res, err, stages)
 	}
-	if _, err := c.Ask(ctx, "stager", &messages.EnvGetRequest{Name: "x"}, time.Minute, nil); !HasCode(err, messages.FailureCode_FAILURE_CODE_NOT_FOUND) || err.Error() != "no environment x" {
+	if _, err := c.Ask(ctx, "stager", &messages.EnvGetRequest{Name: "x"}, time.Minute, nil); !HasCode(err, rtmsg.FailureCode_FAILURE_CODE_NOT_FOUND) || err.Error() != "no environment x" {
 		t.Fatalf("a Failure: %v", err)
 	}
-	if res, err := c.Ask(ctx, node.ManagerName, &messages.Ping{Seq: 7}, time.Minute, nil); err != nil || res.(*messages.Pong).GetSeq() != 7 {
+	if res, err := c.Ask(ctx, node.ManagerName, &rtmsg.Ping{Seq: 7}, time.Minute, nil); err != nil || res.(*rtmsg.Pong).GetSeq() != 7 {
 		t.Fatalf("ping: %v, %v", res, err)
 	}
 }
@@ -85,13 +86,13 @@ func TestGatewayRefusesWhatItDoesNotCarry(t *testing.T) {
 		status                  int
 		says                    string
 	}{
-		{"no token", "stager", `{"type": "frognano.messages.v1.Ping", "message": {}}`, "", http.StatusUnauthorized, "unauthorized"},
-		{"unknown actor", "learner", `{"type": "frognano.messages.v1.Ping", "message": {}}`, "k", http.StatusNotFound, "no actor"},
+		{"no token", "stager", `{"type": "frognano.runtime.v1.Ping", "message": {}}`, "", http.StatusUnauthorized, "unauthorized"},
+		{"unknown actor", "learner", `{"type": "frognano.runtime.v1.Ping", "message": {}}`, "k", http.StatusNotFound, "no actor"},
 		{"another package", "stager", `{"type": "actor.PoisonPill", "message": {}}`, "k", http.StatusBadRequest, "only messages of"},
 		{"unknown type", "stager", `{"type": "frognano.messages.v1.Nope", "message": {}}`, "k", http.StatusBadRequest, "Nope"},
-		{"bad message", "stager", `{"type": "frognano.messages.v1.Ping", "message": {"seq": "x"}}`, "k", http.StatusBadRequest, "Ping"},
-		{"unknown field", "stager", `{"type": "frognano.messages.v1.Ping", "message": {}, "to": "node"}`, "k", http.StatusBadRequest, "unknown field"},
-		{"timeout too long", "stager", `{"type": "frognano.messages.v1.Ping", "message": {}, "timeout_seconds": 1e9}`, "k", http.StatusBadRequest, "timeout_seconds"},
+		{"bad message", "stager", `{"type": "frognano.runtime.v1.Ping", "message": {"seq": "x"}}`, "k", http.StatusBadRequest, "Ping"},
+		{"unknown field", "stager", `{"type": "frognano.runtime.v1.Ping", "message": {}, "to": "node"}`, "k", http.StatusBadRequest, "unknown field"},
+		{"timeout too long", "stager", `{"type": "frognano.runtime.v1.Ping", "message": {}, "timeout_seconds": 1e9}`, "k", http.StatusBadRequest, "timeout_seconds"},
 	} {
 		req, _ := http.NewRequest(http.MethodPost, base+tc.path, strings.NewReader(tc.body))
 		if tc.token != "" {
@@ -117,7 +118,8 @@ func TestGatewayRefusesWhatItDoesNotCarry(t *testing.T) {
 
 // The gateway decodes by full protobuf name, so every package it carries
 // must be named in Packages: a record an actor answers with (a Task, an
-// Environment) lives in frognano.records.v1, not with the actors' messages.
+// Environment) lives in frognano.records.v1, Ping and Failure in
+// frognano.runtime.v1, not with the actors' messages.
 func TestDecodeByFullName(t *testing.T) {
 	for _, tc := range []struct {
 		typ, body string
@@ -125,13 +127,14 @@ func TestDecodeByFullName(t *testing.T) {
 	}{
 		{"frognano.messages.v1.EnvGetRequest", `{"name": "x"}`, &messages.EnvGetRequest{Name: "x"}},
 		{"frognano.records.v1.Task", `{"id": "t"}`, &records.Task{Id: "t"}},
+		{"frognano.runtime.v1.Ping", `{"seq": "3"}`, &rtmsg.Ping{Seq: 3}},
 	} {
 		m, err := decode(tc.typ, json.RawMessage(tc.body))
 		if err != nil || !proto.Equal(m, tc.want) {
 			t.Errorf("decode(%s) = %v, %v; want %v", tc.typ, m, err, tc.want)
 		}
 	}
-	for _, typ := range []string{"frognano.records.v1x.Task", "frognano.Task", "google.protobuf.Empty"} {
+	for _, typ := range []string{"frognano.records.v1x.Task", "frognano.runtime.v2.Ping", "frognano.Task", "google.protobuf.Empty"} {
 		if _, err := decode(typ, nil); err == nil || !strings.Contains(err.Error(), "only messages of") {
 			t.Errorf("decode(%s): %v, want a refusal", typ, err)
 		}

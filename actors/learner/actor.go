@@ -12,6 +12,7 @@ import (
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/persistence"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 	"github.com/frognano/frognano/runtime/supervise"
 )
 
@@ -75,16 +76,16 @@ type jobDone struct {
 	status *messages.LearnerStatus
 }
 
-func code(err error) messages.FailureCode {
+func code(err error) rtmsg.FailureCode {
 	switch {
 	case errors.Is(err, ErrBadBatch):
-		return messages.FailureCode_FAILURE_CODE_BAD_REQUEST
+		return rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST
 	case errors.Is(err, ErrModelMismatch):
-		return messages.FailureCode_FAILURE_CODE_MODEL_MISMATCH
+		return rtmsg.FailureCode_FAILURE_CODE_MODEL_MISMATCH
 	case errors.Is(err, ErrCorrupt), errors.Is(err, persistence.ErrCorrupt):
-		return messages.FailureCode_FAILURE_CODE_CORRUPT
+		return rtmsg.FailureCode_FAILURE_CODE_CORRUPT
 	}
-	return messages.FailureCode_FAILURE_CODE_ERROR
+	return rtmsg.FailureCode_FAILURE_CODE_ERROR
 }
 
 func (a *learnerActor) Receive(ctx actor.Context) {
@@ -113,7 +114,7 @@ func (a *learnerActor) Receive(ctx actor.Context) {
 		}
 	case *messages.LearnerStatusRequest:
 		if a.err != nil {
-			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_UNAVAILABLE, a.err))
+			ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_UNAVAILABLE, a.err))
 			return
 		}
 		st := proto.Clone(a.status).(*messages.LearnerStatus)
@@ -147,14 +148,14 @@ func (a *learnerActor) start(ctx actor.Context) {
 
 func (a *learnerActor) enqueue(ctx actor.Context, j job) {
 	if a.err != nil {
-		ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_UNAVAILABLE, a.err))
+		ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_UNAVAILABLE, a.err))
 		return
 	}
 	select {
 	case a.jobs <- j:
 		a.queued++
 	default:
-		ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_BUSY, errors.New("learner: too many batches queued")))
+		ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_BUSY, errors.New("learner: too many batches queued")))
 	}
 }
 
@@ -177,7 +178,7 @@ func (a *learnerActor) run(j job) *jobDone {
 			nll, n, err = l.SFTEvaluate(seqs)
 		}
 		if err != nil {
-			done.reply = messages.Fail(code(err), err)
+			done.reply = rtmsg.Fail(code(err), err)
 		} else {
 			done.reply = &messages.LearnerSFTLoss{BatchId: j.eval.GetBatchId(), Nll: nll, PolicyTokens: int64(n),
 				PolicyVersion: l.PolicyVersion(), Seconds: time.Since(start).Seconds()}
@@ -186,7 +187,7 @@ func (a *learnerActor) run(j job) *jobDone {
 		return done
 	case j.batch == nil:
 		if err := l.Checkpoint(bctx); err != nil {
-			done.reply = messages.Fail(code(err), err)
+			done.reply = rtmsg.Fail(code(err), err)
 		} else {
 			done.reply = &messages.LearnerCheckpointed{RunId: TrainRunID(l.RunID()), Step: l.Step(), PolicyVersion: l.PolicyVersion()}
 		}
@@ -200,7 +201,7 @@ func (a *learnerActor) run(j job) *jobDone {
 	}
 	if err != nil {
 		a.log.Warn("learner: step failed", "batch", j.batch.GetBatchId(), "err", err)
-		done.reply = messages.Fail(code(err), err)
+		done.reply = rtmsg.Fail(code(err), err)
 	} else {
 		done.reply = res.Proto(j.batch.GetBatchId())
 	}
@@ -218,7 +219,7 @@ func (a *learnerActor) runSFT(j job, done *jobDone) *jobDone {
 	}
 	if err != nil {
 		a.log.Warn("learner: SFT step failed", "batch", j.sft.GetBatchId(), "err", err)
-		done.reply = messages.Fail(code(err), err)
+		done.reply = rtmsg.Fail(code(err), err)
 	} else {
 		done.reply = res.Proto(j.sft.GetBatchId())
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/frognano/frognano/kernels/model/modeltest"
 	"github.com/frognano/frognano/persistence"
 	records "github.com/frognano/frognano/persistence/records/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 func toProto(groups []grpo.Group) []*messages.TrajectoryGroup {
@@ -112,14 +113,14 @@ func TestActor(t *testing.T) {
 	}
 	published(st)
 	res, _ = sys.Root.RequestFuture(pid, &messages.LearnerSFTBatch{BatchId: "s2", Trajectories: demoTrajs}, 10*time.Second).Result()
-	if !messages.IsFailure(res, messages.FailureCode_FAILURE_CODE_BAD_REQUEST) {
+	if !rtmsg.IsFailure(res, rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST) {
 		t.Fatalf("SFT batch without a learning rate: reply %v", res)
 	}
 
 	bad := toProto(batch(t, base, 2))
 	bad[0].Trajectories[0].PolicyMask = bad[0].Trajectories[0].PolicyMask[:1]
 	res, _ = sys.Root.RequestFuture(pid, &messages.LearnerTrainBatch{BatchId: "bad", Groups: bad}, 10*time.Second).Result()
-	if !messages.IsFailure(res, messages.FailureCode_FAILURE_CODE_BAD_REQUEST) {
+	if !rtmsg.IsFailure(res, rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST) {
 		t.Fatalf("bad batch: reply %v", res)
 	}
 	res, _ = sys.Root.RequestFuture(pid, &messages.LearnerStatusRequest{}, 5*time.Second).Result()
@@ -144,10 +145,10 @@ func TestActor(t *testing.T) {
 // TestPickGPU: the GPU with the most free memory wins; without GPUs the
 // CPU backend is chosen.
 func TestSelectBackend(t *testing.T) {
-	if b := SelectBackend(&messages.Capabilities{}, nil); b.Name()[:3] != "cpu" {
+	if b := SelectBackend(&rtmsg.Capabilities{}, nil); b.Name()[:3] != "cpu" {
 		t.Fatalf("no GPUs: backend %s", b.Name())
 	}
-	if b := SelectBackend(&messages.Capabilities{Gpus: []*messages.GPU{{Uuid: "GPU-x"}}}, nil); b.Name()[:3] != "cpu" {
+	if b := SelectBackend(&rtmsg.Capabilities{Gpus: []*rtmsg.GPU{{Uuid: "GPU-x"}}}, nil); b.Name()[:3] != "cpu" {
 		t.Fatalf("GPU in a build without the CUDA backend that trains: backend %s", b.Name())
 	}
 	best := pickGPU([]GPUFree{{UUID: "a", FreeBytes: 10}, {UUID: "b", FreeBytes: 30}, {UUID: "c", FreeBytes: 20}})

@@ -3,11 +3,11 @@ package learner
 import (
 	"log/slog"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/kernels"
 	"github.com/frognano/frognano/kernels/cpu"
 	"github.com/frognano/frognano/kernels/cuda"
 	"github.com/frognano/frognano/runtime/capabilities"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // GPUFree is a GPU with its free memory as NVML reports it.
@@ -26,7 +26,7 @@ var newCUDA = func(uuid string) (kernels.Backend, error) { return cuda.NewByUUID
 // backend that can train (kernels.GradBackend), it binds to the GPU with
 // the most free memory; otherwise, or when opening the GPU fails, it
 // returns the CPU backend. The log says which and why.
-func SelectBackend(caps *messages.Capabilities, log *slog.Logger) kernels.GradBackend {
+func SelectBackend(caps *rtmsg.Capabilities, log *slog.Logger) kernels.GradBackend {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

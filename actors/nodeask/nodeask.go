@@ -13,6 +13,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	messages "github.com/frognano/frognano/actors/messages/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 	"github.com/frognano/frognano/runtime/node"
 )
 
@@ -57,7 +58,7 @@ func (a Asker) AskPID(ctx context.Context, pid *actor.PID, req any, timeout time
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
-	if f, ok := res.(*messages.Failure); ok {
+	if f, ok := res.(*rtmsg.Failure); ok {
 		return nil, errors.New(f.GetMessage())
 	}
 	return res, nil
@@ -79,7 +80,7 @@ func (a Asker) AskStagesPID(ctx context.Context, pid *actor.PID, req any, timeou
 			s = m.GetStage()
 		case *messages.SynthesizeProgress:
 			s = m.GetStage()
-		case *messages.Failure:
+		case *rtmsg.Failure:
 			replies <- m
 			return
 		default:
@@ -96,7 +97,7 @@ func (a Asker) AskStagesPID(ctx context.Context, pid *actor.PID, req any, timeou
 	defer a.Node.System().Root.Stop(me)
 	select {
 	case res := <-replies:
-		if f, ok := res.(*messages.Failure); ok {
+		if f, ok := res.(*rtmsg.Failure); ok {
 			return nil, errors.New(f.GetMessage())
 		}
 		return res, nil

@@ -17,6 +17,7 @@ import (
 	"github.com/frognano/frognano/kernels/tokenizer"
 	"github.com/frognano/frognano/persistence"
 	records "github.com/frognano/frognano/persistence/records/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // ActorName is the well-known name of a node's rollout actor.
@@ -95,18 +96,18 @@ type groupDone struct {
 	reply any
 }
 
-func code(err error) messages.FailureCode {
+func code(err error) rtmsg.FailureCode {
 	switch {
 	case errors.Is(err, persistence.ErrNotFound):
-		return messages.FailureCode_FAILURE_CODE_NOT_FOUND
+		return rtmsg.FailureCode_FAILURE_CODE_NOT_FOUND
 	case errors.Is(err, ErrImageGone):
-		return messages.FailureCode_FAILURE_CODE_IMAGE_GONE
+		return rtmsg.FailureCode_FAILURE_CODE_IMAGE_GONE
 	case errors.Is(err, ErrNoEnvironment):
-		return messages.FailureCode_FAILURE_CODE_NO_ENVIRONMENT
+		return rtmsg.FailureCode_FAILURE_CODE_NO_ENVIRONMENT
 	case errors.Is(err, persistence.ErrInvalid):
-		return messages.FailureCode_FAILURE_CODE_BAD_REQUEST
+		return rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST
 	}
-	return messages.FailureCode_FAILURE_CODE_ERROR
+	return rtmsg.FailureCode_FAILURE_CODE_ERROR
 }
 
 func (a *rolloutActor) Receive(ctx actor.Context) {
@@ -121,12 +122,12 @@ func (a *rolloutActor) Receive(ctx actor.Context) {
 		ctx.Send(m.to, m.reply)
 	case *messages.TrajectoryGetRequest:
 		if a.cfg.Trajectories == nil {
-			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_NO_STORE, errors.New("this node keeps no trajectories")))
+			ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_NO_STORE, errors.New("this node keeps no trajectories")))
 			return
 		}
 		t, err := a.cfg.Trajectories.Get(context.Background(), m.Id)
 		if err != nil {
-			ctx.Respond(messages.Fail(code(err), err))
+			ctx.Respond(rtmsg.Fail(code(err), err))
 			return
 		}
 		ctx.Respond(&messages.TrajectoryGetReply{Trajectory: t})
@@ -134,11 +135,11 @@ func (a *rolloutActor) Receive(ctx actor.Context) {
 		ctx.Respond(a.list(m))
 	case *messages.TrajectoryAppendRequest:
 		if a.cfg.Trajectories == nil {
-			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_NO_STORE, errors.New("this node keeps no trajectories")))
+			ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_NO_STORE, errors.New("this node keeps no trajectories")))
 			return
 		}
 		if err := a.cfg.Trajectories.Append(context.Background(), m.Trajectory); err != nil {
-			ctx.Respond(messages.Fail(code(err), err))
+			ctx.Respond(rtmsg.Fail(code(err), err))
 			return
 		}
 		ctx.Respond(&messages.TrajectoryAppended{Id: m.Trajectory.GetId()})
@@ -173,12 +174,12 @@ func (s *ActorStore) ask(msg any) (any, error) {
 	} else if res, err = s.Root.RequestFuture(s.PID, msg, timeout).Result(); err != nil {
 		return nil, fmt.Errorf("rollout actor %s did not answer: %w", s.PID, err)
 	}
-	if f, ok := res.(*messages.Failure); ok {
+	if f, ok := res.(*rtmsg.Failure); ok {
 		err := errors.New(f.Message)
 		switch f.GetCode() {
-		case messages.FailureCode_FAILURE_CODE_NOT_FOUND:
+		case rtmsg.FailureCode_FAILURE_CODE_NOT_FOUND:
 			err = fmt.Errorf("%s: %w", f.Message, persistence.ErrNotFound)
-		case messages.FailureCode_FAILURE_CODE_BAD_REQUEST:
+		case rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST:
 			err = fmt.Errorf("%s: %w", f.Message, persistence.ErrInvalid)
 		}
 		return nil, err
@@ -226,7 +227,7 @@ func (s *ActorStore) list(req *messages.TrajectoryListRequest) ([]*records.Traje
 
 func (a *rolloutActor) list(m *messages.TrajectoryListRequest) any {
 	if a.cfg.Trajectories == nil {
-		return messages.Fail(messages.FailureCode_FAILURE_CODE_NO_STORE, errors.New("this node keeps no trajectories"))
+		return rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_NO_STORE, errors.New("this node keeps no trajectories"))
 	}
 	var (
 		ts  []*records.Trajectory
@@ -238,10 +239,10 @@ func (a *rolloutActor) list(m *messages.TrajectoryListRequest) any {
 	case m.TaskId != "" && m.RunId == "":
 		ts, err = a.cfg.Trajectories.ListByTask(context.Background(), m.TaskId)
 	default:
-		return messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("list trajectories by run id or by task id (one of the two)"))
+		return rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("list trajectories by run id or by task id (one of the two)"))
 	}
 	if err != nil {
-		return messages.Fail(code(err), err)
+		return rtmsg.Fail(code(err), err)
 	}
 	out := &messages.TrajectoryList{}
 	for _, t := range ts {
@@ -291,12 +292,12 @@ func RequestFromProto(m *messages.RolloutGroupRequest) (Request, error) {
 // and the actor keeps serving meanwhile.
 func (a *rolloutActor) rollout(ctx actor.Context, m *messages.RolloutGroupRequest) {
 	if a.cfg.Runner == nil && a.cfg.Policy == nil {
-		ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_NO_POLICY, errors.New("this node's rollout actor has no policy to run episodes with")))
+		ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_NO_POLICY, errors.New("this node's rollout actor has no policy to run episodes with")))
 		return
 	}
 	req, err := RequestFromProto(m)
 	if err != nil {
-		ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, err))
+		ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST, err))
 		return
 	}
 	requester, self, system := ctx.Sender(), ctx.Self(), ctx.ActorSystem()
@@ -304,9 +305,9 @@ func (a *rolloutActor) rollout(ctx actor.Context, m *messages.RolloutGroupReques
 		var reply any
 		runner, err := a.getRunner(a.ctx)
 		if err != nil {
-			reply = messages.Fail(messages.FailureCode_FAILURE_CODE_NO_POLICY, err)
+			reply = rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_NO_POLICY, err)
 		} else if res, err := runner.Run(a.ctx, req, nil); err != nil {
-			reply = messages.Fail(code(err), err)
+			reply = rtmsg.Fail(code(err), err)
 		} else {
 			reply = res.Proto()
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/frognano/frognano/kernels/tokenizer"
 	"github.com/frognano/frognano/persistence"
 	records "github.com/frognano/frognano/persistence/records/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 func scriptedRunner(t *testing.T, sbs Sandboxes, store persistence.TrajectoryStore, turns []string) *Runner {
@@ -325,7 +326,7 @@ func TestActor(t *testing.T) {
 	}
 	for _, bad := range []any{&messages.TrajectoryGetRequest{Id: "nope"}, &messages.TrajectoryListRequest{},
 		&messages.RolloutGroupRequest{Request: &messages.RolloutRequest{Task: task, GroupSize: 1, RunId: "x"}, Mode: "chat"}} {
-		if f, ok := ask(bad).(*messages.Failure); !ok {
+		if f, ok := ask(bad).(*rtmsg.Failure); !ok {
 			t.Errorf("%T: no failure", bad)
 		} else if f.Message == "" {
 			t.Errorf("%T: empty failure", bad)
@@ -335,7 +336,7 @@ func TestActor(t *testing.T) {
 	bare := system.Root.Spawn(Props(ActorConfig{Trajectories: store}))
 	defer system.Root.Stop(bare)
 	res, err = system.Root.RequestFuture(bare, &messages.RolloutRequest{Task: task, GroupSize: 1, RunId: "x"}, time.Minute).Result()
-	if err != nil || !messages.IsFailure(res, messages.FailureCode_FAILURE_CODE_NO_POLICY) {
+	if err != nil || !rtmsg.IsFailure(res, rtmsg.FailureCode_FAILURE_CODE_NO_POLICY) {
 		t.Fatalf("%v %v", res, err)
 	}
 	// A policy that cannot be loaded fails the request with its reason.
@@ -345,7 +346,7 @@ func TestActor(t *testing.T) {
 		}}))
 	defer system.Root.Stop(broken)
 	res, err = system.Root.RequestFuture(broken, &messages.RolloutRequest{Task: task, GroupSize: 1, RunId: "x"}, time.Minute).Result()
-	if f, ok := res.(*messages.Failure); err != nil || !ok || f.GetCode() != messages.FailureCode_FAILURE_CODE_NO_POLICY || !strings.Contains(f.Message, "no model smollm2-135m") {
+	if f, ok := res.(*rtmsg.Failure); err != nil || !ok || f.GetCode() != rtmsg.FailureCode_FAILURE_CODE_NO_POLICY || !strings.Contains(f.Message, "no model smollm2-135m") {
 		t.Fatalf("%v %v", res, err)
 	}
 }

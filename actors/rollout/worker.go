@@ -12,6 +12,7 @@ import (
 	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/sandbox"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // WorkerSandbox runs the harness's tools in a SandboxWorker actor (kind
@@ -39,7 +40,7 @@ var ErrWorker = errors.New("sandbox worker failed")
 
 // workerFailure is a Failure the worker answered that is not the tool's.
 type workerFailure struct {
-	code    messages.FailureCode
+	code    rtmsg.FailureCode
 	message string
 }
 
@@ -86,11 +87,11 @@ func (w *WorkerSandbox) ask(ctx context.Context, msg any, timeout time.Duration,
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrWorker, w.PID, err)
 	}
-	if f, ok := res.(*messages.Failure); ok {
+	if f, ok := res.(*rtmsg.Failure); ok {
 		switch f.GetCode() {
-		case messages.FailureCode_FAILURE_CODE_FILE_ERROR:
+		case rtmsg.FailureCode_FAILURE_CODE_FILE_ERROR:
 			return nil, &fs.PathError{Op: op, Path: path, Err: errors.New(f.Message)}
-		case messages.FailureCode_FAILURE_CODE_SANDBOX_BROKEN:
+		case rtmsg.FailureCode_FAILURE_CODE_SANDBOX_BROKEN:
 			return nil, fmt.Errorf("%w: %s", sandbox.ErrSandboxDead, f.Message)
 		}
 		return nil, &workerFailure{code: f.GetCode(), message: f.GetMessage()}

@@ -16,6 +16,7 @@ import (
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/actors/sandboxworker"
 	records "github.com/frognano/frognano/persistence/records/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // TestToolsThroughSandboxWorker runs the harness's tools in a real
@@ -34,7 +35,7 @@ func TestToolsThroughSandboxWorker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if f, ok := res.(*messages.Failure); ok {
+		if f, ok := res.(*rtmsg.Failure); ok {
 			t.Fatalf("%T: %s", msg, f.Message)
 		}
 		return res

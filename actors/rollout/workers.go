@@ -18,6 +18,7 @@ import (
 	"github.com/frognano/frognano/actors/sandboxworker"
 	"github.com/frognano/frognano/persistence"
 	records "github.com/frognano/frognano/persistence/records/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 	"github.com/frognano/frognano/runtime/placement"
 )
 
@@ -98,7 +99,7 @@ type ClusterWorkers struct {
 	Manager *actor.PID // a node's manager (node.ManagerName)
 	// Members lists the live members with their address, kinds and
 	// capabilities (node.Node.MemberInfos).
-	Members func() []*messages.NodeInfo
+	Members func() []*rtmsg.NodeInfo
 	// Timeout bounds one spawn request (default 30s).
 	Timeout time.Duration
 
@@ -126,12 +127,12 @@ func (c *ClusterWorkers) Spawn(ctx context.Context) (*actor.PID, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		res, err := c.Root.RequestFuture(c.Manager, &messages.SpawnRequest{Kind: sandboxworker.Kind, Member: member}, timeout).Result()
+		res, err := c.Root.RequestFuture(c.Manager, &rtmsg.SpawnRequest{Kind: sandboxworker.Kind, Member: member}, timeout).Result()
 		if err == nil {
 			switch r := res.(type) {
-			case *messages.SpawnReply:
+			case *rtmsg.SpawnReply:
 				return actor.NewPID(r.Address, r.Id), nil
-			case *messages.Failure:
+			case *rtmsg.Failure:
 				err = fmt.Errorf("%s: %s", r.GetCode().Short(), r.GetMessage())
 			default:
 				err = fmt.Errorf("answered %T", res)
@@ -226,9 +227,9 @@ func (ws *workerWorkspace) setup(ctx context.Context, task *records.Task) error 
 		var f *workerFailure
 		if errors.As(err, &f) {
 			switch f.code {
-			case messages.FailureCode_FAILURE_CODE_NO_ENVIRONMENT:
+			case rtmsg.FailureCode_FAILURE_CODE_NO_ENVIRONMENT:
 				return fmt.Errorf("%w: %q on %s (register it with frognano env add): %s", ErrNoEnvironment, task.GetEnvironment(), ws.PID.Address, f.message)
-			case messages.FailureCode_FAILURE_CODE_IMAGE_GONE:
+			case rtmsg.FailureCode_FAILURE_CODE_IMAGE_GONE:
 				return fmt.Errorf("%w: %s (rebuild the environment %q with frognano env add)", ErrImageGone, f.message, task.GetEnvironment())
 			}
 		}

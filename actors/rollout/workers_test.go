@@ -18,6 +18,7 @@ import (
 	"github.com/frognano/frognano/actors/sandboxworker"
 	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/config"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 	"github.com/frognano/frognano/runtime/node"
 	"github.com/frognano/frognano/runtime/placement"
 )
@@ -129,21 +130,21 @@ func TestWorkerDiesMidEpisode(t *testing.T) {
 // that do not report containerd (or published no facts) follow; members
 // without the kind are left out.
 func TestClusterWorkersCandidates(t *testing.T) {
-	containerd := &messages.Capabilities{Containerd: true}
-	members := []*messages.NodeInfo{
+	containerd := &rtmsg.Capabilities{Containerd: true}
+	members := []*rtmsg.NodeInfo{
 		{Address: "c:1", Kinds: []string{sandboxworker.Kind}, Capabilities: containerd},
 		{Address: "b:1", Kinds: []string{sandboxworker.Kind}},
 		{Address: "a:1", Kinds: []string{"sampler", sandboxworker.Kind}, Capabilities: containerd},
 		{Address: "d:1", Kinds: []string{"sampler"}, Capabilities: containerd},
 	}
-	c := &ClusterWorkers{Members: func() []*messages.NodeInfo { return members }}
+	c := &ClusterWorkers{Members: func() []*rtmsg.NodeInfo { return members }}
 	for i, want := range []string{"c:1 a:1 b:1", "a:1 c:1 b:1", "c:1 a:1 b:1"} {
 		got, err := c.candidates()
 		if err != nil || strings.Join(got, " ") != want {
 			t.Errorf("spawn %d: candidates %v %v, want %s", i, got, err, want)
 		}
 	}
-	if got, err := (&ClusterWorkers{Members: func() []*messages.NodeInfo { return members[3:] }}).candidates(); !errors.Is(err, placement.ErrUnknownKind) {
+	if got, err := (&ClusterWorkers{Members: func() []*rtmsg.NodeInfo { return members[3:] }}).candidates(); !errors.Is(err, placement.ErrUnknownKind) {
 		t.Errorf("no member offers the kind: candidates %v %v", got, err)
 	}
 }

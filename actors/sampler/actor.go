@@ -15,6 +15,7 @@ import (
 	"github.com/frognano/frognano/kernels/sample"
 	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/failpoint"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // Kind is the actor kind nodes register, so that a Sampler can be spawned
@@ -60,18 +61,18 @@ type generateDone struct{ key string }
 
 func pidKey(address, id string) string { return address + "/" + id }
 
-func code(err error) messages.FailureCode {
+func code(err error) rtmsg.FailureCode {
 	switch {
 	case errors.Is(err, ErrBadRequest), errors.Is(err, ErrPromptTooLong):
-		return messages.FailureCode_FAILURE_CODE_BAD_REQUEST
+		return rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST
 	case errors.Is(err, ErrStaleVersion):
-		return messages.FailureCode_FAILURE_CODE_STALE_VERSION
+		return rtmsg.FailureCode_FAILURE_CODE_STALE_VERSION
 	case errors.Is(err, ErrClosed):
-		return messages.FailureCode_FAILURE_CODE_CLOSED
+		return rtmsg.FailureCode_FAILURE_CODE_CLOSED
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return messages.FailureCode_FAILURE_CODE_CANCELLED
+		return rtmsg.FailureCode_FAILURE_CODE_CANCELLED
 	}
-	return messages.FailureCode_FAILURE_CODE_ERROR
+	return rtmsg.FailureCode_FAILURE_CODE_ERROR
 }
 
 func (a *samplerActor) Receive(ctx actor.Context) {
@@ -116,7 +117,7 @@ func (a *samplerActor) generate(ctx actor.Context, m *messages.GenerateRequest) 
 			}
 		}
 		if err != nil {
-			reply = messages.Fail(code(err), err)
+			reply = rtmsg.Fail(code(err), err)
 		}
 		root.Send(sender, reply)
 		root.Send(self, &generateDone{key: key})
@@ -142,7 +143,7 @@ func (a *samplerActor) update(ctx actor.Context, m *messages.WeightsPublished) {
 			reply = &messages.WeightsApplied{RunId: u.RunID, Step: u.Step, PolicyVersion: e.Version()}
 		case err != nil:
 			log.Error("weight update failed", "run", u.RunID, "step", u.Step, "version", u.Version, "err", err)
-			reply = messages.Fail(code(err), err)
+			reply = rtmsg.Fail(code(err), err)
 		}
 		if sender != nil {
 			root.Send(sender, reply)
@@ -158,7 +159,7 @@ func (a *samplerActor) status(ctx actor.Context) {
 	go func() {
 		e, err := a.cfg.Engine(a.ctx)
 		if err != nil {
-			root.Send(sender, messages.Fail(code(err), err))
+			root.Send(sender, rtmsg.Fail(code(err), err))
 			return
 		}
 		root.Send(sender, e.Status())
@@ -264,12 +265,12 @@ func (c *Client) Generate(ctx context.Context, req policy.GenerateRequest) (poli
 		switch m := a.res.(type) {
 		case *messages.GenerateResponse:
 			return ResultFromProto(m), nil
-		case *messages.Failure:
+		case *rtmsg.Failure:
 			err := errors.New(m.Message)
 			switch m.GetCode() {
-			case messages.FailureCode_FAILURE_CODE_BAD_REQUEST:
+			case rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST:
 				err = fmt.Errorf("%w: %s", ErrBadRequest, m.Message)
-			case messages.FailureCode_FAILURE_CODE_CLOSED:
+			case rtmsg.FailureCode_FAILURE_CODE_CLOSED:
 				err = fmt.Errorf("%w: %s", ErrClosed, m.Message)
 			}
 			return policy.GenerateResult{}, fmt.Errorf("sampler %s: %w", c.PID, err)

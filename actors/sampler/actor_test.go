@@ -12,6 +12,7 @@ import (
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/kernels/sample"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // TestActor drives a Sampler actor through Client: results equal the
@@ -110,7 +111,7 @@ func TestActor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !messages.IsFailure(res, messages.FailureCode_FAILURE_CODE_BAD_REQUEST) {
+	if !rtmsg.IsFailure(res, rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST) {
 		t.Fatalf("WeightsPublished to an engine without a checkpoint store: %v", res)
 	}
 	res, err = system.Root.RequestFuture(pid, &messages.SamplerStatusRequest{}, 10*time.Second).Result()

@@ -15,6 +15,7 @@ import (
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/persistence"
 	"github.com/frognano/frognano/runtime/config"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 	"github.com/frognano/frognano/runtime/node"
 )
 
@@ -107,11 +108,11 @@ func TestSandboxOfADepartedMemberIsDestroyed(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	res, err := b.System().Root.RequestFuture(b.Manager(), &messages.SpawnRequest{Kind: Kind, Member: a.Address()}, 30*time.Second).Result()
+	res, err := b.System().Root.RequestFuture(b.Manager(), &rtmsg.SpawnRequest{Kind: Kind, Member: a.Address()}, 30*time.Second).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	spawned, ok := res.(*messages.SpawnReply)
+	spawned, ok := res.(*rtmsg.SpawnReply)
 	if !ok {
 		t.Fatalf("spawn answered %v", res)
 	}

@@ -33,6 +33,7 @@ import (
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/persistence"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // Kind is the actor kind name nodes register.
@@ -62,18 +63,18 @@ type worker struct {
 }
 
 // toolFailure classifies an error from a sandbox call.
-func toolFailure(err error) *messages.Failure {
+func toolFailure(err error) *rtmsg.Failure {
 	var pathErr *fs.PathError
 	var patchErr *sandbox.PatchError
 	switch {
 	case errors.Is(err, sandbox.ErrSandboxDead):
-		return messages.Fail(messages.FailureCode_FAILURE_CODE_SANDBOX_BROKEN, err)
+		return rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_SANDBOX_BROKEN, err)
 	case errors.As(err, &patchErr):
-		return messages.Fail(messages.FailureCode_FAILURE_CODE_PATCH_FAILED, err)
+		return rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_PATCH_FAILED, err)
 	case errors.As(err, &pathErr):
-		return messages.Fail(messages.FailureCode_FAILURE_CODE_FILE_ERROR, err)
+		return rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_FILE_ERROR, err)
 	}
-	return messages.Fail(messages.FailureCode_FAILURE_CODE_ERROR, err)
+	return rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_ERROR, err)
 }
 
 func (w *worker) Receive(ctx actor.Context) {
@@ -83,12 +84,12 @@ func (w *worker) Receive(ctx actor.Context) {
 		w.destroy()
 	case *messages.SandboxCreate:
 		if w.sb != nil {
-			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("this worker already owns a sandbox; destroy it first")))
+			ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("this worker already owns a sandbox; destroy it first")))
 			return
 		}
 		rt, err := w.cfg.Runtime(bctx)
 		if err != nil {
-			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_CONTAINERD, err))
+			ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_CONTAINERD, err))
 			return
 		}
 		image, opts := m.Image, sandbox.Options{Labels: m.Labels}
@@ -99,11 +100,11 @@ func (w *worker) Receive(ctx actor.Context) {
 				env, err = m.GetEnvironmentRecord(), nil
 			}
 			if errors.Is(err, persistence.ErrNotFound) {
-				ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_NO_ENVIRONMENT, fmt.Errorf("environment %q is not registered on this node: %w", m.Environment, err)))
+				ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_NO_ENVIRONMENT, fmt.Errorf("environment %q is not registered on this node: %w", m.Environment, err)))
 				return
 			}
 			if err != nil {
-				ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, err))
+				ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST, err))
 				return
 			}
 			if image == "" {
@@ -113,16 +114,16 @@ func (w *worker) Receive(ctx actor.Context) {
 			w.spec = environment.Spec(env)
 		}
 		if image == "" {
-			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("SandboxCreate needs an image or an environment")))
+			ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("SandboxCreate needs an image or an environment")))
 			return
 		}
 		if ok, err := rt.Images().Exists(bctx, image); err == nil && !ok {
-			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_IMAGE_GONE, fmt.Errorf("image %s is not in containerd namespace %s", image, rt.Namespace())))
+			ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_IMAGE_GONE, fmt.Errorf("image %s is not in containerd namespace %s", image, rt.Namespace())))
 			return
 		}
 		sb, err := rt.Create(bctx, image, opts)
 		if err != nil {
-			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_CREATE_FAILED, err))
+			ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_CREATE_FAILED, err))
 			return
 		}
 		w.sb = sb
@@ -153,7 +154,7 @@ func (w *worker) call(ctx context.Context, msg any) (any, bool) {
 		return nil, false
 	}
 	if w.sb == nil {
-		return messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("no sandbox: send SandboxCreate first")), true
+		return rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("no sandbox: send SandboxCreate first")), true
 	}
 	switch m := msg.(type) {
 	case *messages.SandboxExec:
@@ -192,7 +193,7 @@ func (w *worker) call(ctx context.Context, msg any) (any, bool) {
 		return &messages.SandboxOK{}, true
 	case *messages.SandboxRunTests:
 		if w.spec.Framework == "" {
-			return messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("running tests needs a sandbox created from an environment")), true
+			return rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("running tests needs a sandbox created from an environment")), true
 		}
 		spec := w.spec
 		if m.TimeoutSeconds > 0 {
@@ -207,7 +208,7 @@ func (w *worker) call(ctx context.Context, msg any) (any, bool) {
 		return w.prepare(ctx, m), true
 	case *messages.SandboxGrade:
 		if w.ws == nil {
-			return messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("no episode to grade: send SandboxPrepareEpisode first")), true
+			return rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("no episode to grade: send SandboxPrepareEpisode first")), true
 		}
 		g, err := w.ws.Grade(ctx)
 		if err != nil {
@@ -215,22 +216,22 @@ func (w *worker) call(ctx context.Context, msg any) (any, bool) {
 		}
 		return &messages.SandboxGraded{Report: g.Report, Resolved: g.Resolved, Reward: g.Reward, Reason: g.Reason}, true
 	}
-	return messages.Fail(messages.FailureCode_FAILURE_CODE_ERROR, fmt.Errorf("unhandled %T", msg)), true
+	return rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_ERROR, fmt.Errorf("unhandled %T", msg)), true
 }
 
 // prepare makes the sandbox ready for an episode (harness.NewWorkspace).
 func (w *worker) prepare(ctx context.Context, m *messages.SandboxPrepareEpisode) any {
 	switch {
 	case w.ws != nil:
-		return messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("this sandbox is already prepared for an episode; an episode needs a fresh sandbox"))
+		return rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("this sandbox is already prepared for an episode; an episode needs a fresh sandbox"))
 	case w.spec.Framework == "":
-		return messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("an episode needs a sandbox created from an environment"))
+		return rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("an episode needs a sandbox created from an environment"))
 	case m.Task == nil:
-		return messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("SandboxPrepareEpisode has no task"))
+		return rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("SandboxPrepareEpisode has no task"))
 	case len(m.Task.GetFailToPass()) == 0:
-		return messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, fmt.Errorf("task %s names no FAIL_TO_PASS test", m.Task.GetId()))
+		return rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST, fmt.Errorf("task %s names no FAIL_TO_PASS test", m.Task.GetId()))
 	case m.TestTimeoutSeconds < 0:
-		return messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, fmt.Errorf("test timeout %vs is negative", m.TestTimeoutSeconds))
+		return rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST, fmt.Errorf("test timeout %vs is negative", m.TestTimeoutSeconds))
 	}
 	ws, err := harness.NewWorkspace(ctx, w.sb, w.spec, m.Task, harness.WorkspaceOptions{
 		TestPatch:   m.TestPatch,

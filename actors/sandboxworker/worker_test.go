@@ -21,6 +21,7 @@ import (
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/persistence"
 	records "github.com/frognano/frognano/persistence/records/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -106,7 +107,7 @@ func TestWorkerDrivesARealSandbox(t *testing.T) {
 	rt, envs, env := setup(t)
 	sys, pid := spawn(t, rt, envs)
 
-	if r := ask(t, sys, pid, &messages.SandboxExec{Argv: []string{"true"}}); !messages.IsFailure(r, messages.FailureCode_FAILURE_CODE_BAD_REQUEST) {
+	if r := ask(t, sys, pid, &messages.SandboxExec{Argv: []string{"true"}}); !rtmsg.IsFailure(r, rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST) {
 		t.Fatalf("exec before create answered %v", r)
 	}
 	created, ok := ask(t, sys, pid, &messages.SandboxCreate{Environment: env.Name}).(*messages.SandboxCreated)
@@ -133,7 +134,7 @@ func TestWorkerDrivesARealSandbox(t *testing.T) {
 	if f, ok := ask(t, sys, pid, &messages.SandboxReadFile{Path: "notes/a.txt"}).(*messages.SandboxFile); !ok || string(f.Content) != "x" {
 		t.Fatalf("read answered %v", f)
 	}
-	if r := ask(t, sys, pid, &messages.SandboxReadFile{Path: "no/such/file"}); !messages.IsFailure(r, messages.FailureCode_FAILURE_CODE_FILE_ERROR) {
+	if r := ask(t, sys, pid, &messages.SandboxReadFile{Path: "no/such/file"}); !rtmsg.IsFailure(r, rtmsg.FailureCode_FAILURE_CODE_FILE_ERROR) {
 		t.Fatalf("read of a missing file answered %v", r)
 	}
 	if l, ok := ask(t, sys, pid, &messages.SandboxListFiles{Path: ".", Glob: "*.py"}).(*messages.SandboxFileList); !ok || !contains(l.Paths, "calc/__init__.py") {
@@ -145,7 +146,7 @@ func TestWorkerDrivesARealSandbox(t *testing.T) {
 	if _, ok := ask(t, sys, pid, &messages.SandboxApplyPatch{Patch: bug}).(*messages.SandboxOK); !ok {
 		t.Fatal("patch failed")
 	}
-	if r := ask(t, sys, pid, &messages.SandboxApplyPatch{Patch: bug}); !messages.IsFailure(r, messages.FailureCode_FAILURE_CODE_PATCH_FAILED) {
+	if r := ask(t, sys, pid, &messages.SandboxApplyPatch{Patch: bug}); !rtmsg.IsFailure(r, rtmsg.FailureCode_FAILURE_CODE_PATCH_FAILED) {
 		t.Fatalf("re-applying a patch answered %v", r)
 	}
 	tr, ok := ask(t, sys, pid, &messages.SandboxRunTests{Tests: []string{"tests/test_calc.py::test_add", "tests/test_calc.py::test_zero"}}).(*messages.SandboxTestsResult)
@@ -190,22 +191,22 @@ func TestWorkerPreparesAndGradesAnEpisode(t *testing.T) {
 		PassToPass:     []string{"tests/test_calc.py::test_zero"},
 		ProtectedFiles: []string{"tests/test_calc.py"},
 	}
-	if r := ask(t, sys, pid, &messages.SandboxGrade{}); !messages.IsFailure(r, messages.FailureCode_FAILURE_CODE_BAD_REQUEST) {
+	if r := ask(t, sys, pid, &messages.SandboxGrade{}); !rtmsg.IsFailure(r, rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST) {
 		t.Fatalf("grade before create answered %v", r)
 	}
 	ask(t, sys, pid, &messages.SandboxCreate{Environment: env.Name})
-	if f, ok := ask(t, sys, pid, &messages.SandboxGrade{}).(*messages.Failure); !ok || f.GetCode() != messages.FailureCode_FAILURE_CODE_BAD_REQUEST || !strings.Contains(f.Message, "SandboxPrepareEpisode") {
+	if f, ok := ask(t, sys, pid, &messages.SandboxGrade{}).(*rtmsg.Failure); !ok || f.GetCode() != rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST || !strings.Contains(f.Message, "SandboxPrepareEpisode") {
 		t.Fatalf("grade before prepare answered %v", f)
 	}
 	noF2P := &records.Task{Id: "x", Environment: env.Name}
-	if r := ask(t, sys, pid, &messages.SandboxPrepareEpisode{Task: noF2P}); !messages.IsFailure(r, messages.FailureCode_FAILURE_CODE_BAD_REQUEST) {
+	if r := ask(t, sys, pid, &messages.SandboxPrepareEpisode{Task: noF2P}); !rtmsg.IsFailure(r, rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST) {
 		t.Fatalf("prepare of a task without FAIL_TO_PASS answered %v", r)
 	}
 	ready, ok := ask(t, sys, pid, &messages.SandboxPrepareEpisode{Task: task}).(*messages.SandboxEpisodeReady)
 	if !ok || ready.SandboxId == "" {
 		t.Fatalf("prepare answered %v", ready)
 	}
-	if r := ask(t, sys, pid, &messages.SandboxPrepareEpisode{Task: task}); !messages.IsFailure(r, messages.FailureCode_FAILURE_CODE_BAD_REQUEST) {
+	if r := ask(t, sys, pid, &messages.SandboxPrepareEpisode{Task: task}); !rtmsg.IsFailure(r, rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST) {
 		t.Fatalf("a second prepare answered %v", r)
 	}
 	// The bug is in the tree, and git shows one commit and no change.
@@ -232,14 +233,14 @@ func TestWorkerPreparesAndGradesAnEpisode(t *testing.T) {
 	// A worker created from a bare image has no test command for an episode.
 	bareSys, bare := spawn(t, rt, envs)
 	ask(t, bareSys, bare, &messages.SandboxCreate{Image: env.Image})
-	if r := ask(t, bareSys, bare, &messages.SandboxPrepareEpisode{Task: task}); !messages.IsFailure(r, messages.FailureCode_FAILURE_CODE_BAD_REQUEST) {
+	if r := ask(t, bareSys, bare, &messages.SandboxPrepareEpisode{Task: task}); !rtmsg.IsFailure(r, rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST) {
 		t.Fatalf("prepare in a sandbox without an environment answered %v", r)
 	}
 	// A bug patch that does not apply.
 	otherSys, other := spawn(t, rt, envs)
 	ask(t, otherSys, other, &messages.SandboxCreate{Environment: env.Name})
 	bad := &records.Task{Id: "bad", Environment: env.Name, FailToPass: task.FailToPass, BugPatch: strings.ReplaceAll(task.BugPatch, "a + b", "a * b")}
-	if r := ask(t, otherSys, other, &messages.SandboxPrepareEpisode{Task: bad}); !messages.IsFailure(r, messages.FailureCode_FAILURE_CODE_PATCH_FAILED) {
+	if r := ask(t, otherSys, other, &messages.SandboxPrepareEpisode{Task: bad}); !rtmsg.IsFailure(r, rtmsg.FailureCode_FAILURE_CODE_PATCH_FAILED) {
 		t.Fatalf("prepare with a bug patch that does not apply answered %v", r)
 	}
 }
@@ -249,10 +250,10 @@ func TestWorkerPreparesAndGradesAnEpisode(t *testing.T) {
 func TestWorkerCreateFailures(t *testing.T) {
 	rt, envs, _ := setup(t)
 	sys, pid := spawn(t, rt, envs)
-	if r := ask(t, sys, pid, &messages.SandboxCreate{Environment: "no-such-env"}); !messages.IsFailure(r, messages.FailureCode_FAILURE_CODE_NO_ENVIRONMENT) {
+	if r := ask(t, sys, pid, &messages.SandboxCreate{Environment: "no-such-env"}); !rtmsg.IsFailure(r, rtmsg.FailureCode_FAILURE_CODE_NO_ENVIRONMENT) {
 		t.Fatalf("create from an unknown environment answered %v", r)
 	}
-	if f, ok := ask(t, sys, pid, &messages.SandboxCreate{Image: "frognano.local/env/removed:0"}).(*messages.Failure); !ok || f.GetCode() != messages.FailureCode_FAILURE_CODE_IMAGE_GONE ||
+	if f, ok := ask(t, sys, pid, &messages.SandboxCreate{Image: "frognano.local/env/removed:0"}).(*rtmsg.Failure); !ok || f.GetCode() != rtmsg.FailureCode_FAILURE_CODE_IMAGE_GONE ||
 		!strings.Contains(f.Message, "not in containerd namespace "+rt.Namespace()) {
 		t.Fatalf("create from a missing image answered %v", f)
 	}
@@ -267,7 +268,7 @@ func TestBrokenSandboxAnswersSandboxBroken(t *testing.T) {
 	ask(t, sys, pid, &messages.SandboxPrepareEpisode{Task: &records.Task{Id: "t", Environment: env.Name, FailToPass: []string{"tests/test_calc.py::test_add"}}})
 	killContainer(t, rt, created.SandboxId)
 	for _, req := range []any{&messages.SandboxGrade{}, &messages.SandboxExec{Argv: []string{"true"}}} {
-		if r := ask(t, sys, pid, req); !messages.IsFailure(r, messages.FailureCode_FAILURE_CODE_SANDBOX_BROKEN) {
+		if r := ask(t, sys, pid, req); !rtmsg.IsFailure(r, rtmsg.FailureCode_FAILURE_CODE_SANDBOX_BROKEN) {
 			t.Fatalf("%T in a dead sandbox answered %v", req, r)
 		}
 	}

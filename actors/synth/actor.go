@@ -12,6 +12,7 @@ import (
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/persistence"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // ActorName is the well-known name of a node's synthesizer actor.
@@ -81,14 +82,14 @@ func (a *synthActor) Receive(ctx actor.Context) {
 	case *messages.TaskListRequest:
 		tasks, err := a.cfg.Tasks.List(context.Background(), persistence.TaskFilter{Environment: m.Environment})
 		if err != nil {
-			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_STORE, err))
+			ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_STORE, err))
 			return
 		}
 		ctx.Respond(&messages.TaskList{Tasks: tasks})
 	case *messages.TaskGetRequest:
 		t, err := a.cfg.Tasks.Get(context.Background(), m.Id)
 		if err != nil {
-			ctx.Respond(messages.Fail(code(err), err))
+			ctx.Respond(rtmsg.Fail(code(err), err))
 			return
 		}
 		ctx.Respond(&messages.TaskGetReply{Task: t})
@@ -101,7 +102,7 @@ func (a *synthActor) synthesize(ctx actor.Context, m *messages.SynthesizeRequest
 	requester, self, system := ctx.Sender(), ctx.Self(), ctx.ActorSystem()
 	env, err := a.cfg.Environments.Get(context.Background(), m.Environment)
 	if err != nil {
-		ctx.Respond(messages.Fail(code(err), err))
+		ctx.Respond(rtmsg.Fail(code(err), err))
 		return
 	}
 	req := RequestFromProto(m)
@@ -117,7 +118,7 @@ func (a *synthActor) synthesize(ctx actor.Context, m *messages.SynthesizeRequest
 		})
 		var reply any = res.Proto()
 		if err != nil {
-			reply = messages.Fail(code(err), err)
+			reply = rtmsg.Fail(code(err), err)
 		}
 		if requester != nil {
 			system.Root.Send(self, &synthDone{to: requester, reply: reply})
@@ -150,18 +151,18 @@ func RequestFromProto(m *messages.SynthesizeRequest) Request {
 	}
 }
 
-func code(err error) messages.FailureCode {
+func code(err error) rtmsg.FailureCode {
 	switch {
 	case errors.Is(err, persistence.ErrNotFound):
-		return messages.FailureCode_FAILURE_CODE_NOT_FOUND
+		return rtmsg.FailureCode_FAILURE_CODE_NOT_FOUND
 	case errors.Is(err, ErrBadRequest):
-		return messages.FailureCode_FAILURE_CODE_BAD_REQUEST
+		return rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST
 	case errors.Is(err, ErrNoPassingTests):
-		return messages.FailureCode_FAILURE_CODE_NO_PASSING_TESTS
+		return rtmsg.FailureCode_FAILURE_CODE_NO_PASSING_TESTS
 	case errors.Is(err, ErrCoverage):
-		return messages.FailureCode_FAILURE_CODE_COVERAGE
+		return rtmsg.FailureCode_FAILURE_CODE_COVERAGE
 	case errors.Is(err, sandbox.ErrContainerdNotRunning):
-		return messages.FailureCode_FAILURE_CODE_CONTAINERD
+		return rtmsg.FailureCode_FAILURE_CODE_CONTAINERD
 	}
-	return messages.FailureCode_FAILURE_CODE_ERROR
+	return rtmsg.FailureCode_FAILURE_CODE_ERROR
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/frognano/frognano/actors/synth/mutate"
 	"github.com/frognano/frognano/persistence"
 	records "github.com/frognano/frognano/persistence/records/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // The environments of the integration tests: two PyPI sdists with their
@@ -453,7 +454,7 @@ func TestActor(t *testing.T) {
 			ctx.Request(pid, &messages.SynthesizeRequest{Environment: env.Name, Count: 2, Seed: 11, Target: &records.DifficultyFeatures{HintLevel: 1}})
 		case *messages.SynthesizeProgress:
 			progress = append(progress, m)
-		case *messages.SynthesizeResult, *messages.Failure:
+		case *messages.SynthesizeResult, *rtmsg.Failure:
 			done <- m
 		}
 	}))
@@ -483,13 +484,13 @@ func TestActor(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f, ok := r.(*messages.Failure)
-		if !ok || (bad.Environment == "no-such-env") != (f.GetCode() == messages.FailureCode_FAILURE_CODE_NOT_FOUND) {
+		f, ok := r.(*rtmsg.Failure)
+		if !ok || (bad.Environment == "no-such-env") != (f.GetCode() == rtmsg.FailureCode_FAILURE_CODE_NOT_FOUND) {
 			t.Errorf("request %v: reply %v", bad, r)
 		}
 	}
 	r, _ := system.Root.RequestFuture(pid, &messages.TaskGetRequest{Id: "missing"}, 10*time.Second).Result()
-	if !messages.IsFailure(r, messages.FailureCode_FAILURE_CODE_NOT_FOUND) {
+	if !rtmsg.IsFailure(r, rtmsg.FailureCode_FAILURE_CODE_NOT_FOUND) {
 		t.Errorf("TaskGet(missing) = %v", r)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/frognano/frognano/persistence"
 	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/config"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 	"github.com/frognano/frognano/runtime/node"
 )
 
@@ -83,7 +84,7 @@ func TestNodeStopEndsSynthesisAndItsSandboxes(t *testing.T) {
 		case *actor.Started:
 			ctx.Request(actor.NewPID(n.Address(), ActorName),
 				&messages.SynthesizeRequest{Environment: env.Name, Count: 1000, Seed: 3, Target: &records.DifficultyFeatures{HintLevel: 1}})
-		case *messages.SynthesizeProgress, *messages.SynthesizeResult, *messages.Failure:
+		case *messages.SynthesizeProgress, *messages.SynthesizeResult, *rtmsg.Failure:
 			replies <- m
 		}
 	}))

@@ -16,6 +16,7 @@ import (
 	"github.com/frognano/frognano/kernels/model"
 	"github.com/frognano/frognano/kernels/optim"
 	"github.com/frognano/frognano/persistence"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // HostName is the well-known name of a node's learner host: the named actor
@@ -77,17 +78,17 @@ func (h *host) Receive(ctx actor.Context) {
 func (h *host) openRun(ctx actor.Context, m *messages.LearnerOpen) {
 	switch {
 	case m.GetRunId() == "":
-		ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("learner host: LearnerOpen without a run id")))
+		ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("learner host: LearnerOpen without a run id")))
 		return
 	case !(m.GetLr() > 0):
-		ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, fmt.Errorf("learner host: learning rate %v: want > 0", m.GetLr())))
+		ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST, fmt.Errorf("learner host: learning rate %v: want > 0", m.GetLr())))
 		return
 	case m.GetCheckpointEvery() < 0 || m.GetMicroBatchTokens() < 0 || m.GetTrainLayers() < 0:
-		ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("learner host: negative checkpoint interval, micro-batch size or trained layers")))
+		ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_BAD_REQUEST, errors.New("learner host: negative checkpoint interval, micro-batch size or trained layers")))
 		return
 	}
 	if h.open != nil && h.open.GetRunId() == m.GetRunId() && !proto.Equal(h.open, m) {
-		ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_CONFLICT, fmt.Errorf("learner host: run %s is open with other settings (%v); stop the node to change them", m.GetRunId(), h.open)))
+		ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_CONFLICT, fmt.Errorf("learner host: run %s is open with other settings (%v); stop the node to change them", m.GetRunId(), h.open)))
 		return
 	}
 	if h.open == nil || h.open.GetRunId() != m.GetRunId() {
@@ -129,14 +130,14 @@ func (h *host) openRun(ctx actor.Context, m *messages.LearnerOpen) {
 		switch r := res.(type) {
 		case *messages.LearnerStatus:
 			reply = &messages.LearnerOpened{Address: pid.GetAddress(), Id: pid.GetId(), Status: r}
-		case *messages.Failure:
+		case *rtmsg.Failure:
 			reply = r
 			root.Send(self, &openFailed{pid: pid})
 		default:
 			if err == nil {
 				err = fmt.Errorf("the Learner answered %T", res)
 			}
-			reply = messages.Fail(messages.FailureCode_FAILURE_CODE_ERROR, fmt.Errorf("learner host: run %s: %w", m.GetRunId(), err))
+			reply = rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_ERROR, fmt.Errorf("learner host: run %s: %w", m.GetRunId(), err))
 			root.Send(self, &openFailed{pid: pid})
 		}
 		root.Send(sender, reply)

@@ -25,6 +25,7 @@ import (
 	"github.com/frognano/frognano/kernels/modelstore"
 	"github.com/frognano/frognano/persistence"
 	records "github.com/frognano/frognano/persistence/records/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 	"github.com/frognano/frognano/runtime/node"
 )
 
@@ -266,11 +267,11 @@ func execute(ctx context.Context, d *Deps, job Job, out io.Writer) (err error) {
 
 	members := len(d.Node.Members())
 	fmt.Fprintf(out, "cluster: %d member(s)\n", members)
-	res, err := d.ask(ctx, d.Node.Manager(), &messages.DigestBatchRequest{Jobs: int32(job.Jobs), Rounds: job.Rounds, PreferRemote: true, Seed: uint64(started.UnixNano())}, 30*time.Minute)
+	res, err := d.ask(ctx, d.Node.Manager(), &rtmsg.DigestBatchRequest{Jobs: int32(job.Jobs), Rounds: job.Rounds, PreferRemote: true, Seed: uint64(started.UnixNano())}, 30*time.Minute)
 	if err != nil {
 		return err
 	}
-	report := res.(*messages.DigestBatchReport)
+	report := res.(*rtmsg.DigestBatchReport)
 	perNode := map[string]int{}
 	bad := 0
 	for _, o := range report.Outcomes {

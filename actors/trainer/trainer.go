@@ -57,6 +57,7 @@ import (
 	"github.com/frognano/frognano/kernels/tokenizer"
 	"github.com/frognano/frognano/persistence"
 	records "github.com/frognano/frognano/persistence/records/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // Settings are a run's choices, kept in its record (Run.ConfigYaml, as
@@ -398,7 +399,7 @@ func (t *Trainer) ask(pid *actor.PID, msg any, timeout time.Duration) (any, erro
 	if err != nil {
 		return nil, fmt.Errorf("%s did not answer %T: %w", pid.GetId(), msg, err)
 	}
-	if f, ok := res.(*messages.Failure); ok {
+	if f, ok := res.(*rtmsg.Failure); ok {
 		return nil, fmt.Errorf("%s: %s", pid.GetId(), f.GetMessage())
 	}
 	return res, nil

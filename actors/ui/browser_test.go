@@ -20,7 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/frognano/frognano/actors/diag"
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // The browser tests drive a real headless Chromium (Debian's chromium
@@ -393,9 +393,9 @@ func TestBrowserTrajectoryTaskAndOtherPages(t *testing.T) {
 
 	// The node runs a diag actor: its member row shows it among its load
 	// figures once the node's record is sampled anew (at most a second on).
-	if res, err := f.node.System().Root.RequestFuture(f.node.Manager(), &messages.SpawnRequest{Kind: diag.Kind}, 10*time.Second).Result(); err != nil {
+	if res, err := f.node.System().Root.RequestFuture(f.node.Manager(), &rtmsg.SpawnRequest{Kind: diag.Kind}, 10*time.Second).Result(); err != nil {
 		t.Fatal(err)
-	} else if _, ok := res.(*messages.SpawnReply); !ok {
+	} else if _, ok := res.(*rtmsg.SpawnReply); !ok {
 		t.Fatalf("spawn answered %v", res)
 	}
 	deadline := time.Now().Add(10 * time.Second)

@@ -17,8 +17,8 @@ import (
 	"net/http"
 	"time"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/persistence"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // Prefix is where a node mounts the dashboard.
@@ -42,7 +42,7 @@ type Member struct {
 	Address string
 	HTTP    string
 	Kinds   []string
-	Info    *messages.NodeInfo // nil when the member did not publish its facts
+	Info    *rtmsg.NodeInfo // nil when the member did not publish its facts
 	Self    bool
 }
 

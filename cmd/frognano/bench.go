@@ -20,6 +20,7 @@ import (
 	"github.com/frognano/frognano/actors/synth"
 	"github.com/frognano/frognano/kernels/cpu/kbench"
 	records "github.com/frognano/frognano/persistence/records/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // benchCmd groups benchmarks compared side by side.
@@ -208,7 +209,7 @@ type envBenchNode struct{ c *client }
 func (n envBenchNode) Environment(_ context.Context, name string) (*records.Environment, error) {
 	res, err := n.c.askActor(n.c.pid(environment.ActorName), &messages.EnvGetRequest{Name: name}, time.Minute)
 	if err != nil {
-		if gateway.HasCode(err, messages.FailureCode_FAILURE_CODE_NOT_FOUND) {
+		if gateway.HasCode(err, rtmsg.FailureCode_FAILURE_CODE_NOT_FOUND) {
 			return nil, nil
 		}
 		return nil, err

@@ -18,10 +18,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/frognano/frognano/actors/gateway"
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/cmd/internal/nodeflags"
 	"github.com/frognano/frognano/cmd/internal/services"
 	"github.com/frognano/frognano/runtime/config"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 	"github.com/frognano/frognano/runtime/node"
 )
 
@@ -109,7 +109,7 @@ func nodeURL(addr string) (string, error) {
 
 // fetchInfo reads a node's facts from its HTTP API, with the API token
 // (node.api_token) when one is configured.
-func fetchInfo(ctx context.Context, httpAddr, token string) (*messages.NodeInfo, error) {
+func fetchInfo(ctx context.Context, httpAddr, token string) (*rtmsg.NodeInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	base, err := nodeURL(httpAddr)
@@ -140,7 +140,7 @@ func fetchInfo(ctx context.Context, httpAddr, token string) (*messages.NodeInfo,
 	case resp.StatusCode != http.StatusOK:
 		return nil, fmt.Errorf("node at %s: %s", base, resp.Status)
 	}
-	info := &messages.NodeInfo{}
+	info := &rtmsg.NodeInfo{}
 	if err := protojson.Unmarshal(body, info); err != nil {
 		return nil, fmt.Errorf("node at %s answered something that is not a frognano node: %w", base, err)
 	}

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/frognano/frognano/actors/evaluate"
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/cmd/internal/services"
 	"github.com/frognano/frognano/runtime/config"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 	"github.com/frognano/frognano/runtime/node"
 )
 
@@ -55,7 +55,7 @@ func TestClientSendsTheAPIToken(t *testing.T) {
 		t.Fatalf("with the token: %v", err)
 	}
 	defer c.close()
-	if res, err := c.ask(&messages.Ping{Seq: 3}, 10*time.Second); err != nil || res.(*messages.Pong).Seq != 3 {
+	if res, err := c.ask(&rtmsg.Ping{Seq: 3}, 10*time.Second); err != nil || res.(*rtmsg.Pong).Seq != 3 {
 		t.Fatalf("ping through the node: %v %v", res, err)
 	}
 	if _, err := nodeURL("http://" + strings.Repeat("x", 1<<20) + ":1/path"); err == nil || len(err.Error()) > 300 {

@@ -8,12 +8,12 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // writeMembers prints the cluster's members: kinds, capabilities and the
 // load each published with its facts on its last membership poll.
-func writeMembers(w io.Writer, reply *messages.MembersReply) error {
+func writeMembers(w io.Writer, reply *rtmsg.MembersReply) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tREMOTE\tHTTP\tKINDS\tCORES\tMEMORY\tCONTAINERD\tGPUS\tLOAD 1M\tCPU BUSY\tMEM AVAILABLE\tACTORS BY KIND")
 	for _, m := range reply.GetMembers() {
@@ -27,7 +27,7 @@ func writeMembers(w io.Writer, reply *messages.MembersReply) error {
 
 // loadColumns are a member's load figures as tab-separated columns, "-"
 // for a figure it did not publish.
-func loadColumns(l *messages.Load) string {
+func loadColumns(l *rtmsg.Load) string {
 	cols := []string{"-", "-", "-", "-"}
 	if l == nil {
 		return strings.Join(cols, "\t")

@@ -16,6 +16,7 @@ import (
 	"github.com/frognano/frognano/cmd/internal/services"
 	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/config"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 	"github.com/frognano/frognano/runtime/node"
 )
 
@@ -33,9 +34,9 @@ func TestClusterMembersShowsLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Stop(context.Background())
-	if res, err := n.System().Root.RequestFuture(n.Manager(), &messages.SpawnRequest{Kind: diag.Kind}, 10*time.Second).Result(); err != nil {
+	if res, err := n.System().Root.RequestFuture(n.Manager(), &rtmsg.SpawnRequest{Kind: diag.Kind}, 10*time.Second).Result(); err != nil {
 		t.Fatal(err)
-	} else if _, ok := res.(*messages.SpawnReply); !ok {
+	} else if _, ok := res.(*rtmsg.SpawnReply); !ok {
 		t.Fatalf("spawn answered %v", res)
 	}
 
@@ -63,7 +64,7 @@ func TestClusterMembersShowsLoad(t *testing.T) {
 
 	// A member that published no load shows dashes.
 	var b strings.Builder
-	if err := writeMembers(&b, &messages.MembersReply{Members: []*messages.NodeInfo{{Id: "old", Address: "h:1"}}}); err != nil {
+	if err := writeMembers(&b, &rtmsg.MembersReply{Members: []*rtmsg.NodeInfo{{Id: "old", Address: "h:1"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if !regexp.MustCompile(`h:1 .*-\s+-\s+-\s+-\s*$`).MatchString(strings.TrimSpace(b.String())) {

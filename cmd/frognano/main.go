@@ -17,10 +17,10 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/frognano/frognano/actors/diag"
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/cmd/internal/nodeflags"
 	"github.com/frognano/frognano/runtime/capabilities"
 	"github.com/frognano/frognano/runtime/config"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 	"github.com/frognano/frognano/runtime/node"
 )
 
@@ -95,11 +95,11 @@ func nodeCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer c.close()
-			res, err := c.ask(&messages.NodeInfoRequest{}, 10*time.Second)
+			res, err := c.ask(&rtmsg.NodeInfoRequest{}, 10*time.Second)
 			if err != nil {
 				return err
 			}
-			b, _ := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(res.(*messages.NodeInfo))
+			b, _ := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(res.(*rtmsg.NodeInfo))
 			fmt.Fprintln(cmd.OutOrStdout(), string(b))
 			return nil
 		},
@@ -120,11 +120,11 @@ func clusterCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer c.close()
-			res, err := c.ask(&messages.MembersRequest{}, 10*time.Second)
+			res, err := c.ask(&rtmsg.MembersRequest{}, 10*time.Second)
 			if err != nil {
 				return err
 			}
-			return writeMembers(cmd.OutOrStdout(), res.(*messages.MembersReply))
+			return writeMembers(cmd.OutOrStdout(), res.(*rtmsg.MembersReply))
 		},
 	}
 	var member string
@@ -143,11 +143,11 @@ member offers a kind and that remoting between the nodes works.`,
 				return err
 			}
 			defer c.close()
-			res, err := c.ask(&messages.SpawnRequest{Kind: args[0], Member: member}, 10*time.Second)
+			res, err := c.ask(&rtmsg.SpawnRequest{Kind: args[0], Member: member}, 10*time.Second)
 			if err != nil {
 				return err
 			}
-			r := res.(*messages.SpawnReply)
+			r := res.(*rtmsg.SpawnReply)
 			fmt.Fprintf(cmd.OutOrStdout(), "spawned %s as %s/%s\n", args[0], r.Address, r.Id)
 			return nil
 		},
@@ -176,7 +176,7 @@ func diagCmd(a *app) *cobra.Command {
 			lat := make([]time.Duration, 0, count)
 			for i := 0; i < count; i++ {
 				t := time.Now()
-				if _, err := c.ask(&messages.Ping{Seq: uint64(i)}, 5*time.Second); err != nil {
+				if _, err := c.ask(&rtmsg.Ping{Seq: uint64(i)}, 5*time.Second); err != nil {
 					return err
 				}
 				lat = append(lat, time.Since(t))
@@ -206,11 +206,11 @@ surviving member. Every answer is checked against a digest computed here.`,
 				return err
 			}
 			defer c.close()
-			res, err := c.ask(&messages.DigestBatchRequest{Jobs: int32(jobs), Rounds: rounds, PreferRemote: preferRemote, Seed: uint64(time.Now().UnixNano())}, 30*time.Minute)
+			res, err := c.ask(&rtmsg.DigestBatchRequest{Jobs: int32(jobs), Rounds: rounds, PreferRemote: preferRemote, Seed: uint64(time.Now().UnixNano())}, 30*time.Minute)
 			if err != nil {
 				return err
 			}
-			report := res.(*messages.DigestBatchReport)
+			report := res.(*rtmsg.DigestBatchReport)
 			bad := verifyDigests(report, rounds)
 			if asJSON {
 				printJSON(cmd.OutOrStdout(), report)
@@ -243,7 +243,7 @@ surviving member. Every answer is checked against a digest computed here.`,
 }
 
 // verifyDigests recomputes every digest and counts failures and mismatches.
-func verifyDigests(r *messages.DigestBatchReport, rounds int64) int {
+func verifyDigests(r *rtmsg.DigestBatchReport, rounds int64) int {
 	bad := 0
 	for _, o := range r.Outcomes {
 		if o.Error != "" || !bytes.Equal(o.Digest, diag.Digest(o.Data, rounds)) {

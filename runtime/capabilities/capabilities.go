@@ -17,7 +17,7 @@ import (
 	"log/slog"
 	"time"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // Defaults used where Options leaves a field empty.
@@ -77,7 +77,7 @@ func (o Options) withDefaults() Options {
 // Probe reports what this node offers. It returns within opts.Timeout (or
 // ctx's deadline, if sooner) whatever containerd or the GPU driver do, and it
 // never returns nil.
-func Probe(ctx context.Context, opts Options) *messages.Capabilities {
+func Probe(ctx context.Context, opts Options) *rtmsg.Capabilities {
 	o := opts.withDefaults()
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
@@ -96,7 +96,7 @@ func Probe(ctx context.Context, opts Options) *messages.Capabilities {
 		ctrdc <- ctrdResult{v, err}
 	}()
 	type gpuResult struct {
-		gpus []*messages.GPU
+		gpus []*rtmsg.GPU
 		err  error
 	}
 	gpuc := make(chan gpuResult, 1)
@@ -106,7 +106,7 @@ func Probe(ctx context.Context, opts Options) *messages.Capabilities {
 		gpuc <- gpuResult{g, err}
 	}()
 
-	caps := &messages.Capabilities{Cores: cores(o.CgroupRoot)}
+	caps := &rtmsg.Capabilities{Cores: cores(o.CgroupRoot)}
 	mem, err := memoryBytes(o.ProcMeminfo, o.CgroupRoot)
 	if err != nil {
 		o.Logger.Warn("capabilities: memory unknown", "err", err)

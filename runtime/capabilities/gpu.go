@@ -6,7 +6,7 @@ import (
 	"github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // newNVML is a variable so tests can swap in a mock NVML.
@@ -35,14 +35,14 @@ func GPUMemories() ([]GPUMemory, error) { return probeGPUs(newNVML()) }
 // Index is NVML's index, which follows PCI bus order; CUDA's default order
 // can differ, so whoever binds a Learner to a GPU should select it by UUID
 // (CUDA_VISIBLE_DEVICES accepts UUIDs).
-func listGPUs(lib nvml.Interface) ([]*messages.GPU, error) {
+func listGPUs(lib nvml.Interface) ([]*rtmsg.GPU, error) {
 	mems, err := probeGPUs(lib)
 	if err != nil {
 		return nil, err
 	}
-	var gpus []*messages.GPU
+	var gpus []*rtmsg.GPU
 	for _, m := range mems {
-		gpus = append(gpus, &messages.GPU{Index: int32(m.Index), Uuid: m.UUID, Name: m.Name, MemoryBytes: m.TotalBytes})
+		gpus = append(gpus, &rtmsg.GPU{Index: int32(m.Index), Uuid: m.UUID, Name: m.Name, MemoryBytes: m.TotalBytes})
 	}
 	return gpus, nil
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"google.golang.org/protobuf/proto"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 type fakeGPU struct {
@@ -51,7 +51,7 @@ func TestListGPUs(t *testing.T) {
 		name      string
 		initRet   nvml.Return
 		gpus      []fakeGPU
-		want      []*messages.GPU
+		want      []*rtmsg.GPU
 		wantErr   string // substring; "" means no error
 		shutdowns int
 	}{
@@ -61,7 +61,7 @@ func TestListGPUs(t *testing.T) {
 				{name: "NVIDIA H200", uuid: "GPU-aaaa", mem: 141 * gib},
 				{name: "NVIDIA H200", uuid: "GPU-bbbb", mem: 141 * gib},
 			},
-			want: []*messages.GPU{
+			want: []*rtmsg.GPU{
 				{Index: 0, Uuid: "GPU-aaaa", Name: "NVIDIA H200", MemoryBytes: 141 * gib},
 				{Index: 1, Uuid: "GPU-bbbb", Name: "NVIDIA H200", MemoryBytes: 141 * gib},
 			},
@@ -75,7 +75,7 @@ func TestListGPUs(t *testing.T) {
 				{name: "DGX Display", uuid: "GPU-disp", mem: gib},
 				{name: "NVIDIA A100-SXM4-80GB", uuid: "GPU-cccc", mem: 80 * gib},
 			},
-			want: []*messages.GPU{
+			want: []*rtmsg.GPU{
 				{Index: 1, Uuid: "GPU-cccc", Name: "NVIDIA A100-SXM4-80GB", MemoryBytes: 80 * gib},
 			},
 			shutdowns: 1,

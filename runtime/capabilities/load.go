@@ -14,7 +14,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // DefaultLoadInterval is how long a load sample is reused: a node's facts
@@ -40,7 +40,7 @@ type LoadMeter struct {
 	o LoadOptions
 
 	mu     sync.Mutex
-	last   *messages.Load
+	last   *rtmsg.Load
 	lastAt time.Time
 	// prev is the /proc/stat reading of the previous sample (ok: one was
 	// read), the baseline of the next cpu_busy.
@@ -66,14 +66,14 @@ func NewLoadMeter(o LoadOptions) *LoadMeter {
 // Sample returns the machine's load now (a copy), with the available
 // memory at most memoryCap (a node's Capabilities.memory_bytes; 0: no
 // cap). A figure that cannot be read is left absent.
-func (m *LoadMeter) Sample(memoryCap uint64) *messages.Load {
+func (m *LoadMeter) Sample(memoryCap uint64) *rtmsg.Load {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.o.Now()
 	if m.last != nil && now.Sub(m.lastAt) < m.o.Interval {
 		return m.capped(memoryCap)
 	}
-	l := &messages.Load{SampledUnixNano: now.UnixNano()}
+	l := &rtmsg.Load{SampledUnixNano: now.UnixNano()}
 	if l1, l5, err := readLoadavg(filepath.Join(m.o.ProcDir, "loadavg")); err == nil {
 		l.Load1, l.Load5 = proto.Float64(l1), proto.Float64(l5)
 	}
@@ -97,8 +97,8 @@ func (m *LoadMeter) Sample(memoryCap uint64) *messages.Load {
 	return m.capped(memoryCap)
 }
 
-func (m *LoadMeter) capped(memoryCap uint64) *messages.Load {
-	l := proto.Clone(m.last).(*messages.Load)
+func (m *LoadMeter) capped(memoryCap uint64) *rtmsg.Load {
+	l := proto.Clone(m.last).(*rtmsg.Load)
 	if l.MemoryAvailableBytes != nil && memoryCap > 0 && l.GetMemoryAvailableBytes() > memoryCap {
 		l.MemoryAvailableBytes = proto.Uint64(memoryCap)
 	}

@@ -42,8 +42,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/runtime/config"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // Membership is what a node needs of its cluster provider: protoactor's
@@ -83,7 +83,7 @@ type EtcdOptions struct {
 type Etcd struct {
 	o      EtcdOptions
 	client *clientv3.Client
-	info   func() *messages.NodeInfo
+	info   func() *rtmsg.NodeInfo
 	ttl    int64
 	log    *slog.Logger
 	// tls, user and password are the client's security (etcdsecurity.go);
@@ -112,7 +112,7 @@ type Etcd struct {
 // NewEtcd connects to etcd and checks that it answers, so that a wrong
 // endpoint is one clear error when the node starts. httpAddr is where this
 // node's HTTP server listens; info is asked for the node's facts.
-func NewEtcd(ctx context.Context, httpAddr string, info func() *messages.NodeInfo, o EtcdOptions) (*Etcd, error) {
+func NewEtcd(ctx context.Context, httpAddr string, info func() *rtmsg.NodeInfo, o EtcdOptions) (*Etcd, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}

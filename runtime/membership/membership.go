@@ -36,8 +36,8 @@ import (
 	"github.com/asynkron/protoactor-go/cluster"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/runtime/config"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // Path is where every node serves its view of the cluster.
@@ -51,7 +51,7 @@ type Member struct {
 	Port     int             `json:"port"`    // remoting port
 	HTTP     string          `json:"http"`    // HTTP address (membership, health): where this node reached it
 	Kinds    []string        `json:"kinds"`
-	NodeInfo json.RawMessage `json:"node_info,omitempty"` // messages.NodeInfo as protojson
+	NodeInfo json.RawMessage `json:"node_info,omitempty"` // rtmsg.NodeInfo as protojson
 }
 
 // Address is the member's actor remoting address.
@@ -60,8 +60,8 @@ func (m Member) Address() string { return fmt.Sprintf("%s:%d", m.Host, m.Port) }
 // Info decodes the member's node facts. Fields this binary does not know
 // (a newer member's) are skipped, so that members of two versions still
 // read each other's facts.
-func (m Member) Info() (*messages.NodeInfo, error) {
-	info := &messages.NodeInfo{}
+func (m Member) Info() (*rtmsg.NodeInfo, error) {
+	info := &rtmsg.NodeInfo{}
 	if len(m.NodeInfo) == 0 {
 		return info, nil
 	}
@@ -90,7 +90,7 @@ type Provider struct {
 	cl       *cluster.Cluster
 	cancel   context.CancelFunc
 	done     chan struct{}
-	info     func() *messages.NodeInfo
+	info     func() *rtmsg.NodeInfo
 	// candidates are HTTP addresses to probe once on the next round: nodes
 	// that polled us (so that a node started without seeds still learns
 	// about nodes that joined through it) and members that peers report.
@@ -124,7 +124,7 @@ type Options struct {
 
 // New returns a provider for a node whose HTTP server is reachable at httpAddr;
 // info is asked for the node's current facts whenever another node polls.
-func New(httpAddr string, info func() *messages.NodeInfo, o Options) *Provider {
+func New(httpAddr string, info func() *rtmsg.NodeInfo, o Options) *Provider {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // pinger keeps window pings in flight to target until total pongs came back.
@@ -23,7 +23,7 @@ func (p *pinger) Receive(ctx actor.Context) {
 		for p.sent < p.window && p.sent < p.total {
 			p.send(ctx)
 		}
-	case *messages.Pong:
+	case *rtmsg.Pong:
 		p.got++
 		if p.got == p.total {
 			close(p.done)
@@ -37,7 +37,7 @@ func (p *pinger) Receive(ctx actor.Context) {
 
 func (p *pinger) send(ctx actor.Context) {
 	p.sent++
-	ctx.Request(p.target, &messages.Ping{Seq: uint64(p.sent)})
+	ctx.Request(p.target, &rtmsg.Ping{Seq: uint64(p.sent)})
 }
 
 // BenchmarkMessages reports request/response round trips per second between

@@ -20,9 +20,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/membership"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 	"github.com/frognano/frognano/runtime/placement"
 	"github.com/frognano/frognano/runtime/supervise"
 )
@@ -40,11 +40,11 @@ func (n *Node) checks() []check {
 	return []check{
 		{"store", func(ctx context.Context) error { return n.db.Ping(ctx) }},
 		{"actors", func(ctx context.Context) error {
-			res, err := n.system.Root.RequestFuture(n.manager, &messages.Ping{Seq: 1}, time.Second).Result()
+			res, err := n.system.Root.RequestFuture(n.manager, &rtmsg.Ping{Seq: 1}, time.Second).Result()
 			if err != nil {
 				return err
 			}
-			if _, ok := res.(*messages.Pong); !ok {
+			if _, ok := res.(*rtmsg.Pong); !ok {
 				return fmt.Errorf("manager answered %T", res)
 			}
 			return nil

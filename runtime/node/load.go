@@ -6,8 +6,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/runtime/capabilities"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // nodeLoad is what NodeInfo.load reports: the machine's figures from a
@@ -23,7 +23,7 @@ type nodeLoad struct {
 }
 
 // sample is the node's load now; memoryCap is its Capabilities.memory_bytes.
-func (l *nodeLoad) sample(memoryCap uint64) *messages.Load {
+func (l *nodeLoad) sample(memoryCap uint64) *rtmsg.Load {
 	l.once.Do(func() { l.meter = capabilities.NewLoadMeter(capabilities.LoadOptions{}) })
 	s := l.meter.Sample(memoryCap)
 	l.mu.Lock()

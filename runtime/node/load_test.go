@@ -6,7 +6,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // A member's load (the machine's figures and its actors by kind) reaches
@@ -15,7 +15,7 @@ import (
 // refreshed every round, also where no other member polls it.
 func TestMembersCarryTheirLoad(t *testing.T) {
 	solo := startNode(t, testConfig(t))
-	soloLoad := func() *messages.Load {
+	soloLoad := func() *rtmsg.Load {
 		info, err := solo.Members()[0].Info()
 		if err != nil {
 			t.Fatal(err)
@@ -31,8 +31,8 @@ func TestMembersCarryTheirLoad(t *testing.T) {
 
 	var pids []*actor.PID
 	for range 2 {
-		res := ask(t, a, &messages.SpawnRequest{Kind: echoKind, Member: b.Address()})
-		r, ok := res.(*messages.SpawnReply)
+		res := ask(t, a, &rtmsg.SpawnRequest{Kind: echoKind, Member: b.Address()})
+		r, ok := res.(*rtmsg.SpawnReply)
 		if !ok {
 			t.Fatalf("spawn on b answered %v", res)
 		}
@@ -43,11 +43,11 @@ func TestMembersCarryTheirLoad(t *testing.T) {
 	}
 
 	// memberLoad waits for a's member list to show b with want echo actors.
-	memberLoad := func(want int32) (self, other *messages.Load) {
+	memberLoad := func(want int32) (self, other *rtmsg.Load) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			reply := ask(t, a, &messages.MembersRequest{}).(*messages.MembersReply)
+			reply := ask(t, a, &rtmsg.MembersRequest{}).(*rtmsg.MembersReply)
 			for _, m := range reply.GetMembers() {
 				switch m.GetAddress() {
 				case a.Address():

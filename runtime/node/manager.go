@@ -6,7 +6,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 	"github.com/frognano/frognano/runtime/placement"
 )
 
@@ -23,13 +23,13 @@ type manager struct {
 
 func (m *manager) Receive(ctx actor.Context) {
 	switch req := ctx.Message().(type) {
-	case *messages.Ping:
-		ctx.Respond(&messages.Pong{Seq: req.Seq, Node: ctx.ActorSystem().Address(), Payload: req.Payload})
-	case *messages.NodeInfoRequest:
+	case *rtmsg.Ping:
+		ctx.Respond(&rtmsg.Pong{Seq: req.Seq, Node: ctx.ActorSystem().Address(), Payload: req.Payload})
+	case *rtmsg.NodeInfoRequest:
 		ctx.Respond(m.n.Info())
-	case *messages.MembersRequest:
-		ctx.Respond(&messages.MembersReply{Members: m.n.MemberInfos()})
-	case *messages.SpawnRequest:
+	case *rtmsg.MembersRequest:
+		ctx.Respond(&rtmsg.MembersReply{Members: m.n.MemberInfos()})
+	case *rtmsg.SpawnRequest:
 		m.spawn(ctx, req)
 	case actor.SystemMessage, actor.AutoReceiveMessage:
 		// Lifecycle: Started, Stopping, a child's Terminated.
@@ -42,12 +42,12 @@ func (m *manager) Receive(ctx actor.Context) {
 		// A request no one answers would keep its asker waiting until its
 		// timeout.
 		if ctx.Sender() != nil {
-			ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_UNKNOWN_REQUEST, fmt.Errorf("the node's manager does not answer %T", req)))
+			ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_UNKNOWN_REQUEST, fmt.Errorf("the node's manager does not answer %T", req)))
 		}
 	}
 }
 
-func (m *manager) spawn(ctx actor.Context, req *messages.SpawnRequest) {
+func (m *manager) spawn(ctx actor.Context, req *rtmsg.SpawnRequest) {
 	member := req.Member
 	if member == "" {
 		// placement.Pick: this node first when it offers the kind, else the
@@ -58,7 +58,7 @@ func (m *manager) spawn(ctx actor.Context, req *messages.SpawnRequest) {
 		m.spawned++
 	}
 	if member == "" || !m.n.offers(member, req.Kind) {
-		ctx.Respond(messages.Fail(messages.FailureCode_FAILURE_CODE_UNKNOWN_KIND, m.n.unknownKind(req.Kind, req.Member)))
+		ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_UNKNOWN_KIND, m.n.unknownKind(req.Kind, req.Member)))
 		return
 	}
 	sender := ctx.Sender()
@@ -66,12 +66,12 @@ func (m *manager) spawn(ctx actor.Context, req *messages.SpawnRequest) {
 	ctx.ReenterAfter(f, func(res any, err error) {
 		var reply any
 		if r, ok := res.(interface{ GetPid() *actor.PID }); ok && err == nil && r.GetPid() != nil {
-			reply = &messages.SpawnReply{Address: r.GetPid().Address, Id: r.GetPid().Id}
+			reply = &rtmsg.SpawnReply{Address: r.GetPid().Address, Id: r.GetPid().Id}
 		} else {
 			if err == nil {
 				err = fmt.Errorf("member %s refused to spawn kind %q", member, req.Kind)
 			}
-			reply = messages.Fail(messages.FailureCode_FAILURE_CODE_SPAWN_FAILED, err)
+			reply = rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_SPAWN_FAILED, err)
 		}
 		ctx.Send(sender, reply)
 	})

@@ -19,8 +19,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/runtime/config"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 	"github.com/frognano/frognano/runtime/mtls"
 )
 
@@ -71,12 +71,12 @@ func (c *canary) options() Options {
 					if onStart {
 						n.Add(1)
 					}
-				case *messages.Ping:
+				case *rtmsg.Ping:
 					if !onStart {
 						n.Add(1)
 					}
 					if ctx.Sender() != nil {
-						ctx.Respond(&messages.Pong{Node: ctx.ActorSystem().Address()})
+						ctx.Respond(&rtmsg.Pong{Node: ctx.ActorSystem().Address()})
 					}
 				}
 			})
@@ -103,13 +103,13 @@ func TestMutualTLSClusterSpawnsRemotely(t *testing.T) {
 	b := startWith(t, cfgB, cb.options())
 	waitMembers(t, 2, a, b)
 
-	res := ask(t, a, &messages.SpawnRequest{Kind: canaryKind, Member: b.Address()})
-	spawned, ok := res.(*messages.SpawnReply)
+	res := ask(t, a, &rtmsg.SpawnRequest{Kind: canaryKind, Member: b.Address()})
+	spawned, ok := res.(*rtmsg.SpawnReply)
 	if !ok || spawned.Address != b.Address() {
 		t.Fatalf("A spawning on B over mutual TLS answered %v", res)
 	}
-	res = ask(t, b, &messages.SpawnRequest{Kind: canaryKind, Member: a.Address()})
-	if r, ok := res.(*messages.SpawnReply); !ok || r.Address != a.Address() {
+	res = ask(t, b, &rtmsg.SpawnRequest{Kind: canaryKind, Member: a.Address()})
+	if r, ok := res.(*rtmsg.SpawnReply); !ok || r.Address != a.Address() {
 		t.Fatalf("B spawning on A over mutual TLS answered %v", res)
 	}
 	if ca.spawned.Load() != 1 || cb.spawned.Load() != 1 {
@@ -117,8 +117,8 @@ func TestMutualTLSClusterSpawnsRemotely(t *testing.T) {
 	}
 
 	// A's question to the canary A spawned on B, and B's answer.
-	pong, err := a.System().Root.RequestFuture(actor.NewPID(spawned.Address, spawned.Id), &messages.Ping{Seq: 1}, 10*time.Second).Result()
-	if p, ok := pong.(*messages.Pong); err != nil || !ok || p.Node != b.Address() {
+	pong, err := a.System().Root.RequestFuture(actor.NewPID(spawned.Address, spawned.Id), &rtmsg.Ping{Seq: 1}, 10*time.Second).Result()
+	if p, ok := pong.(*rtmsg.Pong); err != nil || !ok || p.Node != b.Address() {
 		t.Fatalf("A asking its canary on B over mutual TLS: %v, %v", pong, err)
 	}
 }
@@ -241,10 +241,10 @@ func TestRemotingRefusesOutsiders(t *testing.T) {
 	if _, err := member.remote.SpawnNamed(a.Address(), "member-probe", canaryKind, 10*time.Second); err != nil {
 		t.Fatalf("a client with a certificate of the cluster's CA cannot spawn: %v", err)
 	}
-	if _, err := member.system.Root.RequestFuture(actor.NewPID(a.Address(), ManagerName), &messages.Ping{Seq: 1}, 10*time.Second).Result(); err != nil {
+	if _, err := member.system.Root.RequestFuture(actor.NewPID(a.Address(), ManagerName), &rtmsg.Ping{Seq: 1}, 10*time.Second).Result(); err != nil {
 		t.Fatalf("a client with a certificate of the cluster's CA gets no answer: %v", err)
 	}
-	member.system.Root.Send(inbox(), &messages.Ping{})
+	member.system.Root.Send(inbox(), &rtmsg.Ping{})
 	for deadline := time.Now().Add(10 * time.Second); c.received.Load() != 1; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the member's message did not arrive")
@@ -283,10 +283,10 @@ func TestRemotingRefusesOutsiders(t *testing.T) {
 			if r, err := o.remote.SpawnNamed(a.Address(), name, canaryKind, 5*time.Second); err == nil {
 				t.Errorf("the outsider spawned %v", r)
 			}
-			if _, err := o.system.Root.RequestFuture(actor.NewPID(a.Address(), ManagerName), &messages.Ping{Seq: 2}, 3*time.Second).Result(); err == nil {
+			if _, err := o.system.Root.RequestFuture(actor.NewPID(a.Address(), ManagerName), &rtmsg.Ping{Seq: 2}, 3*time.Second).Result(); err == nil {
 				t.Error("the node's manager answered the outsider")
 			}
-			o.system.Root.Send(inbox(), &messages.Ping{})
+			o.system.Root.Send(inbox(), &rtmsg.Ping{})
 			// Once the endpoint has given up, nothing it held can still arrive.
 			o.givenUp(t, a.Address())
 			if _, ok := a.System().ProcessRegistry.GetLocal(activated(name)); ok {
@@ -308,7 +308,7 @@ func TestRemotingRefusesOutsiders(t *testing.T) {
 		if _, err := o.remote.SpawnNamed(b.Address(), "outsider-probe", canaryKind, 10*time.Second); err != nil {
 			t.Fatalf("outsider's spawn on a plaintext node: %v", err)
 		}
-		o.system.Root.Send(actor.NewPID(b.Address(), canaryInbox), &messages.Ping{})
+		o.system.Root.Send(actor.NewPID(b.Address(), canaryInbox), &rtmsg.Ping{})
 		for deadline := time.Now().Add(10 * time.Second); open.received.Load() != 1; time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatal("the outsider's message did not reach a plaintext node")
@@ -357,8 +357,8 @@ func TestNodeOfAnotherCACannotSpawn(t *testing.T) {
 			cfg.Cluster.Seeds = []string{a.HTTPAddr()}
 			x := startWith(t, cfg, Options{Version: "test", Logger: quiet})
 			waitMembers(t, 2, x)
-			res := ask(t, x, &messages.SpawnRequest{Kind: canaryKind, Member: a.Address()})
-			if !messages.IsFailure(res, messages.FailureCode_FAILURE_CODE_SPAWN_FAILED) {
+			res := ask(t, x, &rtmsg.SpawnRequest{Kind: canaryKind, Member: a.Address()})
+			if !rtmsg.IsFailure(res, rtmsg.FailureCode_FAILURE_CODE_SPAWN_FAILED) {
 				t.Fatalf("spawn on the TLS node from a node with %s answered %v", tc.name, res)
 			}
 		})

@@ -28,11 +28,11 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/prometheus/client_golang/prometheus"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/persistence"
 	"github.com/frognano/frognano/runtime/capabilities"
 	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/membership"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 	"github.com/frognano/frognano/runtime/mtls"
 	"github.com/frognano/frognano/runtime/supervise"
 )
@@ -111,7 +111,7 @@ type Node struct {
 	limits     HTTPLimits
 
 	mu   sync.Mutex
-	caps *messages.Capabilities
+	caps *rtmsg.Capabilities
 	load nodeLoad // NodeInfo.load (load.go)
 	// named are the long-lived actors of Options.Actors, in spawn order;
 	// Stop stops them before the store closes.
@@ -417,12 +417,12 @@ func (n *Node) Members() []membership.Member { return n.membership.Members() }
 // address and kinds of its membership record. The manager answers
 // MembersRequest with them; rollout.ClusterWorkers picks members from
 // them.
-func (n *Node) MemberInfos() []*messages.NodeInfo {
-	var out []*messages.NodeInfo
+func (n *Node) MemberInfos() []*rtmsg.NodeInfo {
+	var out []*rtmsg.NodeInfo
 	for _, mem := range n.Members() {
 		info, err := mem.Info()
 		if err != nil {
-			info = &messages.NodeInfo{}
+			info = &rtmsg.NodeInfo{}
 		}
 		info.Address, info.HttpAddress, info.Kinds = mem.Address(), mem.HTTP, mem.Kinds
 		out = append(out, info)
@@ -431,10 +431,10 @@ func (n *Node) MemberInfos() []*messages.NodeInfo {
 }
 
 // Info describes the node for other nodes and the CLI.
-func (n *Node) Info() *messages.NodeInfo {
+func (n *Node) Info() *rtmsg.NodeInfo {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	info := &messages.NodeInfo{
+	info := &rtmsg.NodeInfo{
 		Id:              n.ID(),
 		Version:         n.version,
 		Kinds:           n.kinds,

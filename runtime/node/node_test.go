@@ -17,10 +17,10 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
 	"github.com/frognano/frognano/persistence"
 	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/config"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -44,8 +44,8 @@ const echoKind = "echo"
 func echo() Kind {
 	return Kind{Name: echoKind, Props: func(*Node) *actor.Props {
 		return actor.PropsFromFunc(func(ctx actor.Context) {
-			if p, ok := ctx.Message().(*messages.Ping); ok {
-				ctx.Respond(&messages.Pong{Seq: p.Seq, Node: ctx.ActorSystem().Address(), Payload: p.Payload})
+			if p, ok := ctx.Message().(*rtmsg.Ping); ok {
+				ctx.Respond(&rtmsg.Pong{Seq: p.Seq, Node: ctx.ActorSystem().Address(), Payload: p.Payload})
 			}
 		})
 	}}
@@ -131,13 +131,13 @@ func ask(t *testing.T, n *Node, req any) any {
 
 func TestUnknownKindIsAClearError(t *testing.T) {
 	n := startNode(t, testConfig(t))
-	res := ask(t, n, &messages.SpawnRequest{Kind: "no-such-kind"})
-	f, ok := res.(*messages.Failure)
-	if !ok || f.GetCode() != messages.FailureCode_FAILURE_CODE_UNKNOWN_KIND || !strings.Contains(f.Message, `"no-such-kind"`) || !strings.Contains(f.Message, echoKind) {
+	res := ask(t, n, &rtmsg.SpawnRequest{Kind: "no-such-kind"})
+	f, ok := res.(*rtmsg.Failure)
+	if !ok || f.GetCode() != rtmsg.FailureCode_FAILURE_CODE_UNKNOWN_KIND || !strings.Contains(f.Message, `"no-such-kind"`) || !strings.Contains(f.Message, echoKind) {
 		t.Fatalf("spawn of an unknown kind answered %v", res)
 	}
-	res = ask(t, n, &messages.SpawnRequest{Kind: echoKind})
-	if r, ok := res.(*messages.SpawnReply); !ok || r.Address != n.Address() {
+	res = ask(t, n, &rtmsg.SpawnRequest{Kind: echoKind})
+	if r, ok := res.(*rtmsg.SpawnReply); !ok || r.Address != n.Address() {
 		t.Fatalf("spawn of echo answered %v", res)
 	}
 }
@@ -167,11 +167,11 @@ func TestManagerHandsOtherRequestsOn(t *testing.T) {
 			if !takes(ctx.Message()) {
 				return false
 			}
-			ctx.Respond(&messages.DigestBatchReport{Seconds: 1})
+			ctx.Respond(&rtmsg.DigestBatchReport{Seconds: 1})
 			return true
 		}
 	}
-	isBatch := func(m any) bool { _, ok := m.(*messages.DigestBatchRequest); return ok }
+	isBatch := func(m any) bool { _, ok := m.(*rtmsg.DigestBatchRequest); return ok }
 	n, err := Start(context.Background(), testConfig(t), Options{Version: "test", Logger: quiet, Manager: []ManagerHandler{
 		handler("never", func(any) bool { return false }), handler("batches", isBatch)}})
 	if err != nil {
@@ -179,18 +179,18 @@ func TestManagerHandsOtherRequestsOn(t *testing.T) {
 	}
 	t.Cleanup(func() { n.Stop(context.Background()) })
 
-	if r, ok := ask(t, n, &messages.DigestBatchRequest{Jobs: 1}).(*messages.DigestBatchReport); !ok || r.Seconds != 1 {
+	if r, ok := ask(t, n, &rtmsg.DigestBatchRequest{Jobs: 1}).(*rtmsg.DigestBatchReport); !ok || r.Seconds != 1 {
 		t.Fatalf("a request a handler takes answered %v", r)
 	}
 	if got := strings.Join(asked, ","); got != "never,batches" {
 		t.Errorf("handlers asked %s, want never,batches", got)
 	}
 	asked = nil
-	if _, ok := ask(t, n, &messages.Ping{Seq: 3}).(*messages.Pong); !ok || len(asked) != 0 {
+	if _, ok := ask(t, n, &rtmsg.Ping{Seq: 3}).(*rtmsg.Pong); !ok || len(asked) != 0 {
 		t.Errorf("Ping: handlers asked %v, want none (the manager answers it)", asked)
 	}
-	res := ask(t, n, &messages.DigestJob{Id: "x"})
-	if f, ok := res.(*messages.Failure); !ok || f.GetCode() != messages.FailureCode_FAILURE_CODE_UNKNOWN_REQUEST || !strings.Contains(f.Message, "DigestJob") {
+	res := ask(t, n, &rtmsg.DigestJob{Id: "x"})
+	if f, ok := res.(*rtmsg.Failure); !ok || f.GetCode() != rtmsg.FailureCode_FAILURE_CODE_UNKNOWN_REQUEST || !strings.Contains(f.Message, "DigestJob") {
 		t.Fatalf("a request no handler takes answered %v", res)
 	}
 }

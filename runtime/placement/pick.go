@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strings"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // Need says how much a placement cares for a capability.
@@ -50,7 +50,7 @@ type Requirements struct {
 // r.Rotate so that a burst of placements spreads. No member: an error
 // that wraps ErrUnknownKind when none offers the kind at all, and names
 // what the others lacked otherwise.
-func Pick(members []*messages.NodeInfo, kind string, r Requirements) ([]string, error) {
+func Pick(members []*rtmsg.NodeInfo, kind string, r Requirements) ([]string, error) {
 	type cand struct {
 		addr   string
 		class  int // unmet preferences and the self rule: lower is better

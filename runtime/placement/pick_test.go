@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 func u64(v uint64) *uint64   { return &v }
@@ -13,12 +13,12 @@ func f64(v float64) *float64 { return &v }
 
 // TestPick is the cluster's one placement rule, case by case.
 func TestPick(t *testing.T) {
-	ctrd := &messages.Capabilities{Containerd: true}
-	gpu := &messages.Capabilities{Containerd: true, Gpus: []*messages.GPU{{Name: "H200"}}}
-	load := func(actors int32, busy float64, avail uint64) *messages.Load {
-		return &messages.Load{KindActors: map[string]int32{"w": actors}, CpuBusy: f64(busy), MemoryAvailableBytes: u64(avail)}
+	ctrd := &rtmsg.Capabilities{Containerd: true}
+	gpu := &rtmsg.Capabilities{Containerd: true, Gpus: []*rtmsg.GPU{{Name: "H200"}}}
+	load := func(actors int32, busy float64, avail uint64) *rtmsg.Load {
+		return &rtmsg.Load{KindActors: map[string]int32{"w": actors}, CpuBusy: f64(busy), MemoryAvailableBytes: u64(avail)}
 	}
-	members := []*messages.NodeInfo{
+	members := []*rtmsg.NodeInfo{
 		{Address: "a:1", Kinds: []string{"w"}, Capabilities: ctrd, Load: load(3, 0.1, 8<<30)},
 		{Address: "b:1", Kinds: []string{"w"}, Load: load(0, 0.9, 8<<30)},
 		{Address: "c:1", Kinds: []string{"w", "x"}, Capabilities: gpu, Load: load(1, 0.5, 1<<30)},
@@ -46,7 +46,7 @@ func TestPick(t *testing.T) {
 		}
 	}
 	// Members tied for best are taken in turn.
-	tied := []*messages.NodeInfo{
+	tied := []*rtmsg.NodeInfo{
 		{Address: "a:1", Kinds: []string{"w"}}, {Address: "b:1", Kinds: []string{"w"}}, {Address: "c:1", Kinds: []string{"w"}, Load: load(2, 0, 0)},
 	}
 	for rot, want := range []string{"a:1 b:1 c:1", "b:1 a:1 c:1", "a:1 b:1 c:1"} {

@@ -18,7 +18,7 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/prometheus/client_golang/prometheus"
 
-	messages "github.com/frognano/frognano/actors/messages/v1"
+	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // Submit asks the pool to run Job on a worker and reply Done or Failed to the sender.
@@ -50,7 +50,7 @@ type Config struct {
 	Kind string
 	// Members lists the live members with their address, kinds,
 	// capabilities and load (node.Node.MemberInfos).
-	Members func() []*messages.NodeInfo
+	Members func() []*rtmsg.NodeInfo
 	Remote  *remote.Remote
 	// Requirements are what a worker needs of its member (Pick); Self,
 	// Exclude and Rotate are the pool's own.
@@ -205,7 +205,7 @@ func (p *pool) send(ctx actor.Context, w *worker, j *job) {
 		if cur != j || j.attempt != attempt {
 			return // superseded by a retry elsewhere
 		}
-		if fail, ok := res.(*messages.Failure); ok && err == nil {
+		if fail, ok := res.(*rtmsg.Failure); ok && err == nil {
 			// The worker ran the job and refused it: another member would too.
 			p.finish(ctx, j, &Failed{ID: j.submit.ID, Err: fmt.Errorf("%s: %s", fail.GetCode().Short(), fail.GetMessage()), Attempts: j.attempt})
 			return
