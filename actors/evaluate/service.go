@@ -8,11 +8,9 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
-	"strconv"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/frognano/frognano/persistence"
 	records "github.com/frognano/frognano/persistence/records/v1"
@@ -425,14 +423,7 @@ func (s *Service) Handlers() []node.Handler {
 					joblog.WriteError(w, joblog.StatusOf(err), fmt.Errorf("evaluation %s: %w", r.PathValue("id"), err))
 					return
 				}
-				b, err := protojson.Marshal(e)
-				if err != nil {
-					joblog.WriteError(w, http.StatusInternalServerError, err)
-					return
-				}
-				w.Header().Set("Content-Type", "application/json")
-				w.Header().Set(ActiveHeader, strconv.FormatBool(s.Active(e.GetId())))
-				w.Write(b)
+				joblog.WriteRecord(w, e, ActiveHeader, s.Active(e.GetId()))
 			})
 		}},
 		{Pattern: "GET " + EvalsPath + "/{id}/logs", Handler: func(n *node.Node) http.Handler {

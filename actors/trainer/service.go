@@ -10,11 +10,9 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/frognano/frognano/persistence"
 	records "github.com/frognano/frognano/persistence/records/v1"
@@ -395,14 +393,7 @@ func (s *Service) Handlers() []node.Handler {
 					joblog.WriteError(w, joblog.StatusOf(err), fmt.Errorf("run %s: %w", r.PathValue("id"), err))
 					return
 				}
-				b, err := protojson.Marshal(run)
-				if err != nil {
-					joblog.WriteError(w, http.StatusInternalServerError, err)
-					return
-				}
-				w.Header().Set("Content-Type", "application/json")
-				w.Header().Set(ActiveHeader, strconv.FormatBool(s.Active(run.GetId())))
-				w.Write(b)
+				joblog.WriteRecord(w, run, ActiveHeader, s.Active(run.GetId()))
 			})
 		}},
 		{Pattern: "GET " + RunsPath + "/{id}/logs", Handler: func(n *node.Node) http.Handler {

@@ -7,7 +7,6 @@ package joblog
 
 import (
 	"encoding/json"
-
 	"errors"
 	"io"
 	"net/http"
@@ -16,6 +15,9 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/frognano/frognano/persistence"
 )
@@ -195,6 +197,19 @@ func (r *Registry) Follow(w http.ResponseWriter, req *http.Request, id, path str
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// WriteRecord answers a job's stored record as protojson, with header
+// saying whether the job's actor is alive on this node.
+func WriteRecord(w http.ResponseWriter, rec proto.Message, header string, active bool) {
+	b, err := protojson.Marshal(rec)
+	if err != nil {
+		WriteError(w, http.StatusInternalServerError, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set(header, strconv.FormatBool(active))
+	w.Write(b)
 }
 
 // WriteJSON answers v as JSON with status code.
