@@ -65,10 +65,14 @@ func (m *Memory) Tasks() TaskStore { return memTaskStore{m} }
 func (m *Memory) Environments() EnvironmentStore { return memEnvironmentStore{m} }
 
 // Runs returns the in-memory run store.
-func (m *Memory) Runs() RunStore { return memRunStore{m} }
+func (m *Memory) Runs() RunStore {
+	return memIDStore[records.Run, *records.Run]{m, m.runs, "run"}
+}
 
 // Evaluations returns the in-memory evaluation store.
-func (m *Memory) Evaluations() EvaluationStore { return memEvalStore{m} }
+func (m *Memory) Evaluations() EvaluationStore {
+	return memIDStore[records.Evaluation, *records.Evaluation]{m, m.evals, "evaluation"}
+}
 
 // Trajectories returns the in-memory trajectory store.
 func (m *Memory) Trajectories() TrajectoryStore { return memTrajectoryStore{m} }
@@ -131,46 +135,17 @@ func (s memTaskStore) PutMany(ctx context.Context, tasks []*records.Task) error 
 }
 
 func (s memTaskStore) Get(ctx context.Context, id string) (*records.Task, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := checkID("task id", id); err != nil {
-		return nil, err
-	}
-	s.m.mu.Lock()
-	defer s.m.mu.Unlock()
-	t, ok := s.m.tasks[id]
-	if !ok {
-		return nil, fmt.Errorf("get task %q: %w", id, ErrNotFound)
-	}
-	return clone(t), nil
+	return memGet(ctx, s.m, s.m.tasks, id, "task id", "task")
 }
 
 func (s memTaskStore) Delete(ctx context.Context, id string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := checkID("task id", id); err != nil {
-		return err
-	}
-	s.m.mu.Lock()
-	defer s.m.mu.Unlock()
-	delete(s.m.tasks, id)
-	return nil
+	return memDelete(ctx, s.m, s.m.tasks, id, "task id")
 }
 
 func (s memTaskStore) List(ctx context.Context, f TaskFilter) ([]*records.Task, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := checkEnv(f.Environment); err != nil {
-		return nil, err
-	}
-	s.m.mu.Lock()
-	defer s.m.mu.Unlock()
-	return sortedValues(s.m.tasks, func(t *records.Task) bool {
+	return memList(ctx, s.m, s.m.tasks, checkEnv(f.Environment), func(t *records.Task) bool {
 		return f.Environment == "" || t.GetEnvironment() == f.Environment
-	}), nil
+	})
 }
 
 func (s memTaskStore) Count(ctx context.Context, f TaskFilter) (int, error) {
@@ -178,92 +153,33 @@ func (s memTaskStore) Count(ctx context.Context, f TaskFilter) (int, error) {
 	return len(ts), err
 }
 
-type memRunStore struct{ m *Memory }
-
-var _ RunStore = memRunStore{}
-
-func (s memRunStore) Put(ctx context.Context, r *records.Run) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if r == nil {
-		return fmt.Errorf("nil run: %w", ErrInvalid)
-	}
-	if err := checkID("run id", r.GetId()); err != nil {
-		return err
-	}
-	s.m.mu.Lock()
-	defer s.m.mu.Unlock()
-	s.m.runs[r.GetId()] = clone(r)
-	return nil
+// memIDStore is a store of records keyed by their id, with nothing more to
+// it than Put, Get and List: the runs and the evaluations.
+type memIDStore[M any, T interface {
+	*M
+	proto.Message
+	GetId() string
+}] struct {
+	m    *Memory
+	rows map[string]T
+	noun string // "run": "nil run", "run id", "get run"
 }
 
-func (s memRunStore) Get(ctx context.Context, id string) (*records.Run, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := checkID("run id", id); err != nil {
-		return nil, err
-	}
-	s.m.mu.Lock()
-	defer s.m.mu.Unlock()
-	r, ok := s.m.runs[id]
-	if !ok {
-		return nil, fmt.Errorf("get run %q: %w", id, ErrNotFound)
-	}
-	return clone(r), nil
+var (
+	_ RunStore        = memIDStore[records.Run, *records.Run]{}
+	_ EvaluationStore = memIDStore[records.Evaluation, *records.Evaluation]{}
+)
+
+func (s memIDStore[M, T]) Put(ctx context.Context, x T) error {
+	return memPut(ctx, s.m, s.rows, x.GetId(), x, checkIDOf(x, s.noun))
 }
 
-func (s memRunStore) List(ctx context.Context) ([]*records.Run, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	s.m.mu.Lock()
-	defer s.m.mu.Unlock()
-	return sortedValues(s.m.runs, nil), nil
+func (s memIDStore[M, T]) Get(ctx context.Context, id string) (T, error) {
+	return memGet(ctx, s.m, s.rows, id, s.noun+" id", s.noun)
 }
 
-type memEvalStore struct{ m *Memory }
-
-func (s memEvalStore) Put(ctx context.Context, e *records.Evaluation) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if e == nil {
-		return fmt.Errorf("nil evaluation: %w", ErrInvalid)
-	}
-	if err := checkID("evaluation id", e.GetId()); err != nil {
-		return err
-	}
-	s.m.mu.Lock()
-	defer s.m.mu.Unlock()
-	s.m.evals[e.GetId()] = clone(e)
-	return nil
-}
-
-func (s memEvalStore) Get(ctx context.Context, id string) (*records.Evaluation, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := checkID("evaluation id", id); err != nil {
-		return nil, err
-	}
-	s.m.mu.Lock()
-	defer s.m.mu.Unlock()
-	e, ok := s.m.evals[id]
-	if !ok {
-		return nil, fmt.Errorf("get evaluation %q: %w", id, ErrNotFound)
-	}
-	return clone(e), nil
-}
-
-func (s memEvalStore) List(ctx context.Context) ([]*records.Evaluation, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	s.m.mu.Lock()
-	defer s.m.mu.Unlock()
-	return sortedValues(s.m.evals, nil), nil
+func (s memIDStore[M, T]) List(ctx context.Context) ([]T, error) {
+	return memList(ctx, s.m, s.rows, nil, nil)
 }
 
 type memTrajectoryStore struct{ m *Memory }
@@ -290,57 +206,29 @@ func (s memTrajectoryStore) Append(ctx context.Context, t *records.Trajectory) e
 }
 
 func (s memTrajectoryStore) Get(ctx context.Context, id string) (*records.Trajectory, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := checkID("trajectory id", id); err != nil {
-		return nil, err
-	}
-	s.m.mu.Lock()
-	defer s.m.mu.Unlock()
-	t, ok := s.m.trajs[id]
-	if !ok {
-		return nil, fmt.Errorf("get trajectory %q: %w", id, ErrNotFound)
-	}
-	return clone(t), nil
+	return memGet(ctx, s.m, s.m.trajs, id, "trajectory id", "trajectory")
 }
 
-// listTrajs returns the trajectories keep selects, ordered like the Badger
-// key that serves the query.
-func (s memTrajectoryStore) listTrajs(keep func(*records.Trajectory) bool, order func(a, b *records.Trajectory) int) []*records.Trajectory {
-	s.m.mu.Lock()
-	defer s.m.mu.Unlock()
-	out := sortedValues(s.m.trajs, keep)
+// listTrajs returns the trajectories whose key (named what) is id, ordered
+// like the Badger key that serves the query.
+func (s memTrajectoryStore) listTrajs(ctx context.Context, what, id string, key func(*records.Trajectory) string, order func(a, b *records.Trajectory) int) ([]*records.Trajectory, error) {
+	out, err := memList(ctx, s.m, s.m.trajs, checkID(what, id), func(t *records.Trajectory) bool { return key(t) == id })
 	slices.SortFunc(out, order)
-	return out
+	return out, err
 }
 
 func (s memTrajectoryStore) ListByTask(ctx context.Context, taskID string) ([]*records.Trajectory, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := checkID("task id", taskID); err != nil {
-		return nil, err
-	}
-	return s.listTrajs(
-		func(t *records.Trajectory) bool { return t.GetTaskId() == taskID },
+	return s.listTrajs(ctx, "task id", taskID, (*records.Trajectory).GetTaskId,
 		func(a, b *records.Trajectory) int {
 			return cmp.Or(cmp.Compare(a.GetRunId(), b.GetRunId()), cmp.Compare(a.GetId(), b.GetId()))
-		}), nil
+		})
 }
 
 func (s memTrajectoryStore) ListByRun(ctx context.Context, runID string) ([]*records.Trajectory, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := checkID("run id", runID); err != nil {
-		return nil, err
-	}
-	return s.listTrajs(
-		func(t *records.Trajectory) bool { return t.GetRunId() == runID },
+	return s.listTrajs(ctx, "run id", runID, (*records.Trajectory).GetRunId,
 		func(a, b *records.Trajectory) int {
 			return cmp.Or(cmp.Compare(a.GetTaskId(), b.GetTaskId()), cmp.Compare(a.GetId(), b.GetId()))
-		}), nil
+		})
 }
 
 type memCheckpointStore struct{ m *Memory }
@@ -474,46 +362,15 @@ type memCoverageStore struct{ m *Memory }
 var _ CoverageStore = memCoverageStore{}
 
 func (s memCoverageStore) Put(ctx context.Context, c *records.CoverageMap) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := checkCoverage(c); err != nil {
-		return err
-	}
-	c = clone(c)
-	s.m.mu.Lock()
-	defer s.m.mu.Unlock()
-	s.m.cover[c.GetEnvironment()] = c
-	return nil
+	return memPut(ctx, s.m, s.m.cover, c.GetEnvironment(), c, checkCoverage(c))
 }
 
 func (s memCoverageStore) Get(ctx context.Context, env string) (*records.CoverageMap, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := checkID("environment name", env); err != nil {
-		return nil, err
-	}
-	s.m.mu.Lock()
-	defer s.m.mu.Unlock()
-	c, ok := s.m.cover[env]
-	if !ok {
-		return nil, fmt.Errorf("get coverage of %q: %w", env, ErrNotFound)
-	}
-	return clone(c), nil
+	return memGet(ctx, s.m, s.m.cover, env, "environment name", "coverage of")
 }
 
 func (s memCoverageStore) Delete(ctx context.Context, env string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := checkID("environment name", env); err != nil {
-		return err
-	}
-	s.m.mu.Lock()
-	defer s.m.mu.Unlock()
-	delete(s.m.cover, env)
-	return nil
+	return memDelete(ctx, s.m, s.m.cover, env, "environment name")
 }
 
 type memFrontierStore struct{ m *Memory }
@@ -521,19 +378,7 @@ type memFrontierStore struct{ m *Memory }
 var _ FrontierStore = memFrontierStore{}
 
 func (s memFrontierStore) Get(ctx context.Context, name string) (*records.FrontierState, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := checkID("estimator name", name); err != nil {
-		return nil, err
-	}
-	s.m.mu.Lock()
-	defer s.m.mu.Unlock()
-	st, ok := s.m.front[name]
-	if !ok {
-		return nil, fmt.Errorf("get frontier state %q: %w", name, ErrNotFound)
-	}
-	return clone(st), nil
+	return memGet(ctx, s.m, s.m.front, name, "estimator name", "frontier state")
 }
 
 func (s memFrontierStore) Commit(ctx context.Context, name string, state *records.FrontierState, stats []*records.TaskStats) error {
@@ -593,14 +438,19 @@ type memSandboxDestroys struct{ m *Memory }
 
 var _ SandboxDestroyStore = memSandboxDestroys{}
 
+// checkDestroyKey checks the key of a pending destruction.
+func checkDestroyKey(namespace, id string) error {
+	if err := checkID("containerd namespace", namespace); err != nil {
+		return err
+	}
+	return checkID("sandbox id", id)
+}
+
 func (s memSandboxDestroys) Put(ctx context.Context, d PendingDestroy) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := checkID("containerd namespace", d.Namespace); err != nil {
-		return err
-	}
-	if err := checkID("sandbox id", d.ID); err != nil {
+	if err := checkDestroyKey(d.Namespace, d.ID); err != nil {
 		return err
 	}
 	raw, err := json.Marshal(d)
@@ -620,10 +470,7 @@ func (s memSandboxDestroys) Delete(ctx context.Context, namespace, id string) er
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := checkID("containerd namespace", namespace); err != nil {
-		return err
-	}
-	if err := checkID("sandbox id", id); err != nil {
+	if err := checkDestroyKey(namespace, id); err != nil {
 		return err
 	}
 	s.m.mu.Lock()
