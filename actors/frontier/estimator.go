@@ -104,8 +104,8 @@ type Params struct {
 	SpecBackoff int64
 	// DiversityWeight penalises settings already common in the pool.
 	DiversityWeight float64
-	// BatchDiversity spreads a batch over operators, hint levels and bug
-	// counts (see spread). Negative: off.
+	// BatchDiversity spreads a batch over environments, operators, hint
+	// levels and bug counts (see spread). Negative: off.
 	BatchDiversity float64
 	// The settings synthesis may ask for; Environments empty means those of
 	// the pool (or the ones the caller passes).
@@ -500,7 +500,7 @@ type candidate struct {
 // an untried one predicted in the band scores above every tried task, and
 // an untried one predicted outside it scores the p(1−p) of a draw from its
 // prior (Thompson sampling), so that it is tried now and then even when
-// the difficulty model misjudges it. The batch is spread over operators,
+// the difficulty model misjudges it. The batch is spread over environments, operators,
 // hint levels and bug counts (see spread). Ranking every tried task by a
 // Thompson draw instead explores more and costs signal: in `frognano bench
 // frontier` it gave 0.93 of groups mixed against 0.95. Tasks picked
@@ -645,7 +645,7 @@ func (e *Estimator) selectBatch(ctx context.Context, n int, version int64, seed 
 // spread adds tasks from cands (best score first) to chosen until it holds
 // n. With BatchDiversity off it takes them in order; otherwise greedily the
 // task with the best score divided by 1 + BatchDiversity·k, where k sums,
-// over its operators, hint level and bug count, how many tasks of the batch
+// over its environment, operators, hint level and bug count, how many tasks of the batch
 // already share each setting relative to that setting's fair share of the
 // batch (n over the number of values the candidates show).
 func (e *Estimator) spread(chosen []string, cands []candidate, n int) []string {
@@ -669,7 +669,8 @@ func (e *Estimator) spread(chosen []string, cands []candidate, n int) []string {
 	}
 	settingsOf := func(id string) []setting {
 		f := e.pool[id].f
-		out := []setting{{key: fmt.Sprintf("hint=%d", f.HintLevel), weight: 1}, {key: fmt.Sprintf("bugs=%d", f.Bugs), weight: 1}}
+		out := []setting{{key: "env=" + e.pool[id].task.GetEnvironment(), weight: 1},
+			{key: fmt.Sprintf("hint=%d", f.HintLevel), weight: 1}, {key: fmt.Sprintf("bugs=%d", f.Bugs), weight: 1}}
 		for _, op := range f.Operators {
 			out = append(out, setting{key: "op=" + op, weight: 1 / float64(len(f.Operators))})
 		}

@@ -550,6 +550,39 @@ func TestSelectionSpreadsOverSettings(t *testing.T) {
 	}
 }
 
+// A run's first batches come from a pool nobody has tried, where every
+// task with the same features scores the same: they spread over the
+// pool's environments rather than taking the first environment's tasks
+// in id order (a run on 13 environments once spent its first steps on
+// boltons alone).
+func TestFirstBatchSpreadsOverEnvironments(t *testing.T) {
+	ctx := context.Background()
+	var tasks []*records.Task
+	for _, env := range []string{"alpha", "beta", "gamma", "delta"} {
+		for i := range 6 {
+			tasks = append(tasks, task(fmt.Sprintf("%s.%02d", env, i), env, "off_by_one", 1, 4))
+		}
+	}
+	envs := func(p Params) map[string]int {
+		e := newFixture(t, tasks...).open(t, p)
+		batch, err := e.SelectBatch(ctx, 4, 0, 1, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := map[string]int{}
+		for _, tk := range batch {
+			n[tk.GetEnvironment()]++
+		}
+		return n
+	}
+	if n := envs(Params{BatchDiversity: -1}); n["alpha"] != 4 {
+		t.Errorf("without spreading: %v, want alpha's four (id order)", n)
+	}
+	if n := envs(Params{}); len(n) != 4 {
+		t.Errorf("first batch: %v, want one task of each of the 4 environments", n)
+	}
+}
+
 // Episodes played in patch mode teach the model about patch mode, not about
 // the agent mode the tasks were tagged with; the mode is kept in the state,
 // so predictions and synthesis requests follow it; a bad mode is refused.
