@@ -25,11 +25,7 @@ func NodeHandler() node.Handler {
 func members(n *node.Node) []Member {
 	var out []Member
 	for _, m := range n.Members() {
-		mb := Member{ID: m.ID, Address: m.Address(), HTTP: m.HTTP, Kinds: m.Kinds, Self: m.Address() == n.Address()}
-		if info, err := m.Info(); err == nil && len(m.NodeInfo) > 0 {
-			mb.Info = info
-		}
-		out = append(out, mb)
+		out = append(out, Member{ID: m.ID, Address: m.Address(), HTTP: m.Info.GetHttpAddress(), Kinds: m.Kinds, Info: m.Info, Self: m.Address() == n.Address()})
 	}
 	return out
 }

@@ -2,10 +2,10 @@ package membership
 
 // The etcd provider: members find each other in etcd instead of polling
 // seeds. Each node writes its member record (the same Member the HTTP
-// provider exchanges: addresses, kinds, NodeInfo with capabilities and load)
-// at PREFIX/CLUSTER/members/ID under a lease whose TTL is
-// cluster.failure_timeout, keeps the lease alive, rewrites the record every
-// cluster.etcd_refresh, and watches PREFIX/CLUSTER/members/. A put is a
+// provider exchanges: id, addresses, kinds) at PREFIX/CLUSTER/members/ID
+// under a lease whose TTL is cluster.failure_timeout, keeps the lease
+// alive, writes the record again every cluster.etcd_refresh (a record lost
+// without a watch event comes back), and watches PREFIX/CLUSTER/members/. A put is a
 // join or an update, a delete (a clean stop revokes the lease; a killed
 // node's lease expires) a departure; both feed the member list and
 // protoactor's topology exactly as the HTTP provider's polls do. etcd is
@@ -13,8 +13,7 @@ package membership
 // another.
 //
 // protoactor-go's own etcd provider (cluster/clusterproviders/etcd) does
-// not fit: its record has no room for a node's facts (Meta is not
-// serialized) and cannot be refreshed, its lease TTL is fixed at 3 s, it
+// not fit: its lease TTL is fixed at 3 s, it
 // names members "cluster@id" rather than by actor system id, it reads and
 // writes its member map from several goroutines without a lock, and an
 // unreachable endpoint makes StartMember wait forever. This one uses
@@ -40,15 +39,15 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/frognano/frognano/runtime/config"
-	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // Membership is what a node needs of its cluster provider: protoactor's
-// ClusterProvider, the live members with their facts, and the view served
-// at Path. Provider (HTTP seeds) and Etcd implement it.
+// ClusterProvider, the live members as the provider last published them
+// (runtime/node reads its member list from the cluster; this is the
+// provider's side, for tests and the view), and the view served at Path.
+// Provider (HTTP seeds) and Etcd implement it.
 type Membership interface {
 	cluster.ClusterProvider
 	Members() []Member
@@ -67,10 +66,9 @@ type EtcdOptions struct {
 	Cluster   string   // cluster name: members register under PREFIX/CLUSTER/members/
 	// FailureTimeout is the lease TTL (rounded up to whole seconds, at least 1).
 	FailureTimeout time.Duration
-	// Heartbeat is how often this node's own record is refreshed locally
-	// (its load, as Members reports it).
+	// Heartbeat is how often an unanswered etcd is asked again.
 	Heartbeat time.Duration
-	// Refresh is how often the record is rewritten in etcd.
+	// Refresh is how often the record is written again.
 	Refresh time.Duration
 	// DialTimeout bounds the first contact with etcd in NewEtcd (default 5s).
 	DialTimeout time.Duration
@@ -83,7 +81,6 @@ type EtcdOptions struct {
 type Etcd struct {
 	o      EtcdOptions
 	client *clientv3.Client
-	info   func() *rtmsg.NodeInfo
 	ttl    int64
 	log    *slog.Logger
 	// tls, user and password are the client's security (etcdsecurity.go);
@@ -103,7 +100,6 @@ type Etcd struct {
 	gone    map[string]bool
 	cl      *cluster.Cluster
 	lease   clientv3.LeaseID
-	written []byte // the record as last written
 	cancel  context.CancelFunc
 	done    chan struct{}
 	stopped bool
@@ -111,8 +107,8 @@ type Etcd struct {
 
 // NewEtcd connects to etcd and checks that it answers, so that a wrong
 // endpoint is one clear error when the node starts. httpAddr is where this
-// node's HTTP server listens; info is asked for the node's facts.
-func NewEtcd(ctx context.Context, httpAddr string, info func() *rtmsg.NodeInfo, o EtcdOptions) (*Etcd, error) {
+// node's HTTP server listens.
+func NewEtcd(ctx context.Context, httpAddr string, o EtcdOptions) (*Etcd, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -136,7 +132,7 @@ func NewEtcd(ctx context.Context, httpAddr string, info func() *rtmsg.NodeInfo, 
 		ttl = 1
 	}
 	p := &Etcd{
-		o: o, info: info, ttl: ttl, log: o.Logger,
+		o: o, ttl: ttl, log: o.Logger,
 		self:   Member{HTTP: httpAddr},
 		others: map[string]Member{},
 		gone:   map[string]bool{},
@@ -250,25 +246,18 @@ func (p *Etcd) register(ctx context.Context) error {
 	p.mu.Lock()
 	p.lease = lease.ID
 	p.mu.Unlock()
-	if err := p.put(ctx, true); err != nil {
+	if err := p.put(ctx); err != nil {
 		return err
 	}
 	p.log.Info("registered in etcd", "key", p.key(p.self.ID), "lease_ttl_s", lease.TTL)
 	return nil
 }
 
-// put writes this node's record under its lease: always when force, else
-// only when it changed since the last write.
-func (p *Etcd) put(ctx context.Context, force bool) error {
-	raw, _ := p.infoJSON()
+// put writes this node's record under its lease.
+func (p *Etcd) put(ctx context.Context) error {
 	p.mu.Lock()
-	p.self.NodeInfo = raw
 	rec, err := json.Marshal(p.self)
 	lease, id := p.lease, p.self.ID
-	if !force && string(rec) == string(p.written) {
-		p.mu.Unlock()
-		return nil
-	}
 	p.mu.Unlock()
 	if err != nil {
 		return err
@@ -276,9 +265,6 @@ func (p *Etcd) put(ctx context.Context, force bool) error {
 	if _, err := p.client.Put(ctx, p.key(id), string(rec), clientv3.WithLease(lease)); err != nil {
 		return fmt.Errorf("etcd: write the member record: %w", err)
 	}
-	p.mu.Lock()
-	p.written = rec
-	p.mu.Unlock()
 	return nil
 }
 
@@ -364,8 +350,6 @@ func (p *Etcd) loop(ctx context.Context, rev int64) {
 		keepAlive = p.resume(ctx, kaCtx)
 	}
 	watch := p.client.Watch(clientv3.WithRequireLeader(ctx), p.o.membersKey(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	local := time.NewTicker(p.o.Heartbeat)
-	defer local.Stop()
 	refresh := time.NewTicker(p.o.Refresh)
 	defer refresh.Stop()
 	for {
@@ -401,7 +385,7 @@ func (p *Etcd) loop(ctx context.Context, rev int64) {
 				// Deleted by hand, or its lease expired: write it again
 				// under the lease, or under a new one if that is gone too.
 				wctx, cancel := context.WithTimeout(ctx, p.o.DialTimeout)
-				err := p.put(wctx, true)
+				err := p.put(wctx)
 				cancel()
 				if err != nil && ctx.Err() == nil {
 					p.log.Error("this node's record and lease left etcd: the other members have seen this node leave and block its id; "+
@@ -409,14 +393,9 @@ func (p *Etcd) loop(ctx context.Context, rev int64) {
 					renew()
 				}
 			}
-		case <-local.C:
-			raw, _ := p.infoJSON()
-			p.mu.Lock()
-			p.self.NodeInfo = raw
-			p.mu.Unlock()
 		case <-refresh.C:
 			wctx, cancel := context.WithTimeout(ctx, p.o.Refresh)
-			if err := p.put(wctx, false); err != nil && ctx.Err() == nil {
+			if err := p.put(wctx); err != nil && ctx.Err() == nil {
 				p.log.Warn("could not refresh the member record in etcd", "err", err)
 			}
 			cancel()
@@ -613,20 +592,6 @@ func (p *Etcd) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(view{Self: self, Members: p.Members()})
 	})
-}
-
-// infoJSON is the node's facts as the record carries them. The remoting
-// address is filled in from the member's own when the node does not know
-// it yet (while the cluster starts).
-func (p *Etcd) infoJSON() ([]byte, error) {
-	info := p.info()
-	if info.GetAddress() == "" {
-		p.mu.Lock()
-		addr := p.self.Address()
-		p.mu.Unlock()
-		info.Address = addr
-	}
-	return protojson.Marshal(info)
 }
 
 func (p *Etcd) publish() {

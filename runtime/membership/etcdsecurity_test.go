@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/frognano/frognano/runtime/membership/etcdtest"
-	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 	"github.com/frognano/frognano/runtime/mtls"
 )
 
@@ -20,7 +19,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // connectEtcd makes an etcd provider, which connects to etcd and checks
 // that it answers (and lets this client read the members' prefix).
 func connectEtcd(endpoint, prefix string, sec EtcdSecurity) (*Etcd, error) {
-	return NewEtcd(context.Background(), "127.0.0.1:0", func() *rtmsg.NodeInfo { return &rtmsg.NodeInfo{} }, EtcdOptions{
+	return NewEtcd(context.Background(), "127.0.0.1:0", EtcdOptions{
 		Endpoints:      []string{endpoint},
 		Prefix:         prefix,
 		Cluster:        "frognano",

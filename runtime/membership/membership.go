@@ -2,10 +2,12 @@
 // Provider (cluster.provider static, this file): nodes find each other
 // through seed HTTP addresses, poll each other's membership endpoint and
 // publish the live set as the cluster topology. Etcd (etcd.go): nodes
-// register under a lease in etcd and watch each other there. Each member also
-// carries its node facts (capabilities, and its load as it was when it
-// answered its last poll), which placement decisions and the dashboard need
-// and protoactor's own member record does not hold.
+// register under a lease in etcd and watch each other there. A provider
+// says who is alive and nothing else: it is the cluster's one liveness
+// mechanism (runtime/node turns protoactor's gossip heartbeat expiry off).
+// A member's facts (capabilities, load) travel in protoactor's gossip
+// state, not here; runtime/node reads the member list from the cluster
+// and joins them.
 //
 // What a poller or a peer's answer can make a node do is bounded: a node is
 // a member only once it has answered a poll itself, as a node of the same
@@ -34,10 +36,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/cluster"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/frognano/frognano/runtime/config"
-	rtmsg "github.com/frognano/frognano/runtime/messages/v1"
 )
 
 // Path is where every node serves its view of the cluster.
@@ -45,28 +45,16 @@ const Path = "/cluster/v1/members"
 
 // Member is one node as the cluster sees it.
 type Member struct {
-	ID       string          `json:"id"`      // actor system id, new for every process
-	Cluster  string          `json:"cluster"` // cluster name
-	Host     string          `json:"host"`    // remoting host
-	Port     int             `json:"port"`    // remoting port
-	HTTP     string          `json:"http"`    // HTTP address (membership, health): where this node reached it
-	Kinds    []string        `json:"kinds"`
-	NodeInfo json.RawMessage `json:"node_info,omitempty"` // rtmsg.NodeInfo as protojson
+	ID      string   `json:"id"`      // actor system id, new for every process
+	Cluster string   `json:"cluster"` // cluster name
+	Host    string   `json:"host"`    // remoting host
+	Port    int      `json:"port"`    // remoting port
+	HTTP    string   `json:"http"`    // HTTP address (membership, health): where this node reached it
+	Kinds   []string `json:"kinds"`
 }
 
 // Address is the member's actor remoting address.
 func (m Member) Address() string { return fmt.Sprintf("%s:%d", m.Host, m.Port) }
-
-// Info decodes the member's node facts. Fields this binary does not know
-// (a newer member's) are skipped, so that members of two versions still
-// read each other's facts.
-func (m Member) Info() (*rtmsg.NodeInfo, error) {
-	info := &rtmsg.NodeInfo{}
-	if len(m.NodeInfo) == 0 {
-		return info, nil
-	}
-	return info, protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(m.NodeInfo, info)
-}
 
 type view struct {
 	Self    Member   `json:"self"`
@@ -87,10 +75,15 @@ type Provider struct {
 	self     Member
 	lastSeen map[string]time.Time // member id -> last direct answer
 	members  map[string]Member    // member id -> record
-	cl       *cluster.Cluster
-	cancel   context.CancelFunc
-	done     chan struct{}
-	info     func() *rtmsg.NodeInfo
+	// gone are the ids this node has seen leave, true once the member was
+	// heard again and told so in the log. protoactor's member list blocks
+	// an id that left for good, so a member silent for longer than the
+	// failure timeout stays out of this node's members too (as in Etcd)
+	// until it restarts under a new id.
+	gone   map[string]bool
+	cl     *cluster.Cluster
+	cancel context.CancelFunc
+	done   chan struct{}
 	// candidates are HTTP addresses to probe once on the next round: nodes
 	// that polled us (so that a node started without seeds still learns
 	// about nodes that joined through it) and members that peers report.
@@ -122,14 +115,12 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// New returns a provider for a node whose HTTP server is reachable at httpAddr;
-// info is asked for the node's current facts whenever another node polls.
-func New(httpAddr string, info func() *rtmsg.NodeInfo, o Options) *Provider {
+// New returns a provider for a node whose HTTP server is reachable at httpAddr.
+func New(httpAddr string, o Options) *Provider {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 	return &Provider{
-		info:      info,
 		seeds:     o.Seeds,
 		heartbeat: o.Heartbeat,
 		timeout:   o.FailureTimeout,
@@ -145,6 +136,7 @@ func New(httpAddr string, info func() *rtmsg.NodeInfo, o Options) *Provider {
 		lastSeen:   map[string]time.Time{},
 		candidates: map[string]bool{},
 		members:    map[string]Member{},
+		gone:       map[string]bool{},
 	}
 }
 
@@ -174,15 +166,10 @@ func (p *Provider) Handler() http.Handler {
 			http.Error(w, "missing or wrong bearer token (node.api_token)", http.StatusUnauthorized)
 			return
 		}
-		raw, _ := protojson.Marshal(p.info())
 		caller, callerOK := p.callerAddr(r)
 		p.mu.Lock()
 		if callerOK {
 			p.addCandidateLocked(caller)
-		}
-		if p.self.ID != "" {
-			p.self.NodeInfo = raw
-			p.members[p.self.ID] = p.self
 		}
 		v := view{Self: p.self, Members: p.liveLocked()}
 		p.mu.Unlock()
@@ -255,7 +242,6 @@ func (p *Provider) StartMember(c *cluster.Cluster) error {
 	p.self.Cluster = c.Config.Name
 	p.self.Host, p.self.Port = host, port
 	p.self.Kinds = kinds
-	p.self.NodeInfo, _ = protojson.Marshal(p.info())
 	p.members[p.self.ID] = p.self
 	p.lastSeen[p.self.ID] = time.Now()
 	p.mu.Unlock()
@@ -372,14 +358,16 @@ func (p *Provider) poll(ctx context.Context) {
 		}
 	}
 
-	// This node's own record is refreshed every round, as a poll of it
-	// refreshes the record it answers with: its facts carry its load.
-	selfInfo, _ := protojson.Marshal(p.info())
 	p.mu.Lock()
-	p.self.NodeInfo = selfInfo
-	p.members[p.self.ID] = p.self
 	changed := false
 	for id, m := range heard {
+		if seen, ok := p.gone[id]; ok {
+			if !seen {
+				p.gone[id] = true
+				p.log.Warn("a member seen gone answers again; the cluster blocks its id: restart it to rejoin", "member", id, "address", m.Address(), "http", m.HTTP)
+			}
+			continue
+		}
 		if _, ok := p.members[id]; !ok {
 			changed = true
 			p.log.Info("member joined", "member", id, "address", m.Address(), "http", m.HTTP)
@@ -397,6 +385,7 @@ func (p *Provider) poll(ctx context.Context) {
 			p.log.Warn("member gone", "member", id, "address", p.members[id].Address(), "silent_for", now.Sub(seen).Round(time.Millisecond))
 			delete(p.members, id)
 			delete(p.lastSeen, id)
+			p.gone[id] = false
 			changed = true
 		}
 	}

@@ -3,6 +3,7 @@ package node
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"slices"
@@ -152,15 +153,23 @@ func TestEtcdMembership(t *testing.T) {
 	waitIDs(t, a, aTopology, 10*time.Second, aID, bID, c)
 	waitIDs(t, b, nil, 10*time.Second, aID, bID, c)
 
-	// Each member's facts came through etcd: capabilities, kinds and load.
-	for _, m := range a.Members() {
-		info, err := m.Info()
-		if err != nil {
-			t.Fatalf("member %s: %v", m.ID, err)
+	// Each member's facts come through the cluster's gossip (the etcd
+	// records hold none): capabilities, kinds and load.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var missing []string
+		for _, m := range a.Members() {
+			info := m.Info
+			if info.GetCapabilities().GetCores() <= 0 || info.GetLoad() == nil || !slices.Contains(m.Kinds, echoKind) || info.GetAddress() != m.Address() {
+				missing = append(missing, fmt.Sprintf("%s: kinds %v, info %v", m.ID, m.Kinds, info))
+			}
 		}
-		if info.GetCapabilities().GetCores() <= 0 || info.GetLoad() == nil || !slices.Contains(m.Kinds, echoKind) || info.GetAddress() != m.Address() {
-			t.Errorf("member %s as node a sees it: kinds %v, info %v", m.ID, m.Kinds, info)
+		if len(missing) == 0 {
+			break
 		}
+		if time.Now().After(deadline) {
+			t.Fatalf("members' facts as node a sees them:\n%s", strings.Join(missing, "\n"))
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 
 	// Records that are not members of this cluster are ignored.

@@ -50,7 +50,7 @@ func (n *Node) checks() []check {
 			return nil
 		}},
 		{"cluster", func(context.Context) error {
-			for _, m := range n.Members() {
+			for _, m := range n.clusterMembers() {
 				if m.Address() == n.system.Address() {
 					return nil
 				}
@@ -126,7 +126,7 @@ func (n *Node) serveHTTP() {
 		placement.Retries,
 		KindActorsStarted,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "frognano", Name: "cluster_members", Help: "Live cluster members seen by this node."},
-			func() float64 { return float64(len(n.Members())) }),
+			func() float64 { return float64(len(n.clusterMembers())) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "frognano", Name: "node_gpus", Help: "GPUs found on this node."},
 			func() float64 { return float64(len(n.caps.Gpus)) }),
 	)

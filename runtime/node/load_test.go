@@ -10,18 +10,12 @@ import (
 )
 
 // A member's load (the machine's figures and its actors by kind) reaches
-// the other members with its facts on the membership polls, and follows
-// the member as actors start and stop there; a node's own record is
-// refreshed every round, also where no other member polls it.
+// the other members with its facts in the cluster's gossip state, and
+// follows the member as actors start and stop there; a node's own facts
+// are sampled when asked for, also where no other member is.
 func TestMembersCarryTheirLoad(t *testing.T) {
 	solo := startNode(t, testConfig(t))
-	soloLoad := func() *rtmsg.Load {
-		info, err := solo.Members()[0].Info()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return info.GetLoad()
-	}
+	soloLoad := func() *rtmsg.Load { return solo.Members()[0].Info.GetLoad() }
 	solo1 := soloLoad()
 	a := startNode(t, testConfig(t))
 	cfgB := testConfig(t)

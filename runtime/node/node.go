@@ -25,6 +25,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
+	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -113,6 +114,15 @@ type Node struct {
 	mu   sync.Mutex
 	caps *rtmsg.Capabilities
 	load nodeLoad // NodeInfo.load (load.go)
+	// topology is the cluster's member list as its last ClusterTopology
+	// event gave it (members.go); topologySub that subscription.
+	topology    []Member
+	topologySub *eventstream.Subscription
+	// gossipOn: the cluster's gossip runs and holds the members' facts;
+	// factsStop and factsDone end this node's publishing of its own.
+	gossipOn  bool
+	factsStop context.CancelFunc
+	factsDone chan struct{}
 	// named are the long-lived actors of Options.Actors, in spawn order;
 	// Stop stops them before the store closes.
 	named []*actor.PID
@@ -248,7 +258,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 	case config.ProviderEtcd:
 		// Connecting checks etcd answers: a wrong endpoint, certificate,
 		// user or password is one error here.
-		e, err := membership.NewEtcd(ctx, n.httpLn.Addr().String(), n.Info, membership.EtcdOptions{
+		e, err := membership.NewEtcd(ctx, n.httpLn.Addr().String(), membership.EtcdOptions{
 			Endpoints:      cfg.Cluster.EtcdEndpoints,
 			Prefix:         cfg.Cluster.EtcdPrefix,
 			Cluster:        cfg.Cluster.Name,
@@ -270,7 +280,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 		}
 		n.membership = e
 	default:
-		n.membership = membership.New(n.httpLn.Addr().String(), n.Info, membership.Options{
+		n.membership = membership.New(n.httpLn.Addr().String(), membership.Options{
 			Seeds:          cfg.Cluster.Seeds,
 			Heartbeat:      cfg.Cluster.Heartbeat,
 			FailureTimeout: cfg.Cluster.FailureTimeout,
@@ -278,16 +288,20 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 			Logger:         log.With("component", "membership"),
 		})
 	}
+	// The provider is the one liveness mechanism: gossip's heartbeat
+	// expiry is off (members.go).
 	clusterCfg := cluster.Configure(cfg.Cluster.Name, n.membership, disthash.New(), remoteCfg,
 		cluster.WithKinds(clusterKinds...),
-		cluster.WithHeartbeatExpiration(cfg.Cluster.FailureTimeout*2))
+		cluster.WithHeartbeatExpiration(noGossipExpiry))
 	n.cluster = cluster.New(n.system, clusterCfg)
+	n.watchTopology()
 	if err := startCluster(n.cluster); err != nil {
 		return nil, err
 	}
-	n.mu.Lock() // Info reads it, from membership's goroutines too
+	n.mu.Lock() // Info reads it, from the facts publisher too
 	n.remote = n.cluster.Remote
 	n.mu.Unlock()
+	n.startFacts()
 
 	n.manager, err = n.system.Root.SpawnNamed(
 		actor.PropsFromProducer(func() actor.Actor { return &manager{n: n} },
@@ -408,28 +422,6 @@ func (n *Node) Remote() *remote.Remote {
 // Logger is the node's logger.
 func (n *Node) Logger() *slog.Logger { return n.log }
 
-// Members are the live cluster members, this node included.
-func (n *Node) Members() []membership.Member { return n.membership.Members() }
-
-// MemberInfos are Members as node facts, for actors that must not depend
-// on the membership package: each member's published NodeInfo (empty
-// when it published none or it cannot be read) with the address, HTTP
-// address and kinds of its membership record. The manager answers
-// MembersRequest with them; rollout.ClusterWorkers picks members from
-// them.
-func (n *Node) MemberInfos() []*rtmsg.NodeInfo {
-	var out []*rtmsg.NodeInfo
-	for _, mem := range n.Members() {
-		info, err := mem.Info()
-		if err != nil {
-			info = &rtmsg.NodeInfo{}
-		}
-		info.Address, info.HttpAddress, info.Kinds = mem.Address(), mem.HTTP, mem.Kinds
-		out = append(out, info)
-	}
-	return out
-}
-
 // Info describes the node for other nodes and the CLI.
 func (n *Node) Info() *rtmsg.NodeInfo {
 	n.mu.Lock()
@@ -452,7 +444,7 @@ func (n *Node) Info() *rtmsg.NodeInfo {
 }
 
 func (n *Node) offers(member, kind string) bool {
-	for _, m := range n.Members() {
+	for _, m := range n.clusterMembers() {
 		if m.Address() == member {
 			return slices.Contains(m.Kinds, kind)
 		}
@@ -462,7 +454,7 @@ func (n *Node) offers(member, kind string) bool {
 
 func (n *Node) unknownKind(kind, member string) error {
 	var offered []string
-	for _, m := range n.Members() {
+	for _, m := range n.clusterMembers() {
 		if member == "" || m.Address() == member {
 			offered = append(offered, m.Kinds...)
 		}
@@ -497,6 +489,7 @@ func (n *Node) Stop(ctx context.Context) error {
 			n.httpLn.Close()
 		}
 		n.stopActors(ctx)
+		n.stopFacts()
 		if n.cluster != nil && n.cluster.Remote != nil {
 			// A graceful leave waits for remoting's streams, and so for an
 			// actor still busy with a remote request (a long digest job):

@@ -45,11 +45,17 @@ type Requirements struct {
 // that offer kind and meet r, best first. Members that lack a preferred
 // capability come after those that have it; among the rest, the asking
 // node comes first (last with PreferRemote), then members with fewer
-// running actors of the kind (their load as the membership last carried
-// it), then the least busy CPU; the members tied for best are rotated by
-// r.Rotate so that a burst of placements spreads. No member: an error
-// that wraps ErrUnknownKind when none offers the kind at all, and names
-// what the others lacked otherwise.
+// running actors of the kind (their load as they last gossiped it), then
+// the least busy CPU; the members tied for best are rotated by r.Rotate
+// so that a burst of placements spreads. No member: an error that wraps
+// ErrUnknownKind when none offers the kind at all, and names what the
+// others lacked otherwise.
+//
+// A member whose facts have not arrived (no capabilities: it joined a
+// moment ago and its gossip has not reached this node) is refused where r
+// requires containerd, a GPU or free memory; where r prefers one it comes
+// after the members known to have it and before those known to lack it;
+// otherwise it is ranked as an idle member (it has just joined).
 func Pick(members []*rtmsg.NodeInfo, kind string, r Requirements) ([]string, error) {
 	type cand struct {
 		addr   string
@@ -70,9 +76,13 @@ func Pick(members []*rtmsg.NodeInfo, kind string, r Requirements) ([]string, err
 		}
 		caps, load := m.GetCapabilities(), m.GetLoad()
 		hasCtrd, hasGPU := caps.GetContainerd(), len(caps.GetGpus()) > 0
+		unknown := caps == nil
 		switch {
 		case slices.Contains(r.Exclude, addr):
 			why = append(why, addr+": excluded after a failure")
+			continue
+		case unknown && (r.Containerd == Require || r.GPU == Require || r.MinMemoryAvailable > 0):
+			why = append(why, addr+": its facts have not arrived yet")
 			continue
 		case r.Containerd == Require && !hasCtrd:
 			why = append(why, addr+": no containerd")
@@ -85,11 +95,20 @@ func Pick(members []*rtmsg.NodeInfo, kind string, r Requirements) ([]string, err
 			continue
 		}
 		c := cand{addr: addr, actors: load.GetKindActors()[kind], busy: load.GetCpuBusy()}
-		if r.Containerd == Prefer && !hasCtrd {
-			c.class += 4
-		}
-		if r.GPU == Prefer && !hasGPU {
-			c.class += 4
+		switch {
+		case unknown:
+			// It may have what is preferred: after the members known to
+			// have it, before those known to lack it.
+			if r.Containerd == Prefer || r.GPU == Prefer {
+				c.class += 2
+			}
+		default:
+			if r.Containerd == Prefer && !hasCtrd {
+				c.class += 4
+			}
+			if r.GPU == Prefer && !hasGPU {
+				c.class += 4
+			}
 		}
 		if r.Self != "" && (addr == r.Self) == r.PreferRemote {
 			c.class++
