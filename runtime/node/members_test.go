@@ -2,8 +2,13 @@ package node
 
 import (
 	"context"
+	"encoding/json"
+	"net"
+	"net/http"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -239,5 +244,58 @@ func TestMembersJoinTheirFacts(t *testing.T) {
 	}
 	if order, err := placement.Pick(infos, "w", placement.Requirements{MinMemoryAvailable: 1}); err != nil || slices.Contains(order, "h:3") {
 		t.Errorf("Pick needing memory = %v %v: the member without facts qualified", order, err)
+	}
+}
+
+// TestAMemberSeenGoneStaysGone: a member the provider dropped (silent for
+// longer than the failure timeout) that answers again under the same id
+// stays out of the provider's members as well as the cluster's, which
+// blocks that id for good: the two never disagree, and the member must
+// restart (a new id) to rejoin.
+func TestAMemberSeenGoneStaysGone(t *testing.T) {
+	var silent atomic.Bool
+	var peer *counter
+	peer = newCounter(t, "127.0.0.1", func(w http.ResponseWriter) {
+		if silent.Load() {
+			http.Error(w, "paused", http.StatusServiceUnavailable)
+			return
+		}
+		host, port, _ := net.SplitHostPort(peer.addr)
+		p, _ := strconv.Atoi(port)
+		self := membership.Member{ID: "paused-peer", Cluster: "frognano", Host: host, Port: p, HTTP: peer.addr, Kinds: []string{echoKind}}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"self": self, "members": []membership.Member{self}})
+	})
+	cfg := testConfig(t)
+	cfg.Cluster.Seeds = []string{peer.addr}
+	n := startNode(t, cfg)
+	listed := func() (inCluster, inProvider bool) {
+		inCluster = slices.ContainsFunc(n.Members(), func(m Member) bool { return m.ID == "paused-peer" })
+		inProvider = slices.ContainsFunc(n.membership.Members(), func(m membership.Member) bool { return m.ID == "paused-peer" })
+		return
+	}
+	wait := func(want bool, what string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			c, p := listed()
+			if c == want && p == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the peer in the cluster's members %v, in the provider's %v; want %v", what, c, p, want)
+			}
+		}
+	}
+	wait(true, "joined")
+	silent.Store(true)
+	wait(false, "silent")
+	polls := len(peer.seen())
+	silent.Store(false)
+	time.Sleep(3 * cfg.Cluster.FailureTimeout)
+	if c, p := listed(); c || p {
+		t.Fatalf("answering again: the peer in the cluster's members %v, in the provider's %v; want neither", c, p)
+	}
+	if len(peer.seen()) <= polls {
+		t.Fatal("the peer was not polled again (the test proves nothing)")
 	}
 }
