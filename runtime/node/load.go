@@ -12,8 +12,8 @@ import (
 
 // nodeLoad is what NodeInfo.load reports: the machine's figures from a
 // capabilities.LoadMeter and the node's running actors per kind. It rides
-// on NodeInfo, which the membership polls already carry: no other
-// exchange reports it.
+// on NodeInfo, which the node publishes in the cluster's gossip state every
+// heartbeat (members.go): no other exchange reports it.
 type nodeLoad struct {
 	once  sync.Once
 	meter *capabilities.LoadMeter
