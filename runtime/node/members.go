@@ -116,8 +116,12 @@ func joinFacts(members []Member, facts map[string]*rtmsg.NodeInfo, self string, 
 	return members
 }
 
-// gossipedFacts reads every member's facts from the gossip state, by
-// member id; nil while the cluster's gossip is not running.
+// gossipedFacts reads the other members' facts from the gossip state, by
+// member id; nil while the cluster's gossip is not running. This node's
+// own entry is skipped: GetState hands out the gossip actor's entries,
+// and the actor rewrites this node's own in place at every SetState
+// (other members' entries are replaced, never changed), so reading it
+// here would race; Members uses Info for this node anyway.
 func (n *Node) gossipedFacts() map[string]*rtmsg.NodeInfo {
 	n.mu.Lock()
 	on := n.gossipOn
@@ -130,8 +134,12 @@ func (n *Node) gossipedFacts() map[string]*rtmsg.NodeInfo {
 		n.log.Debug("could not read the members' facts from the gossip state", "err", err)
 		return nil
 	}
+	self := n.systemID()
 	out := make(map[string]*rtmsg.NodeInfo, len(state))
 	for id, kv := range state {
+		if id == self {
+			continue
+		}
 		info := &rtmsg.NodeInfo{}
 		if err := kv.GetValue().UnmarshalTo(info); err != nil {
 			n.log.Debug("ignoring a member's facts that are not a NodeInfo", "member", id, "err", err)
