@@ -91,14 +91,16 @@ func LocalWorkers(root *actor.RootContext, props *actor.Props) func(context.Cont
 // ClusterWorkers spawns workers by kind name on cluster members through a
 // node's manager (SpawnRequest, remote spawning). Members that report
 // containerd come first, taken in turn so that episodes spread over them;
-// members that offer the kind without reporting containerd are tried
-// after them (containerd may have started after the member did). A member
-// that refuses is skipped for the next one.
+// then members whose facts have not reached this node yet (they joined a
+// moment ago); members that offer the kind without reporting containerd
+// are tried last (containerd may have started after the member did). A
+// member that refuses is skipped for the next one.
 type ClusterWorkers struct {
 	Root    *actor.RootContext
 	Manager *actor.PID // a node's manager (node.ManagerName)
 	// Members lists the live members with their address, kinds and
-	// capabilities (node.Node.MemberInfos).
+	// capabilities (node.Node.MemberInfos: the cluster's member list with
+	// the facts each member gossiped).
 	Members func() []*rtmsg.NodeInfo
 	// Timeout bounds one spawn request (default 30s).
 	Timeout time.Duration
