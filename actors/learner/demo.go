@@ -156,8 +156,11 @@ type BenchResult struct {
 // sequences of batch × seqLen tokens, the last answer of each policy
 // tokens (answer 0: all but the first, as a sequence of policy tokens
 // after a one-token prompt), after one warm-up step; TokensPerSecond
-// counts every token of the batch over the median step.
-func Bench(ctx context.Context, m *model.Model, batch, seqLen, answer, steps int, train model.TrainOptions) (BenchResult, error) {
+// counts every token of the batch over the median step. With group > 1
+// the sequences come in groups of that many sharing their prompt, as a
+// GRPO group's episodes do (the Trainer computes a shared prompt once
+// unless train.NoPrefixSharing).
+func Bench(ctx context.Context, m *model.Model, batch, seqLen, answer, group, steps int, train model.TrainOptions) (BenchResult, error) {
 	if batch < 2 || seqLen < 2 || steps < 1 || answer < 0 || answer >= seqLen {
 		return BenchResult{}, fmt.Errorf("learner: bench needs a batch of at least 2, sequences of at least 2 tokens, an answer shorter than the sequence and a step")
 	}
@@ -179,6 +182,10 @@ func Bench(ctx context.Context, m *model.Model, batch, seqLen, answer, steps int
 			s.Tokens[t] = int32(r.IntN(m.Config.VocabSize))
 			s.PolicyMask[t] = t >= seqLen-answer
 			s.SamplerLogProbs[t] = -11 // about log(1/vocab): ratios near one
+		}
+		if group > 1 && i%group != 0 {
+			// The group's episodes share their prompt.
+			copy(s.Tokens[:seqLen-answer], g[i-i%group].Tokens)
 		}
 		g = append(g, s)
 	}

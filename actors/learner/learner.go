@@ -436,11 +436,30 @@ func (l *Learner) pass(seqs [][]int32, masks [][]bool, backward bool, loss seqLo
 	if backward {
 		l.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	}
+	// Sequences that begin alike (a group's episodes share their prompt)
+	// go next to each other, so that the Trainer computes their common
+	// prefix once; a sequence costs the micro-batch only what it does not
+	// share with the one before it.
+	order = byPrefix(seqs, order)
+	cost := func(prev, k int) int {
+		if prev < 0 {
+			return len(seqs[k])
+		}
+		return len(seqs[k]) - sharedRows(seqs[prev], seqs[k], masks[prev], masks[k])
+	}
 	mbs := 0
 	for lo := 0; lo < len(order); {
 		hi, tokens := lo, 0
-		for hi < len(order) && (hi == lo || tokens+len(seqs[order[hi]]) <= l.cfg.MicroBatchTokens) {
-			tokens += len(seqs[order[hi]])
+		for hi < len(order) {
+			prev := -1
+			if hi > lo {
+				prev = order[hi-1]
+			}
+			c := cost(prev, order[hi])
+			if hi > lo && tokens+c > l.cfg.MicroBatchTokens {
+				break
+			}
+			tokens += c
 			hi++
 		}
 		mb := make([][]int32, 0, hi-lo)
@@ -469,6 +488,48 @@ func (l *Learner) pass(seqs [][]int32, masks [][]bool, backward bool, loss seqLo
 		lo = hi
 	}
 	return mbs, nil
+}
+
+// byPrefix reorders order so that sequences with the same first
+// model.MinSharedPrefix tokens are adjacent, the groups in the order of
+// their first member.
+func byPrefix(seqs [][]int32, order []int) []int {
+	key := func(k int) string {
+		s := seqs[k][:min(len(seqs[k]), model.MinSharedPrefix)]
+		b := make([]byte, 0, 4*len(s))
+		for _, t := range s {
+			b = append(b, byte(t), byte(t>>8), byte(t>>16), byte(t>>24))
+		}
+		return string(b)
+	}
+	groups := map[string][]int{}
+	var keys []string
+	for _, k := range order {
+		kk := key(k)
+		if _, ok := groups[kk]; !ok {
+			keys = append(keys, kk)
+		}
+		groups[kk] = append(groups[kk], k)
+	}
+	out := make([]int, 0, len(order))
+	for _, kk := range keys {
+		out = append(out, groups[kk]...)
+	}
+	return out
+}
+
+// sharedRows estimates the prefix rows the Trainer shares between two
+// adjacent sequences: their common tokens before either's first policy
+// token (the masks are the policy masks, one entry per token).
+func sharedRows(a, b []int32, ma, mb []bool) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] && n < len(ma) && n < len(mb) && !ma[n] && !mb[n] {
+		n++
+	}
+	if n < model.MinSharedPrefix {
+		return 0
+	}
+	return n
 }
 
 // GroupsFromProto turns trajectory groups into GRPO groups. A

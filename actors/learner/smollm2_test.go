@@ -50,7 +50,7 @@ func BenchmarkTrainStep(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
-	r, err := Bench(context.Background(), m, 4, 256, 0, b.N, model.TrainOptions{})
+	r, err := Bench(context.Background(), m, 4, 256, 0, 1, b.N, model.TrainOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -144,7 +144,7 @@ as it is (a GGUF file turned into a Hugging Face directory).`,
 	export.Flags().StringVar(&out, "out", "", "directory to write")
 	export.Flags().StringVar(&dtype, "dtype", "f32", "weight type: f32, bf16 or f16")
 
-	var batch, seqLen, answer, steps, trainLayers int
+	var batch, seqLen, answer, group, steps, trainLayers int
 	var recompute bool
 	bench := &cobra.Command{
 		Use:   "bench",
@@ -154,14 +154,20 @@ policy token (or the last --answer of each, after a prompt, as in an
 episode), for --steps steps after a warm-up step, and prints the time of
 each step and the tokens per second of the median one, counting every token
 (forward, backward and AdamW, over every weight or with --train-layers the
-top layers only, in float32 on this machine's CPU).`,
+top layers only, in float32 on this machine's CPU).
+
+With --group G (and --answer) the sequences come in groups of G that share
+their prompt, as a GRPO group's episodes do, and bench measures the same
+batch twice, side by side: with the prompt's rows computed once per group
+(what training does) and with every sequence computed in full.
+
+  frognano learn bench --model qwen2.5-coder-1.5b --batch 16 --seq 1024 --answer 32 --group 4 --train-layers 4 --steps 1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, err := loadModel()
-			if err != nil {
-				return err
+			if group < 1 || (group > 1 && answer == 0) {
+				return fmt.Errorf("--group %d: want 1, or more with --answer (the prompt is what a group shares)", group)
 			}
-			r, err := learner.Bench(cmd.Context(), m, batch, seqLen, answer, steps, model.TrainOptions{Recompute: recompute, TrainLayers: trainLayers})
+			m, err := loadModel()
 			if err != nil {
 				return err
 			}
@@ -174,11 +180,35 @@ top layers only, in float32 on this machine's CPU).`,
 			if answer > 0 {
 				pol = fmt.Sprintf("the last %d policy tokens", answer)
 			}
-			fmt.Fprintf(o, "%s on %s, batch %d × %d tokens (%s), training %s, recompute %v\n", m.Source, r.Backend, batch, seqLen, pol, layers, recompute)
-			for i, d := range r.PerStep {
-				fmt.Fprintf(o, "  step %d: %.2fs wall, %.2fs CPU (%.0f tokens/s)\n", i+1, d.Seconds(), r.CPUPerStep[i].Seconds(), float64(batch*seqLen)/d.Seconds())
+			variants := []bool{false}
+			if group > 1 {
+				pol += fmt.Sprintf(", groups of %d sharing their prompt", group)
+				variants = []bool{false, true}
 			}
-			fmt.Fprintf(o, "training: %.0f tokens/s (median step)\n", r.TokensPerSecond)
+			var rates []float64
+			for _, full := range variants {
+				r, err := learner.Bench(cmd.Context(), m, batch, seqLen, answer, group, steps,
+					model.TrainOptions{Recompute: recompute, TrainLayers: trainLayers, NoPrefixSharing: full})
+				if err != nil {
+					return err
+				}
+				if len(rates) == 0 {
+					fmt.Fprintf(o, "%s on %s, batch %d × %d tokens (%s), training %s, recompute %v\n", m.Source, r.Backend, batch, seqLen, pol, layers, recompute)
+				}
+				label := "training"
+				if group > 1 {
+					label = map[bool]string{false: "shared prompts", true: "every sequence in full"}[full]
+					fmt.Fprintf(o, "%s:\n", label)
+				}
+				for i, d := range r.PerStep {
+					fmt.Fprintf(o, "  step %d: %.2fs wall, %.2fs CPU (%.0f tokens/s)\n", i+1, d.Seconds(), r.CPUPerStep[i].Seconds(), float64(batch*seqLen)/d.Seconds())
+				}
+				fmt.Fprintf(o, "%s: %.0f tokens/s (median step)\n", label, r.TokensPerSecond)
+				rates = append(rates, r.TokensPerSecond)
+			}
+			if len(rates) == 2 {
+				fmt.Fprintf(o, "shared / full: %.2f×\n", rates[0]/rates[1])
+			}
 			return nil
 		},
 	}
@@ -187,6 +217,7 @@ top layers only, in float32 on this machine's CPU).`,
 	bench.Flags().IntVar(&steps, "steps", 3, "measured steps")
 	bench.Flags().BoolVar(&recompute, "recompute", false, "recompute activations in the backward pass (less memory)")
 	bench.Flags().IntVar(&answer, "answer", 0, "policy tokens at the end of each sequence, after a prompt (0: every token but the first)")
+	bench.Flags().IntVar(&group, "group", 1, "sequences per group sharing their prompt (needs --answer); above 1, measured with and without sharing, side by side")
 	bench.Flags().IntVar(&trainLayers, "train-layers", 0, "train only the top N decoder layers and the final norm (0: every weight)")
 
 	cmd.AddCommand(demo, export, bench)

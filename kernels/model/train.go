@@ -70,7 +70,32 @@ type TrainOptions struct {
 	// fraction of its memory. 0 (or the number of layers or more) trains
 	// every weight.
 	TrainLayers int
+	// NoPrefixSharing runs every sequence of a batch in full. By default
+	// consecutive sequences that begin with the same tokens (a GRPO
+	// group's episodes all start with one prompt) share those rows: see
+	// "Shared prefixes" below.
+	NoPrefixSharing bool
 }
+
+// Shared prefixes. The G episodes of a GRPO group start with one prompt,
+// often a thousand tokens, and differ in a short answer; run one by one,
+// a batch computes the prompt G times. With masks (LogProbsOf with want),
+// consecutive sequences whose first p tokens are equal (p at least
+// MinSharedPrefix, and no wanted row among them, as those rows would have
+// a target per sequence) form a unit: the p prefix rows are computed once
+// and each sequence adds only its own rows, at positions p and on. The
+// prefix rows attend to themselves; a sequence's own rows attend to the
+// prefix's keys and values and to their own, through a copy of both into
+// one contiguous buffer. In the backward pass each sequence's attention is
+// differentiated over prefix and own rows together (the gradient of the
+// prefix's attention output counted once, with the first sequence), and
+// the prefix rows' query, key and value gradients add up over the unit's
+// sequences. Every other operation is row by row, so the unit computes
+// exactly what its sequences computed apart, in fewer rows.
+
+// MinSharedPrefix is the fewest equal leading tokens for which consecutive
+// sequences share their prefix rows.
+const MinSharedPrefix = 16
 
 // Frozen reports whether the Trainer leaves weight name unchanged.
 func (t *Trainer) Frozen(name string) bool { return !t.trained(name) }
@@ -127,19 +152,34 @@ type Trainer struct {
 	held              int            // first row of the chunk whose logits are in logits, or -1
 
 	// The last LogProbs' batch.
-	lens              []int     // tokens per sequence
+	lens              []int  // tokens per sequence
+	units             []unit // the packed batch: prefixes and the sequences' own rows
+	catCap            int    // rows of the concatenation buffers below
+	qCat, kCat, vCat  kernels.Tensor
+	dyCat, dqCat      kernels.Tensor
+	dkCat, dvCat      kernels.Tensor
 	ids, pos, targets []int32   // its tokens, their positions, the tokens they predict
 	total, outputs    int       // token rows, predicting rows
 	ready             bool      // LogProbs succeeded, so Backward may run
 	segs              []seg     // runs of rows whose log-probabilities are computed
 	logp, dlogp       []float32 // per computed row
-	dlogpRows         []float32 // Backward's gradients per token row
 }
 
 // seg is a run of n consecutive token rows, from row, whose
 // log-probabilities are computed; they are rows off… of the output
-// buffers.
-type seg struct{ row, off, n int }
+// buffers, and positions j… of sequence seq.
+type seg struct{ row, off, n, seq, j int }
+
+// unit is a run of packed rows: a prefix of rows [row, row+p) and, when
+// sequences share it, each one's own rows (positions p and on). A
+// sequence that shares nothing is a unit of its own with no tails.
+type unit struct {
+	row, p int
+	tails  []span
+}
+
+// span is n packed rows from row.
+type span struct{ row, n int }
 
 // bufs are the per-token buffers of one layer, or the scratch buffers,
 // each [rows, …]; a field is nil where it is not used.
@@ -281,17 +321,19 @@ func (t *Trainer) LogProbsOf(seqs [][]int32, want [][]bool) ([][]float32, error)
 		}
 	}
 	out := make([][]float32, len(seqs))
-	flat := make([]float32, t.total)
-	row := 0
+	size := 0
+	for _, s := range seqs {
+		size += max(len(s)-1, 0)
+	}
+	flat := make([]float32, size)
+	off := 0
 	for i, s := range seqs {
 		k := max(len(s)-1, 0)
-		out[i] = flat[row : row+k : row+k]
-		row += len(s)
+		out[i] = flat[off : off+k : off+k]
+		off += k
 	}
-	// A segment's rows are token rows of the packed batch; token row r of
-	// sequence i (starting at row0) is out[i][r-row0], at flat[r].
 	for _, g := range t.segs {
-		copy(flat[g.row:g.row+g.n], t.logp[g.off:g.off+g.n])
+		copy(out[g.seq][g.j:g.j+g.n], t.logp[g.off:g.off+g.n])
 	}
 	t.ready = true
 	return out, nil
@@ -311,20 +353,14 @@ func (t *Trainer) Backward(dlogp [][]float32) error {
 	if len(dlogp) != len(t.lens) {
 		return fmt.Errorf("model: Backward with gradients for %d sequences, LogProbs ran %d", len(dlogp), len(t.lens))
 	}
-	flat := t.dlogpRows[:0]
 	for i, d := range dlogp {
 		if len(d) != max(t.lens[i]-1, 0) {
 			return fmt.Errorf("model: Backward: sequence %d has %d log-probabilities but %d gradients", i, max(t.lens[i]-1, 0), len(d))
 		}
-		flat = append(flat, d...)
-		if t.lens[i] > 0 {
-			flat = append(flat, 0) // the sequence's last row predicts nothing
-		}
 	}
-	t.dlogpRows = flat
 	t.dlogp = t.dlogp[:0]
 	for _, g := range t.segs {
-		t.dlogp = append(t.dlogp, flat[g.row:g.row+g.n]...)
+		t.dlogp = append(t.dlogp, dlogp[g.seq][g.j:g.j+g.n]...)
 	}
 	b, c, w, g := t.b, t.m.Config, &t.m.w, &t.g
 	dx := t.s.dx
@@ -391,25 +427,64 @@ func (t *Trainer) check(seqs [][]int32) error {
 // want asks for; nil: all) and grows the buffers to fit it.
 func (t *Trainer) prepare(seqs [][]int32, want [][]bool) {
 	t.lens, t.ids, t.pos, t.targets, t.segs = t.lens[:0], t.ids[:0], t.pos[:0], t.targets[:0], t.segs[:0]
-	row := 0
-	for i, s := range seqs {
+	t.units = t.units[:0]
+	for _, s := range seqs {
 		t.lens = append(t.lens, len(s))
-		t.ids = append(t.ids, s...)
-		for j := range s {
+	}
+	// rows appends sequence i's tokens from position j0 at packed row row.
+	rows := func(i, j0, row int) {
+		s := seqs[i]
+		t.ids = append(t.ids, s[j0:]...)
+		for j := j0; j < len(s); j++ {
 			t.pos = append(t.pos, int32(j))
 		}
-		for j := 0; j+1 < len(s); j++ {
+		for j := j0; j+1 < len(s); j++ {
 			if want != nil && !want[i][j] {
 				continue
 			}
-			if n := len(t.segs); n > 0 && t.segs[n-1].row+t.segs[n-1].n == row+j {
+			r := row + j - j0
+			if n := len(t.segs); n > 0 && t.segs[n-1].row+t.segs[n-1].n == r {
 				t.segs[n-1].n++
 			} else {
-				t.segs = append(t.segs, seg{row: row + j, off: len(t.targets), n: 1})
+				t.segs = append(t.segs, seg{row: r, off: len(t.targets), n: 1, seq: i, j: j})
 			}
 			t.targets = append(t.targets, s[j+1])
 		}
-		row += len(s)
+	}
+	catRows := 0
+	for lo := 0; lo < len(seqs); {
+		hi, p := lo+1, 0
+		if want != nil && !t.o.NoPrefixSharing {
+			p = sharable(seqs[lo], want[lo])
+			for hi < len(seqs) {
+				q := min(p, sharable(seqs[hi], want[hi]), commonPrefix(seqs[lo], seqs[hi]))
+				if q < MinSharedPrefix {
+					break
+				}
+				p = q
+				hi++
+			}
+		}
+		row := len(t.ids)
+		if hi == lo+1 {
+			t.units = append(t.units, unit{row: row, p: len(seqs[lo])})
+			rows(lo, 0, row)
+			lo = hi
+			continue
+		}
+		u := unit{row: row, p: p}
+		t.ids = append(t.ids, seqs[lo][:p]...)
+		for j := range p {
+			t.pos = append(t.pos, int32(j))
+		}
+		for i := lo; i < hi; i++ {
+			r := len(t.ids)
+			u.tails = append(u.tails, span{row: r, n: len(seqs[i]) - p})
+			rows(i, p, r)
+			catRows = max(catRows, len(seqs[i]))
+		}
+		t.units = append(t.units, u)
+		lo = hi
 	}
 	t.total, t.outputs = len(t.ids), len(t.targets)
 	if cap(t.logp) < t.outputs {
@@ -468,6 +543,12 @@ func (t *Trainer) prepare(seqs [][]int32, want [][]bool) {
 	if t.outputs > t.outCap {
 		t.outCap = max(t.outputs, t.outCap+t.outCap/4)
 		t.xOut, t.hOut, t.dhOut = b.New(t.outCap, d), b.New(t.outCap, d), b.New(t.outCap, d)
+	}
+	if catRows > t.catCap {
+		t.catCap = max(catRows, t.catCap+t.catCap/4)
+		n := t.catCap
+		t.qCat, t.dyCat, t.dqCat = b.New(n, q), b.New(n, q), b.New(n, q)
+		t.kCat, t.vCat, t.dkCat, t.dvCat = b.New(n, kv), b.New(n, kv), b.New(n, kv), b.New(n, kv)
 	}
 	// The chunks depend on the batch alone, not on earlier ones, so that a
 	// batch's results do not depend on the Trainer's history.
@@ -542,11 +623,14 @@ func (t *Trainer) forwardBlock(l int, a *bufs, out kernels.Tensor) {
 	t.linear(at.V, a.v, s.h)
 	b.RoPE(a.q, a.q, t.pos, c.HeadDim, c.RopeTheta)
 	b.RoPE(a.k, a.k, t.pos, c.HeadDim, c.RopeTheta)
-	row := 0
-	for _, k := range t.lens {
-		r0, r1 := row, row+k
+	for _, u := range t.units {
+		r0, r1 := u.row, u.row+u.p
 		b.Attention(b.Slice(a.att, r0, r1), b.Slice(a.q, r0, r1), b.Slice(a.k, r0, r1), b.Slice(a.v, r0, r1), c.Heads, c.KVHeads)
-		row = r1
+		for _, tl := range u.tails {
+			t1 := tl.row + tl.n
+			kc, vc := t.concat(t.kCat, a.k, u, tl), t.concat(t.vCat, a.v, u, tl)
+			b.Attention(b.Slice(a.att, tl.row, t1), b.Slice(a.q, tl.row, t1), kc, vc, c.Heads, c.KVHeads)
+		}
 	}
 	t.linear(at.O, s.o, a.att)
 	b.Add(a.xMid, a.xIn, s.o)
@@ -560,6 +644,65 @@ func (t *Trainer) forwardBlock(l int, a *bufs, out kernels.Tensor) {
 	b.SwiGLU(s.act, a.gate, a.up)
 	t.linear(blk.MLP.Down, s.o, s.act)
 	b.Add(out, a.xMid, s.o)
+}
+
+// concat copies the rows of x for unit u's prefix and then those of tail
+// tl into the first rows of buf, and returns them.
+func (t *Trainer) concat(buf, x kernels.Tensor, u unit, tl span) kernels.Tensor {
+	b := t.b
+	b.Copy(b.Slice(buf, 0, u.p), b.Slice(x, u.row, u.row+u.p))
+	b.Copy(b.Slice(buf, u.p, u.p+tl.n), b.Slice(x, tl.row, tl.row+tl.n))
+	return b.Slice(buf, 0, u.p+tl.n)
+}
+
+// attentionBackwardShared is the attention's backward pass over a unit
+// whose prefix its sequences share: each sequence's attention (prefix and
+// own rows, a full pass) is differentiated on its own, the prefix's output
+// gradient going in with the first sequence only, and the prefix rows'
+// gradients add up over the sequences.
+func (t *Trainer) attentionBackwardShared(a *bufs, u unit) {
+	b, c, s := t.b, t.m.Config, &t.s
+	pre := func(x kernels.Tensor) kernels.Tensor { return b.Slice(x, u.row, u.row+u.p) }
+	for i, tl := range u.tails {
+		m := u.p + tl.n
+		own := func(x kernels.Tensor) kernels.Tensor { return b.Slice(x, tl.row, tl.row+tl.n) }
+		qc, kc, vc := t.concat(t.qCat, a.q, u, tl), t.concat(t.kCat, a.k, u, tl), t.concat(t.vCat, a.v, u, tl)
+		dy := t.concat(t.dyCat, s.datt, u, tl)
+		if i > 0 {
+			b.Fill(b.Slice(dy, 0, u.p), 0)
+		}
+		dq, dk, dv := b.Slice(t.dqCat, 0, m), b.Slice(t.dkCat, 0, m), b.Slice(t.dvCat, 0, m)
+		b.AttentionBackward(dq, dk, dv, dy, qc, kc, vc, c.Heads, c.KVHeads)
+		for _, g := range [][2]kernels.Tensor{{s.dq, dq}, {s.dk, dk}, {s.dv, dv}} {
+			if i == 0 {
+				b.Copy(pre(g[0]), b.Slice(g[1], 0, u.p))
+			} else {
+				b.Axpy(pre(g[0]), b.Slice(g[1], 0, u.p), 1)
+			}
+			b.Copy(own(g[0]), b.Slice(g[1], u.p, m))
+		}
+	}
+}
+
+// sharable is how many leading tokens of a sequence may be shared: up to
+// its first wanted row (whose target would differ between sequences) and
+// at least one token short of its end.
+func sharable(s []int32, want []bool) int {
+	for j, w := range want {
+		if w {
+			return j
+		}
+	}
+	return max(len(s)-1, 0)
+}
+
+// commonPrefix is the number of leading tokens x and y have in common.
+func commonPrefix(x, y []int32) int {
+	n := 0
+	for n < len(x) && n < len(y) && x[n] == y[n] {
+		n++
+	}
+	return n
 }
 
 // linear sets dst = x·Wᵀ + bias. The bias goes onto every row at once as
@@ -602,12 +745,14 @@ func (t *Trainer) backwardBlock(l int, a *bufs) {
 	at, ga := blk.Attn, g.Attn
 	b.MatMulTN(ga.O.Weight, dx, a.att, true)
 	b.MatMulNN(s.datt, dx, at.O.Weight)
-	row := 0
-	for _, k := range t.lens {
-		r0, r1 := row, row+k
-		b.AttentionBackward(b.Slice(s.dq, r0, r1), b.Slice(s.dk, r0, r1), b.Slice(s.dv, r0, r1),
-			b.Slice(s.datt, r0, r1), b.Slice(a.q, r0, r1), b.Slice(a.k, r0, r1), b.Slice(a.v, r0, r1), c.Heads, c.KVHeads)
-		row = r1
+	for _, u := range t.units {
+		if len(u.tails) == 0 {
+			r0, r1 := u.row, u.row+u.p
+			b.AttentionBackward(b.Slice(s.dq, r0, r1), b.Slice(s.dk, r0, r1), b.Slice(s.dv, r0, r1),
+				b.Slice(s.datt, r0, r1), b.Slice(a.q, r0, r1), b.Slice(a.k, r0, r1), b.Slice(a.v, r0, r1), c.Heads, c.KVHeads)
+			continue
+		}
+		t.attentionBackwardShared(a, u)
 	}
 	b.RoPEBackward(s.dq, s.dq, t.pos, c.HeadDim, c.RopeTheta)
 	b.RoPEBackward(s.dk, s.dk, t.pos, c.HeadDim, c.RopeTheta)

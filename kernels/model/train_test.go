@@ -731,3 +731,92 @@ func TestTrainWantedRows(t *testing.T) {
 		})
 	}
 }
+
+// TestTrainSharedPrefixes runs batches in which consecutive sequences begin
+// with one prompt (a GRPO group's episodes), with masks that want only the
+// answers, and checks that sharing the prompt rows gives the
+// log-probabilities and gradients of running every sequence in full, for
+// each architecture, with every layer or only the top ones trained, with
+// and without recomputation; and that the shared batch is shorter.
+func TestTrainSharedPrefixes(t *testing.T) {
+	r := rand.New(rand.NewPCG(61, 7))
+	tokens := func(vocab, n int) []int32 {
+		s := make([]int32, n)
+		for i := range s {
+			s[i] = int32(r.IntN(vocab))
+		}
+		return s
+	}
+	for _, name := range []string{"llama", "qwen2", "qwen3"} {
+		s := tinySpecs[name]
+		m := mustLoad(t, s.WriteHF(t, s.RandomWeights(43), nil))
+		v := s.Vocab()
+		// Two groups sharing prompts of 40 and 24 tokens (the second
+		// group's answers begin with one more given token, not wanted),
+		// a sequence alone, and a pair whose common prefix is too short.
+		promptA, promptB := tokens(v, 40), tokens(v, 24)
+		var seqs [][]int32
+		var want [][]bool
+		add := func(prompt []int32, given, answer int) {
+			seq := append(append([]int32{}, prompt...), tokens(v, given+answer)...)
+			w := make([]bool, len(seq)-1)
+			for j := len(prompt) + given - 1; j < len(w); j++ {
+				w[j] = true
+			}
+			seqs, want = append(seqs, seq), append(want, w)
+		}
+		add(promptA, 0, 5)
+		add(promptA, 0, 9)
+		add(promptA, 0, 1)
+		add(tokens(v, 12), 0, 6)
+		add(promptB, 1, 3)
+		add(promptB, 1, 7)
+		short := tokens(v, MinSharedPrefix-1)
+		add(short, 0, 4)
+		add(short, 0, 2)
+		coef := make([][]float32, len(seqs))
+		for i, w := range want {
+			coef[i] = make([]float32, len(w))
+			for j := range w {
+				if w[j] {
+					coef[i][j] = float32(r.NormFloat64())
+				}
+			}
+		}
+		for _, o := range []TrainOptions{{}, {Recompute: true}, {TrainLayers: 1}} {
+			run := func(o TrainOptions) ([][]float32, map[string][]float32, int) {
+				tr := mustTrainer(t, m, o)
+				tr.ZeroGrad()
+				lp, err := tr.LogProbsOf(seqs, want)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := tr.Backward(coef); err != nil {
+					t.Fatal(err)
+				}
+				return lp, gradMap(tr), tr.total
+			}
+			full := o
+			full.NoPrefixSharing = true
+			lpFull, gFull, rowsFull := run(full)
+			lp, g, rows := run(o)
+			// Prompt A's 39 rows shared by three, prompt B's 24 by two.
+			if want := rowsFull - 2*39 - 24; rows != want {
+				t.Errorf("%s %+v: %d rows shared, want %d (of %d)", name, o, rows, want, rowsFull)
+			}
+			for i := range seqs {
+				if msg := kernelstest.Mismatch(lp[i], lpFull[i], tinyTol); msg != "" {
+					t.Errorf("%s %+v: sequence %d: log-probabilities shared differ from full: %s", name, o, i, msg)
+				}
+			}
+			if len(g) != len(gFull) || len(g) == 0 {
+				t.Fatalf("%s %+v: %d gradients shared, %d full", name, o, len(g), len(gFull))
+			}
+			for _, k := range sortedKeys(gFull) {
+				if msg := kernelstest.Mismatch(g[k], gFull[k], summationTol(gFull[k])); msg != "" {
+					t.Errorf("%s %+v: gradient of %s shared differs from full: %s", name, o, k, msg)
+				}
+			}
+		}
+	}
+}
