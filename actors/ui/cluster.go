@@ -28,7 +28,7 @@ type envRow struct {
 }
 
 // memberRow is a member as the cluster page lists it, with the load it
-// published with its facts on its last membership poll.
+// last published with its facts in the cluster's gossip state.
 type memberRow struct {
 	Member
 	// Load1, CPU and MemAvail are the machine's figures, "-" where the

@@ -12,7 +12,7 @@ import (
 )
 
 // writeMembers prints the cluster's members: kinds, capabilities and the
-// load each published with its facts on its last membership poll.
+// load each last published with its facts in the cluster's gossip state.
 func writeMembers(w io.Writer, reply *rtmsg.MembersReply) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tREMOTE\tHTTP\tKINDS\tCORES\tMEMORY\tCONTAINERD\tGPUS\tLOAD 1M\tCPU BUSY\tMEM AVAILABLE\tACTORS BY KIND")

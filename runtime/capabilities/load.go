@@ -18,8 +18,9 @@ import (
 )
 
 // DefaultLoadInterval is how long a load sample is reused: a node's facts
-// are asked for on every membership poll by every other member, and the
-// machine's figures do not change faster than this anyway.
+// are read at every heartbeat (to publish them in the cluster's gossip
+// state) and by every local caller, and the machine's figures do not
+// change faster than this anyway.
 const DefaultLoadInterval = time.Second
 
 // LoadOptions configures a LoadMeter. The zero value reads this machine.

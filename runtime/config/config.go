@@ -95,7 +95,8 @@ type Cluster struct {
 	Name string `yaml:"name"`
 	// Seeds are HTTP addresses of nodes to join through; empty means a one-node cluster.
 	Seeds []string `yaml:"seeds"`
-	// Heartbeat is how often members are polled.
+	// Heartbeat is how often members are polled (provider static) and how
+	// often a node republishes its facts and load in the cluster's gossip state.
 	Heartbeat time.Duration `yaml:"heartbeat"`
 	// FailureTimeout is how long a member may stay silent before it is declared gone.
 	// With the etcd provider it is the TTL of the member's lease (whole
@@ -113,7 +114,8 @@ type Cluster struct {
 	// EtcdPrefix is the key prefix under which members register
 	// (PREFIX/CLUSTER/members/ID).
 	EtcdPrefix string `yaml:"etcd_prefix"`
-	// EtcdRefresh is how often a member rewrites its record (its load) in etcd.
+	// EtcdRefresh is how often a member rewrites its record in etcd (its
+	// facts and load travel in the cluster's gossip state, not there).
 	EtcdRefresh time.Duration `yaml:"etcd_refresh"`
 	// EtcdTLSCA is a PEM file of the CA certificate(s) etcd's server
 	// certificate must verify against; empty with TLS on means the
