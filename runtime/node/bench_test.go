@@ -46,11 +46,7 @@ func (p *pinger) send(ctx actor.Context) {
 //
 //	go test ./runtime/node -run '^$' -bench Messages -benchtime 200000x
 func BenchmarkMessages(b *testing.B) {
-	a := startNode(b, testConfig(b))
-	cfgB := testConfig(b)
-	cfgB.Cluster.Seeds = []string{a.HTTPAddr()}
-	other := startNode(b, cfgB)
-	waitMembers(b, 2, a, other)
+	a, other := startPair(b)
 
 	for _, tc := range []struct {
 		name   string

@@ -17,11 +17,7 @@ func TestMembersCarryTheirLoad(t *testing.T) {
 	solo := startNode(t, testConfig(t))
 	soloLoad := func() *rtmsg.Load { return solo.Members()[0].Info.GetLoad() }
 	solo1 := soloLoad()
-	a := startNode(t, testConfig(t))
-	cfgB := testConfig(t)
-	cfgB.Cluster.Seeds = []string{a.HTTPAddr()}
-	b := startNode(t, cfgB)
-	waitMembers(t, 2, a, b)
+	a, b := startPair(t)
 
 	var pids []*actor.PID
 	for range 2 {

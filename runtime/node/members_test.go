@@ -135,11 +135,7 @@ func TestMemberFactsArriveByGossip(t *testing.T) {
 // list when, and only when, the provider drops it, whether it stops
 // answering the provider while its gossip goes on or stops altogether.
 func TestTheProviderAloneSaysWhoIsAlive(t *testing.T) {
-	a := startNode(t, testConfig(t))
-	cfgB := testConfig(t)
-	cfgB.Cluster.Seeds = []string{a.HTTPAddr()}
-	b := startNode(t, cfgB)
-	waitMembers(t, 2, a, b)
+	a, b := startPair(t)
 	waitFacts(t, a, b.Address(), "b's facts", func(i *rtmsg.NodeInfo) bool { return i.GetCapabilities() != nil })
 	bID := b.System().ID
 

@@ -61,6 +61,18 @@ func startNode(t testing.TB, cfg config.Config) *Node {
 	return n
 }
 
+// startPair starts two nodes of the test configuration, the second
+// joining through the first, and waits until each lists both.
+func startPair(t testing.TB) (a, b *Node) {
+	t.Helper()
+	a = startNode(t, testConfig(t))
+	cfgB := testConfig(t)
+	cfgB.Cluster.Seeds = []string{a.HTTPAddr()}
+	b = startNode(t, cfgB)
+	waitMembers(t, 2, a, b)
+	return a, b
+}
+
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)
