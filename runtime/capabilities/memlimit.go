@@ -34,9 +34,13 @@ const DefaultMemoryFraction = 0.7
 // evaluation ran at a fifth of the speed of the same episodes in a process
 // holding one copy of the weights. So the limit follows the live heap:
 // after every collection it is raised, when needed, to LiveHeadroom above
-// what that collection found live (never above the machine's memory, and
-// never below frac of it). The heap then grows by at most that headroom
-// over what is live, where the default collector would let it double.
+// what that collection found live (never above CeilingFraction of the
+// machine's memory, which leaves room for what is not Go heap: BLAS
+// buffers, mapped model files, cgo; and never below frac of it). The heap
+// then grows by at most that headroom over what is live, where the
+// default collector would let it double. (The first version let the
+// limit rise to the whole memory: that run was OOM-killed at its first
+// learning step, 24.1 GB resident.)
 func SetMemoryLimit(frac float64) int64 {
 	if _, ok := os.LookupEnv("GOMEMLIMIT"); ok || !(frac > 0 && frac <= 1) {
 		return 0
@@ -47,9 +51,13 @@ func SetMemoryLimit(frac float64) int64 {
 	}
 	limit := int64(math.Min(float64(mem)*frac, math.MaxInt64))
 	debug.SetMemoryLimit(limit)
-	follow(limit, int64(math.Min(float64(mem), math.MaxInt64)))
+	follow(limit, int64(math.Min(float64(mem)*max(frac, CeilingFraction), math.MaxInt64)))
 	return limit
 }
+
+// CeilingFraction is the most of the machine's memory the limit follows
+// the live heap to.
+const CeilingFraction = 0.85
 
 // LiveHeadroom is the share of the live heap the memory limit keeps
 // above it, once the live heap has outgrown the base limit.
