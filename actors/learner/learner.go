@@ -440,7 +440,7 @@ func (l *Learner) pass(seqs [][]int32, masks [][]bool, backward bool, loss seqLo
 	// go next to each other, so that the Trainer computes their common
 	// prefix once; a sequence costs the micro-batch only what it does not
 	// share with the one before it.
-	order = byPrefix(seqs, order)
+	order = byPrefix(seqs, masks, order)
 	cost := func(prev, k int) int {
 		if prev < 0 {
 			return len(seqs[k])
@@ -490,12 +490,16 @@ func (l *Learner) pass(seqs [][]int32, masks [][]bool, backward bool, loss seqLo
 	return mbs, nil
 }
 
-// byPrefix reorders order so that sequences with the same first
-// model.MinSharedPrefix tokens are adjacent, the groups in the order of
-// their first member.
-func byPrefix(seqs [][]int32, order []int) []int {
+// byPrefix reorders order so that sequences with the same prompt (the
+// tokens before their first policy token) are adjacent, the groups in
+// the order of their first member.
+func byPrefix(seqs [][]int32, masks [][]bool, order []int) []int {
 	key := func(k int) string {
-		s := seqs[k][:min(len(seqs[k]), model.MinSharedPrefix)]
+		n := 0
+		for n < len(seqs[k]) && n < len(masks[k]) && !masks[k][n] {
+			n++
+		}
+		s := seqs[k][:n]
 		b := make([]byte, 0, 4*len(s))
 		for _, t := range s {
 			b = append(b, byte(t), byte(t>>8), byte(t>>16), byte(t>>24))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -537,5 +538,43 @@ func TestTrainTopLayers(t *testing.T) {
 	whole := testConfig(load(t, dir), store)
 	if _, err := Open(ctx, whole); !errors.Is(err, ErrModelMismatch) || !strings.Contains(err.Error(), "TrainLayers") {
 		t.Fatalf("a learner of every weight opened the top layer's checkpoint: %v", err)
+	}
+}
+
+// byPrefix puts the episodes of one prompt next to each other (so that the
+// Trainer computes the prompt once), even when every prompt begins with
+// the same system prompt, keeping the groups in the order of their first
+// episode; sharedRows counts what two adjacent sequences share before
+// their policy tokens.
+func TestByPrefixGroupsEpisodesOfOnePrompt(t *testing.T) {
+	system := make([]int32, 30)
+	for i := range system {
+		system[i] = int32(100 + i)
+	}
+	seq := func(prompt, answer int32) ([]int32, []bool) {
+		s := append(append([]int32{}, system...), prompt, prompt+1, answer, answer+1)
+		m := make([]bool, len(s))
+		m[len(s)-2], m[len(s)-1] = true, true
+		return s, m
+	}
+	var seqs [][]int32
+	var masks [][]bool
+	for _, sp := range [][2]int32{{1, 7}, {5, 7}, {1, 8}, {9, 3}, {5, 2}, {1, 4}} {
+		s, m := seq(sp[0], sp[1])
+		seqs, masks = append(seqs, s), append(masks, m)
+	}
+	got := byPrefix(seqs, masks, []int{0, 1, 2, 3, 4, 5})
+	if want := []int{0, 2, 5, 1, 4, 3}; !slices.Equal(got, want) {
+		t.Errorf("order %v, want %v", got, want)
+	}
+	if n := sharedRows(seqs[0], seqs[2], masks[0], masks[2]); n != 32 {
+		t.Errorf("one prompt: %d rows shared, want 32", n)
+	}
+	if n := sharedRows(seqs[0], seqs[1], masks[0], masks[1]); n != 30 {
+		t.Errorf("one system prompt: %d rows shared, want 30", n)
+	}
+	short := [][]int32{{1, 2, 3}, {1, 2, 4}}
+	if n := sharedRows(short[0], short[1], []bool{false, false, true}, []bool{false, false, true}); n != 0 {
+		t.Errorf("a 2-token common prefix: %d rows shared, want 0 (below the Trainer's minimum)", n)
 	}
 }

@@ -82,7 +82,8 @@ type TrainOptions struct {
 // a batch computes the prompt G times. With masks (LogProbsOf with want),
 // consecutive sequences whose first p tokens are equal (p at least
 // MinSharedPrefix, and no wanted row among them, as those rows would have
-// a target per sequence) form a unit: the p prefix rows are computed once
+// a target per sequence; the first two set p, and a later sequence joins
+// only if it shares all p) form a unit: the p prefix rows are computed once
 // and each sequence adds only its own rows, at positions p and on. The
 // prefix rows attend to themselves; a sequence's own rows attend to the
 // prefix's keys and values and to their own, through a copy of both into
@@ -455,10 +456,14 @@ func (t *Trainer) prepare(seqs [][]int32, want [][]bool) {
 	for lo := 0; lo < len(seqs); {
 		hi, p := lo+1, 0
 		if want != nil && !t.o.NoPrefixSharing {
+			// The first two sequences set the prefix; a later one joins
+			// only if it shares all of it, so that two groups whose
+			// prompts begin alike (one system prompt) stay two units,
+			// each sharing its whole prompt.
 			p = sharable(seqs[lo], want[lo])
 			for hi < len(seqs) {
 				q := min(p, sharable(seqs[hi], want[hi]), commonPrefix(seqs[lo], seqs[hi]))
-				if q < MinSharedPrefix {
+				if q < MinSharedPrefix || (hi > lo+1 && q < p) {
 					break
 				}
 				p = q

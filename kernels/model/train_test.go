@@ -754,7 +754,11 @@ func TestTrainSharedPrefixes(t *testing.T) {
 		// Two groups sharing prompts of 40 and 24 tokens (the second
 		// group's answers begin with one more given token, not wanted),
 		// a sequence alone, and a pair whose common prefix is too short.
-		promptA, promptB := tokens(v, 40), tokens(v, 24)
+		// Prompt B begins with prompt A's first 20 tokens (one system
+		// prompt): the groups stay two units, each sharing its whole
+		// prompt, not one sharing 20 tokens.
+		promptA := tokens(v, 40)
+		promptB := append(append([]int32{}, promptA[:20]...), tokens(v, 4)...)
 		var seqs [][]int32
 		var want [][]bool
 		add := func(prompt []int32, given, answer int) {
@@ -768,9 +772,9 @@ func TestTrainSharedPrefixes(t *testing.T) {
 		add(promptA, 0, 5)
 		add(promptA, 0, 9)
 		add(promptA, 0, 1)
-		add(tokens(v, 12), 0, 6)
 		add(promptB, 1, 3)
 		add(promptB, 1, 7)
+		add(tokens(v, 12), 0, 6)
 		short := tokens(v, MinSharedPrefix-1)
 		add(short, 0, 4)
 		add(short, 0, 2)
