@@ -100,7 +100,9 @@ func poolAt(n int) *messages.FrontierStateReply {
 	}}
 }
 
-func startNode(t *testing.T, steps int) *fixture {
+// startUINode starts a node on loopback with the dashboard mounted and a
+// diag kind, and returns it with the dashboard's base URL.
+func startUINode(t *testing.T) (*node.Node, string) {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Node.DataDir = filepath.Join(t.TempDir(), "data")
@@ -115,7 +117,13 @@ func startNode(t *testing.T, steps int) *fixture {
 		t.Fatalf("start node: %v", err)
 	}
 	t.Cleanup(func() { n.Stop(context.Background()) })
-	f := &fixture{node: n, base: "http://" + n.HTTPAddr() + ui.Prefix}
+	return n, "http://" + n.HTTPAddr() + ui.Prefix
+}
+
+func startNode(t *testing.T, steps int) *fixture {
+	t.Helper()
+	n, base := startUINode(t)
+	f := &fixture{node: n, base: base}
 	ctx := context.Background()
 	db := n.DB()
 

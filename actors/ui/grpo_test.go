@@ -3,8 +3,6 @@ package ui_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -14,10 +12,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/frognano/frognano/actors/diag"
-	"github.com/frognano/frognano/actors/ui"
 	records "github.com/frognano/frognano/persistence/records/v1"
-	"github.com/frognano/frognano/runtime/config"
 	"github.com/frognano/frognano/runtime/node"
 )
 
@@ -56,18 +51,8 @@ func startGRPONode(t *testing.T) *grpoFixture {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
-	cfg := config.Default()
-	cfg.Node.DataDir = filepath.Join(t.TempDir(), "data")
-	cfg.Node.HTTPAddr = "127.0.0.1:0"
-	cfg.Node.RemoteAddr = "127.0.0.1:0"
-	cfg.Log.Level = "warn"
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	n, err := node.Start(context.Background(), cfg, diag.NodeOptions(node.Options{Version: "test", Logger: quiet, Handlers: []node.Handler{ui.NodeHandler()}}))
-	if err != nil {
-		t.Fatalf("start node: %v", err)
-	}
-	t.Cleanup(func() { n.Stop(context.Background()) })
-	f := &grpoFixture{node: n, base: "http://" + n.HTTPAddr() + ui.Prefix, run: &records.Run{}}
+	n, base := startUINode(t)
+	f := &grpoFixture{node: n, base: base, run: &records.Run{}}
 	ctx, db := context.Background(), n.DB()
 
 	read("run.binpb", f.run)
@@ -84,22 +69,16 @@ func startGRPONode(t *testing.T) *grpoFixture {
 		case strings.HasPrefix(name, "env-"):
 			e := &records.Environment{}
 			read(name, e)
-			if err := db.Environments().Put(ctx, e); err != nil {
-				t.Fatal(err)
-			}
+			must(t, db.Environments().Put(ctx, e))
 		case strings.HasPrefix(name, "task-"):
 			task := &records.Task{}
 			read(name, task)
-			if err := db.Tasks().Put(ctx, task); err != nil {
-				t.Fatal(err)
-			}
+			must(t, db.Tasks().Put(ctx, task))
 			f.tasks = append(f.tasks, task)
 		case strings.HasPrefix(name, "traj-"):
 			traj := &records.Trajectory{}
 			read(name, traj)
-			if err := db.Trajectories().Append(ctx, traj); err != nil {
-				t.Fatal(err)
-			}
+			must(t, db.Trajectories().Append(ctx, traj))
 			f.trajs = append(f.trajs, traj)
 		case strings.HasPrefix(name, "stats-"):
 			st := &records.TaskStats{}
@@ -120,6 +99,13 @@ func startGRPONode(t *testing.T) *grpoFixture {
 		t.Fatalf("%s: %d tasks, %d episodes, %d posteriors", grpoDir, len(f.tasks), len(f.trajs), len(stats))
 	}
 	return f
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestBrowserARealGRPORun opens every page of the dashboard against a node
