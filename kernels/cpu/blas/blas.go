@@ -10,14 +10,25 @@
 // CGO_ENABLED=0, uses the Go loops only, so the CPU backend builds anywhere.
 // No C type appears in the API.
 //
-// Work is split across cores in Go (MatMulT splits by columns; the attention
-// kernel by heads), each piece one single-threaded OpenBLAS call, over
-// Threads() cores. OpenBLAS's own thread pool is switched off: its workers
-// spin after each call and would compete with the goroutines that run the
-// other kernels.
+// A large product (MatMulT, MatMulNN, MatMulTN) whose caller finds every
+// core free is one sgemm of a second, parallel instance of the library,
+// which splits it into jobs sharing their packed panels (as NumPy's threaded
+// OpenBLAS does) and hands them, through OpenBLAS's threads callback, to
+// frognano's goroutines. Otherwise work is split across cores in Go
+// (MatMulT by columns; the attention kernel by heads), each piece one call
+// of the single-threaded instance. Either way the process computes on at
+// most Threads() threads: OpenBLAS's own pool never gets work, since its
+// workers would spin after each call and compete with the goroutines that
+// run the other kernels.
 package blas
 
 import "fmt"
+
+// gemvRows is the row count below which a product is done as one sgemv per
+// row: OpenBLAS 0.3.21's sgemm is slow for a few rows (measured on Zen 5:
+// 2 rows of 1536×576 take 2× longer as sgemm than as two sgemv calls; at 8
+// rows they are even).
+const gemvRows = 8
 
 // minChunkFLOPs is the least work worth handing to another core.
 const minChunkFLOPs = 1 << 17
@@ -34,6 +45,9 @@ func MatMulT(c, a, b []float32, m, n, k int) {
 	}
 	if k == 0 {
 		clear(c[:m*n])
+		return
+	}
+	if whole(2*m*n*k, false, true, false, m, n, k, a, k, b, k, c, n) {
 		return
 	}
 	forColumns(n, 2*m*k, func(j0, j1 int) {

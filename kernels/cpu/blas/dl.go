@@ -4,8 +4,15 @@ package blas
 
 /*
 #cgo LDFLAGS: -ldl
+#define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +33,8 @@ typedef struct {
 	sgemv_fn sgemv;
 	char config[256]; // openblas_get_config: "OpenBLAS 0.3.34 DYNAMIC_ARCH ..."
 	char core[64];    // openblas_get_corename: the kernels in use
+	void *handle;
+	char prefix[8];
 } blaslib;
 
 enum { RowMajor = 101, NoTrans = 111, Trans = 112 };
@@ -59,14 +68,14 @@ static void restore(const char *name, char *saved) {
 // does not depend on what the machine's environment says (some machines set
 // OPENBLAS_CORETYPE=Haswell for the sake of older builds, which halves the
 // speed of AVX-512 kernels). It returns NULL with the reason in err.
-static blaslib *load(const char *path, const char *core, char *err, size_t errlen) {
+static blaslib *load(const char *path, const char *core, const char *threads, char *err, size_t errlen) {
 	char *oldCore = save("OPENBLAS_CORETYPE"), *oldThreads = save("OPENBLAS_NUM_THREADS");
 	if (core[0]) {
 		setenv("OPENBLAS_CORETYPE", core, 1);
 	} else {
 		unsetenv("OPENBLAS_CORETYPE");
 	}
-	setenv("OPENBLAS_NUM_THREADS", "1", 1);
+	setenv("OPENBLAS_NUM_THREADS", threads, 1);
 	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	restore("OPENBLAS_CORETYPE", oldCore);
 	restore("OPENBLAS_NUM_THREADS", oldThreads);
@@ -87,11 +96,108 @@ static blaslib *load(const char *path, const char *core, char *err, size_t errle
 		dlclose(h);
 		return NULL;
 	}
-	// Work is split across cores in Go; OpenBLAS's own workers would spin
-	// after each call and compete with the goroutines of the other kernels.
-	setThreads(1);
+	// The single-threaded instance: work is split across cores in Go;
+	// OpenBLAS's own workers would spin after each call and compete with
+	// the goroutines of the other kernels.
+	setThreads(atoi(threads));
+	l->handle = h;
+	snprintf(l->prefix, sizeof l->prefix, "%s", prefix);
 	snprintf(l->config, sizeof l->config, "%s", config());
 	snprintf(l->core, sizeof l->core, "%s", corename());
+	return l;
+}
+
+// The parallel instance: a second, private copy of the library whose
+// level-3 work OpenBLAS splits into jobs that share their packed panels (as
+// NumPy's threaded sgemm does), run by frognano's goroutines through
+// OpenBLAS's threads callback (0.3.27 and later) instead of OpenBLAS's
+// own pool. Its pool threads are created at load but never given work, and
+// fall asleep at once (OPENBLAS_THREAD_TIMEOUT=4, the least).
+typedef void (*dojob_fn)(int, void *, int);
+typedef void (*threads_cb)(int, dojob_fn, int, size_t, void *, int);
+typedef void (*set_cb_fn)(threads_cb);
+
+extern void frognanoBlasJobs(uintptr_t dojob, int numjobs, size_t elsize, void *jobdata, int arg);
+
+static void jobsCallback(int sync, dojob_fn dojob, int numjobs, size_t elsize, void *jobdata, int arg) {
+	(void)sync; // every call waits for its jobs
+	frognanoBlasJobs((uintptr_t)dojob, numjobs, elsize, jobdata, arg);
+}
+
+void frognanoBlasRunJob(uintptr_t dojob, int i, void *jobdata, size_t elsize, int arg) {
+	((dojob_fn)dojob)(i, (char *)jobdata + (size_t)i * elsize, arg);
+}
+
+// loadParallel loads a private copy of the library at path (copied into a
+// memfd, so the dynamic linker sees a new file and keeps its state apart
+// from the single-threaded instance's) with the given number of threads
+// and frognano's callback. It returns NULL with the reason in err; a
+// library without the callback (older than 0.3.27) is one such reason.
+static blaslib *loadParallel(const char *path, const char *core, int threads, char *err, size_t errlen) {
+	void *h0 = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!h0) {
+		snprintf(err, errlen, "%s", dlerror());
+		return NULL;
+	}
+	const char *prefix0 = sym(h0, "scipy_", "cblas_sgemm") ? "scipy_" : "";
+	int hasCallback = sym(h0, prefix0, "openblas_set_threads_callback_function") != NULL;
+	char real[PATH_MAX];
+	Dl_info info;
+	void *any = sym(h0, prefix0, "cblas_sgemm");
+	int named = any && dladdr(any, &info) && info.dli_fname && realpath(info.dli_fname, real);
+	dlclose(h0);
+	if (!hasCallback) {
+		snprintf(err, errlen, "%s: no %sopenblas_set_threads_callback_function (OpenBLAS older than 0.3.27)", path, prefix0);
+		return NULL;
+	}
+	if (!named) {
+		snprintf(err, errlen, "%s: cannot find the file it was loaded from", path);
+		return NULL;
+	}
+	int src = open(real, O_RDONLY | O_CLOEXEC);
+	if (src < 0) {
+		snprintf(err, errlen, "%s: %s", real, strerror(errno));
+		return NULL;
+	}
+	int fd = memfd_create("frognano-openblas", MFD_CLOEXEC);
+	if (fd < 0) {
+		snprintf(err, errlen, "memfd_create: %s", strerror(errno));
+		close(src);
+		return NULL;
+	}
+	char buf[1 << 16];
+	ssize_t r;
+	while ((r = read(src, buf, sizeof buf)) > 0) {
+		for (ssize_t off = 0; off < r;) {
+			ssize_t w = write(fd, buf + off, r - off);
+			if (w < 0) {
+				snprintf(err, errlen, "copying %s: %s", real, strerror(errno));
+				close(src);
+				close(fd);
+				return NULL;
+			}
+			off += w;
+		}
+	}
+	close(src);
+	if (r < 0) {
+		snprintf(err, errlen, "reading %s: %s", real, strerror(errno));
+		close(fd);
+		return NULL;
+	}
+	char fdpath[64];
+	snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", fd);
+	char *oldTimeout = save("OPENBLAS_THREAD_TIMEOUT");
+	setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
+	char nthreads[16];
+	snprintf(nthreads, sizeof nthreads, "%d", threads);
+	blaslib *l = load(fdpath, core, nthreads, err, errlen);
+	restore("OPENBLAS_THREAD_TIMEOUT", oldTimeout);
+	close(fd); // the mapping keeps the file
+	if (!l) {
+		return NULL;
+	}
+	((set_cb_fn)sym(l->handle, l->prefix, "openblas_set_threads_callback_function"))(jobsCallback);
 	return l;
 }
 
@@ -132,14 +238,16 @@ import (
 // cgoEnabled reports whether this build can load a BLAS library.
 const cgoEnabled = true
 
-// gemvRows is the row count below which a product is done as one sgemv per
-// row: OpenBLAS 0.3.21's sgemm is slow for a few rows (measured on Zen 5:
-// 2 rows of 1536×576 take 2× longer as sgemm than as two sgemv calls; at 8
-// rows they are even).
-const gemvRows = 8
-
-// lib is one loaded OpenBLAS.
-type lib struct{ c *C.blaslib }
+// lib is one loaded OpenBLAS: the single-threaded instance every piece of
+// a product split in Go calls, and the parallel one (nil without it) that
+// computes a whole product with OpenBLAS's own split, its jobs run by
+// frognano's goroutines.
+type lib struct {
+	c          *C.blaslib
+	par        *C.blaslib
+	parThreads int    // the parallel instance's threads
+	parErr     string // why there is no parallel instance
+}
 
 // cpuCore is the OpenBLAS kernel set for this CPU's features: SkylakeX
 // where AVX-512 (F, BW, DQ, VL, CD) is there, Haswell where AVX2 and FMA
@@ -148,13 +256,15 @@ func cpuCore() string { return C.GoString(C.coreFor()) }
 
 // openLib loads the OpenBLAS at path (a file name the dynamic linker
 // resolves, or a path) with the given kernel set and reports its version and
-// kernels.
+// kernels. With more than one thread it loads the parallel instance too,
+// for Threads() jobs; that one failing to load is not an error.
 func openLib(path, core string) (l *lib, version, kernels string, err error) {
-	cpath, ccore := C.CString(path), C.CString(core)
+	cpath, ccore, one := C.CString(path), C.CString(core), C.CString("1")
 	defer C.free(unsafe.Pointer(cpath))
 	defer C.free(unsafe.Pointer(ccore))
+	defer C.free(unsafe.Pointer(one))
 	var msg [512]C.char
-	c := C.load(cpath, ccore, &msg[0], C.size_t(len(msg)))
+	c := C.load(cpath, ccore, one, &msg[0], C.size_t(len(msg)))
 	if c == nil {
 		return nil, "", "", errors.New(C.GoString(&msg[0]))
 	}
@@ -163,7 +273,35 @@ func openLib(path, core string) (l *lib, version, kernels string, err error) {
 	if len(config) > 1 {
 		version = config[1]
 	}
-	return &lib{c}, version, C.GoString(&c.core[0]), nil
+	l = &lib{c: c, parErr: "one thread"}
+	if t := Threads(); t > 1 {
+		if p := C.loadParallel(cpath, ccore, C.int(t), &msg[0], C.size_t(len(msg))); p != nil {
+			l.par, l.parThreads, l.parErr = p, t, ""
+		} else {
+			l.parErr = C.GoString(&msg[0])
+		}
+	}
+	return l, version, C.GoString(&c.core[0]), nil
+}
+
+// parallel reports how many jobs the parallel instance splits a product
+// into, 0 without one.
+func (l *lib) parallel() int {
+	if l.par == nil {
+		return 0
+	}
+	return l.parThreads
+}
+
+// gemmParallel is gemmFull on the parallel instance: one sgemm that
+// OpenBLAS splits into up to parallel() jobs sharing their packed panels,
+// run by frognanoBlasJobs. The caller holds parallel()−1 helpers.
+func (l *lib) gemmParallel(transA, transB, accumulate bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	var beta C.float
+	if accumulate {
+		beta = 1
+	}
+	C.sgemm(l.par, cbool(transA), cbool(transB), C.int(m), C.int(n), C.int(k), ptr(a, 0), C.int(lda), ptr(b, 0), C.int(ldb), beta, ptr(c, 0), C.int(ldc))
 }
 
 func ptr(x []float32, i int) *C.float { return (*C.float)(unsafe.Pointer(&x[i])) }

@@ -18,7 +18,15 @@ type Implementation struct {
 	Path    string // the library loaded, "" for the Go loops
 	Version string // OpenBLAS's version, "" for the Go loops
 	Kernels string // OpenBLAS's kernel set in use (its corename)
-	lib     *lib   // nil for the Go loops
+	// Whole says how large products use the cores: "openblas" when one
+	// sgemm of the parallel instance computes each, its jobs on frognano's
+	// goroutines, "" when they are split in Go into one single-threaded
+	// call per core (the Go loops; a library without the threads
+	// callback; the benchmarks' "split in Go" variant).
+	Whole string
+	// NoWhole says why Whole is "" for a library.
+	NoWhole string
+	lib     *lib // nil for the Go loops
 }
 
 var goImpl = &Implementation{Name: "go"}
@@ -70,7 +78,22 @@ func load(path string) (*Implementation, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Implementation{Name: fmt.Sprintf("openblas %s %s", version, kernels), Path: path, Version: version, Kernels: kernels, lib: l}, nil
+	impl := &Implementation{Name: fmt.Sprintf("openblas %s %s", version, kernels), Path: path, Version: version, Kernels: kernels, lib: l}
+	if l.parallel() > 0 {
+		impl.Whole = "openblas"
+	} else {
+		impl.NoWhole = l.parErr
+	}
+	return impl, nil
+}
+
+// splitInGo is impl with every product split in Go, one single-threaded
+// call per core, as before the parallel instance: for the benchmarks.
+func splitInGo(impl *Implementation) *Implementation {
+	s := *impl
+	s.Name += ", split in Go"
+	s.Whole, s.NoWhole = "", "split in Go"
+	return &s
 }
 
 // Impl names the implementation in use, e.g. "openblas 0.3.34 SkylakeX".
@@ -88,6 +111,9 @@ var allOnce = sync.OnceValue(func() []*Implementation {
 		for _, path := range candidates() {
 			if impl, err := load(path); err == nil {
 				all = append(all, impl)
+				if impl.Whole != "" {
+					all = append(all, splitInGo(impl))
+				}
 			}
 		}
 	}
@@ -95,8 +121,9 @@ var allOnce = sync.OnceValue(func() []*Implementation {
 })
 
 // Implementations loads every candidate that loads here and returns them,
-// best first, with the Go loops last: for benchmarks and tests that compare
-// them side by side.
+// best first, each library that computes whole products in parallel
+// followed by its "split in Go" variant, with the Go loops last: for
+// benchmarks and tests that compare them side by side.
 func Implementations() []Implementation {
 	var out []Implementation
 	for _, impl := range allOnce() {
@@ -130,4 +157,29 @@ func gemmFull(transA, transB, accumulate bool, m, n, k int, a []float32, lda int
 		return
 	}
 	gemmFullGo(transA, transB, accumulate, m, n, k, a, lda, b, ldb, c, ldc)
+}
+
+// whole computes a product (gemmFull's arguments) as one sgemm of the
+// parallel instance when the implementation in use has one, the product
+// has at least gemvRows rows and is large enough to split, and every helper
+// of the process is free, which the call then holds: OpenBLAS splits it
+// into jobs that share their packed panels, where a split in Go packs the
+// shared operand once per piece. It reports whether it did; otherwise the
+// caller splits the product in Go.
+func whole(flops int, transA, transB, accumulate bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) bool {
+	impl := active.Load()
+	if impl.Whole == "" || m < gemvRows || flops < 2*minChunkFLOPs {
+		return false
+	}
+	jobs := impl.lib.parallel()
+	if jobs != Threads() {
+		return false // GOMAXPROCS or the cgroup changed since the load
+	}
+	h := borrow(jobs - 1)
+	defer helpers.Add(-int64(h))
+	if h < jobs-1 {
+		return false
+	}
+	impl.lib.gemmParallel(transA, transB, accumulate, m, n, k, a, lda, b, ldb, c, ldc)
+	return true
 }

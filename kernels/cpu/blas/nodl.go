@@ -8,7 +8,7 @@ import "errors"
 const cgoEnabled = false
 
 // lib is a loaded BLAS library; builds without cgo never have one.
-type lib struct{}
+type lib struct{ parErr string }
 
 func cpuCore() string { return "" }
 
@@ -21,5 +21,11 @@ func (*lib) gemm(transB bool, m, n, k int, a []float32, lda int, b []float32, ld
 }
 
 func (*lib) gemmFull(transA, transB, accumulate bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	panic("blas: no library in a build without cgo")
+}
+
+func (*lib) parallel() int { return 0 }
+
+func (*lib) gemmParallel(transA, transB, accumulate bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
 	panic("blas: no library in a build without cgo")
 }

@@ -20,6 +20,9 @@ func MatMulNN(c, a, b []float32, m, n, k int) {
 		clear(c[:m*n])
 		return
 	}
+	if whole(2*m*n*k, false, false, false, m, n, k, a, k, b, n, c, n) {
+		return
+	}
 	forRowsOrColumns(m, n, 2*m*n*k, func(i0, i1 int) {
 		gemmFull(false, false, false, i1-i0, n, k, a[i0*k:], k, b, n, c[i0*n:], n)
 	}, func(j0, j1 int) {
@@ -43,6 +46,9 @@ func MatMulTN(c, a, b []float32, m, n, k int, accumulate bool) {
 		if !accumulate {
 			clear(c[:n*k])
 		}
+		return
+	}
+	if whole(2*m*n*k, true, false, accumulate, n, k, m, a, n, b, k, c, k) {
 		return
 	}
 	forColumns(n, 2*m*k, func(i0, i1 int) {
