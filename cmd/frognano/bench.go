@@ -42,9 +42,14 @@ func benchKernelsCmd() *cobra.Command {
 training (a·bᵀ, a·b and aᵀ·b; m = 1, 16, 128, 512 and 1024 rows) with every
 BLAS frognano can load here and with NumPy, installed for the comparison in
 a throwaway venv under the temporary directory (pip install numpy
-threadpoolctl). NumPy and frognano take turns --rounds times and each
-shape's best round counts, so load from other processes weighs on both
-alike; the load average is printed with the CPU model and flags.
+threadpoolctl). Each shape is timed on NumPy and right after on each of
+frognano's implementations, --rounds times over all the shapes, and each
+one's best round counts, so a slow spell of the machine weighs on both
+sides of a ratio alike; the load average is printed with the CPU model and
+flags. The implementation in use plans each large shape in its first calls
+(one sgemm of OpenBLAS's parallel instance, or one single-threaded call per
+core split in Go, whichever ran faster); the two ways are timed as columns
+of their own, and the plan column says which one the shape took.
 OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for the run (frognano
 re-executes itself without them), so that each library picks its kernels
 for this CPU. The goal: frognano ≥ 0.9× NumPy on every shape with m ≥ 16.

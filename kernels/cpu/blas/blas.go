@@ -47,12 +47,11 @@ func MatMulT(c, a, b []float32, m, n, k int) {
 		clear(c[:m*n])
 		return
 	}
-	if whole(2*m*n*k, false, true, false, m, n, k, a, k, b, k, c, n) {
-		return
-	}
-	forColumns(n, 2*m*k, func(j0, j1 int) {
-		gemm(true, m, j1-j0, k, a, k, b[j0*k:], k, c[j0:], n)
-	})
+	product(func() {
+		forColumns(n, 2*m*k, func(j0, j1 int) {
+			gemm(true, m, j1-j0, k, a, k, b[j0*k:], k, c[j0:], n)
+		})
+	}, false, true, false, m, n, k, a, k, b, k, c, n)
 }
 
 // Gemm sets the m×n matrix c to a·bᵀ (transB) or a·b, on one core. Matrices

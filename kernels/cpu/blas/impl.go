@@ -18,11 +18,13 @@ type Implementation struct {
 	Path    string // the library loaded, "" for the Go loops
 	Version string // OpenBLAS's version, "" for the Go loops
 	Kernels string // OpenBLAS's kernel set in use (its corename)
-	// Whole says how large products use the cores: "openblas" when one
-	// sgemm of the parallel instance computes each, its jobs on frognano's
-	// goroutines, "" when they are split in Go into one single-threaded
-	// call per core (the Go loops; a library without the threads
-	// callback; the benchmarks' "split in Go" variant).
+	// Whole says how large products use the cores: "tuned" when each
+	// shape takes whichever of the two ways below ran it faster in its
+	// first calls (see plan.go), "openblas" when one sgemm of the parallel
+	// instance computes each, its jobs on frognano's goroutines, "" when
+	// they are split in Go into one single-threaded call per core (the Go
+	// loops; a library without the threads callback; the benchmarks'
+	// "split in Go" variant).
 	Whole string
 	// NoWhole says why Whole is "" for a library.
 	NoWhole string
@@ -80,7 +82,7 @@ func load(path string) (*Implementation, error) {
 	}
 	impl := &Implementation{Name: fmt.Sprintf("openblas %s %s", version, kernels), Path: path, Version: version, Kernels: kernels, lib: l}
 	if l.parallel() > 0 {
-		impl.Whole = "openblas"
+		impl.Whole = "tuned"
 	} else {
 		impl.NoWhole = l.parErr
 	}
@@ -93,6 +95,15 @@ func splitInGo(impl *Implementation) *Implementation {
 	s := *impl
 	s.Name += ", split in Go"
 	s.Whole, s.NoWhole = "", "split in Go"
+	return &s
+}
+
+// wholeInOpenBLAS is impl with every large product computed by the
+// parallel instance whenever the cores are free: for the benchmarks.
+func wholeInOpenBLAS(impl *Implementation) *Implementation {
+	s := *impl
+	s.Name += ", whole in OpenBLAS"
+	s.Whole = "openblas"
 	return &s
 }
 
@@ -112,7 +123,7 @@ var allOnce = sync.OnceValue(func() []*Implementation {
 			if impl, err := load(path); err == nil {
 				all = append(all, impl)
 				if impl.Whole != "" {
-					all = append(all, splitInGo(impl))
+					all = append(all, wholeInOpenBLAS(impl), splitInGo(impl))
 				}
 			}
 		}
@@ -121,8 +132,9 @@ var allOnce = sync.OnceValue(func() []*Implementation {
 })
 
 // Implementations loads every candidate that loads here and returns them,
-// best first, each library that computes whole products in parallel
-// followed by its "split in Go" variant, with the Go loops last: for
+// best first, each library that can compute whole products in parallel
+// followed by its "whole in OpenBLAS" and "split in Go" variants (the two
+// ways its tuned plans choose between), with the Go loops last: for
 // benchmarks and tests that compare them side by side.
 func Implementations() []Implementation {
 	var out []Implementation
@@ -157,29 +169,4 @@ func gemmFull(transA, transB, accumulate bool, m, n, k int, a []float32, lda int
 		return
 	}
 	gemmFullGo(transA, transB, accumulate, m, n, k, a, lda, b, ldb, c, ldc)
-}
-
-// whole computes a product (gemmFull's arguments) as one sgemm of the
-// parallel instance when the implementation in use has one, the product
-// has at least gemvRows rows and is large enough to split, and every helper
-// of the process is free, which the call then holds: OpenBLAS splits it
-// into jobs that share their packed panels, where a split in Go packs the
-// shared operand once per piece. It reports whether it did; otherwise the
-// caller splits the product in Go.
-func whole(flops int, transA, transB, accumulate bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) bool {
-	impl := active.Load()
-	if impl.Whole == "" || m < gemvRows || flops < 2*minChunkFLOPs {
-		return false
-	}
-	jobs := impl.lib.parallel()
-	if jobs != Threads() {
-		return false // GOMAXPROCS or the cgroup changed since the load
-	}
-	h := borrow(jobs - 1)
-	defer helpers.Add(-int64(h))
-	if h < jobs-1 {
-		return false
-	}
-	impl.lib.gemmParallel(transA, transB, accumulate, m, n, k, a, lda, b, ldb, c, ldc)
-	return true
 }

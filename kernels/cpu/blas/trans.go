@@ -20,14 +20,13 @@ func MatMulNN(c, a, b []float32, m, n, k int) {
 		clear(c[:m*n])
 		return
 	}
-	if whole(2*m*n*k, false, false, false, m, n, k, a, k, b, n, c, n) {
-		return
-	}
-	forRowsOrColumns(m, n, 2*m*n*k, func(i0, i1 int) {
-		gemmFull(false, false, false, i1-i0, n, k, a[i0*k:], k, b, n, c[i0*n:], n)
-	}, func(j0, j1 int) {
-		gemmFull(false, false, false, m, j1-j0, k, a, k, b[j0:], n, c[j0:], n)
-	})
+	product(func() {
+		forRowsOrColumns(m, n, 2*m*n*k, func(i0, i1 int) {
+			gemmFull(false, false, false, i1-i0, n, k, a[i0*k:], k, b, n, c[i0*n:], n)
+		}, func(j0, j1 int) {
+			gemmFull(false, false, false, m, j1-j0, k, a, k, b[j0:], n, c[j0:], n)
+		})
+	}, false, false, false, m, n, k, a, k, b, n, c, n)
 }
 
 // MatMulTN sets c[n,k] = a[m,n]ᵀ · b[m,k], or adds it to c when accumulate
@@ -48,12 +47,11 @@ func MatMulTN(c, a, b []float32, m, n, k int, accumulate bool) {
 		}
 		return
 	}
-	if whole(2*m*n*k, true, false, accumulate, n, k, m, a, n, b, k, c, k) {
-		return
-	}
-	forColumns(n, 2*m*k, func(i0, i1 int) {
-		gemmFull(true, false, accumulate, i1-i0, k, m, a[i0:], n, b, k, c[i0*k:], k)
-	})
+	product(func() {
+		forColumns(n, 2*m*k, func(i0, i1 int) {
+			gemmFull(true, false, accumulate, i1-i0, k, m, a[i0:], n, b, k, c[i0*k:], k)
+		})
+	}, true, false, accumulate, n, k, m, a, n, b, k, c, k)
 }
 
 // forRowsOrColumns splits an m×n product of the given work across the

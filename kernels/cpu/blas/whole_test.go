@@ -12,17 +12,18 @@ import (
 )
 
 // wholeLibs are the libraries here that compute whole products with their
-// parallel instance.
-func wholeLibs(t *testing.T) []Implementation {
+// parallel instance, in the given way ("openblas": whenever the cores are
+// free; "tuned": as each shape's plan says).
+func wholeLibs(t *testing.T, way string) []Implementation {
 	t.Helper()
 	if Threads() < 2 {
 		t.Skip("one thread: no parallel instance")
 	}
 	var out []Implementation
 	for _, impl := range libs() {
-		if impl.Whole != "" {
+		if impl.Whole == way {
 			out = append(out, impl)
-		} else if impl.Path == LibDir+"/libscipy_openblas.so" && impl.NoWhole != "split in Go" {
+		} else if impl.Path == LibDir+"/libscipy_openblas.so" && impl.Whole == "" && impl.NoWhole != "split in Go" {
 			t.Errorf("%s: no parallel instance: %s", impl.Name, impl.NoWhole)
 		}
 	}
@@ -49,7 +50,7 @@ func checkNT(t *testing.T, c, a, b []float32, m, n, k int) {
 // a helper held elsewhere it is split in Go instead, and the callback does
 // not run.
 func TestWholeProducts(t *testing.T) {
-	for _, impl := range wholeLibs(t) {
+	for _, impl := range wholeLibs(t, "openblas") {
 		t.Run(impl.Name, func(t *testing.T) {
 			defer Use(impl)()
 			r := rand.New(rand.NewPCG(4, 4))
@@ -126,7 +127,7 @@ func TestWholeProducts(t *testing.T) {
 // goroutines: results stay right, at most one whole product's jobs run at
 // a time (no more than Threads() of them), and every helper is given back.
 func TestWholeProductsBounded(t *testing.T) {
-	for _, impl := range wholeLibs(t) {
+	for _, impl := range wholeLibs(t, "openblas") {
 		t.Run(impl.Name, func(t *testing.T) {
 			defer Use(impl)()
 			jobsPeak.Store(0)
@@ -171,7 +172,7 @@ func TestWholeProductsBounded(t *testing.T) {
 // TestWholeFollowsThreads: with GOMAXPROCS below the parallel instance's
 // threads, products are split in Go (its jobs would outnumber the cores).
 func TestWholeFollowsThreads(t *testing.T) {
-	for _, impl := range wholeLibs(t) {
+	for _, impl := range wholeLibs(t, "openblas") {
 		t.Run(impl.Name, func(t *testing.T) {
 			defer Use(impl)()
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
@@ -185,6 +186,80 @@ func TestWholeFollowsThreads(t *testing.T) {
 				t.Fatal("the parallel instance ran with GOMAXPROCS 1")
 			}
 			checkNT(t, c, a, b, m, n, k)
+		})
+	}
+}
+
+// TestPlans: under the tuned implementation a shape's first calls try both
+// ways while the cores are free, untimed once each and then planTrials
+// times each, every call giving the reference's result; then the plan is
+// made, for the way with the faster best call, and every later call takes
+// that way only. Calls made while a helper is held elsewhere are split and
+// do not count as trials.
+func TestPlans(t *testing.T) {
+	for _, impl := range wholeLibs(t, "tuned") {
+		t.Run(impl.Name, func(t *testing.T) {
+			defer Use(impl)()
+			r := rand.New(rand.NewPCG(6, 6))
+			const m, n, k = 48, 611, 144 // a shape no other test plans
+			a, b := randSlice(r, m*k), randSlice(r, n*k)
+			c := make([]float32, m*n)
+			find := func() (Plan, bool) {
+				for _, p := range Plans() {
+					if p.Op == "a·bᵀ" && p.M == m && p.N == n && p.K == k {
+						return p, true
+					}
+				}
+				return Plan{}, false
+			}
+			// Busy helpers: split, not a trial.
+			if got := borrow(Threads() - 1); got != Threads()-1 {
+				helpers.Add(-int64(got))
+				t.Fatalf("borrowed %d helpers of %d", got, Threads()-1)
+			}
+			before := jobsRun.Load()
+			for range 3 {
+				MatMulT(c, a, b, m, n, k)
+			}
+			helpers.Add(-int64(Threads() - 1))
+			if jobsRun.Load() != before {
+				t.Fatal("the parallel instance ran while helpers were held elsewhere")
+			}
+			if p, ok := find(); ok && (p.Split != 0 || p.Joined != 0) {
+				t.Fatalf("calls with busy helpers were timed: %+v", p)
+			}
+			wholeCalls := 0
+			for i := range 2 * (planTrials + 1) {
+				clear(c)
+				before := jobsRun.Load()
+				MatMulT(c, a, b, m, n, k)
+				if jobsRun.Load() != before {
+					wholeCalls++
+				}
+				checkNT(t, c, a, b, m, n, k)
+				if p, _ := find(); p.Decided != (i == 2*(planTrials+1)-1) {
+					t.Fatalf("after %d calls: decided %v", i+1, p.Decided)
+				}
+			}
+			if wholeCalls != planTrials+1 {
+				t.Fatalf("%d of the %d trials were whole, want half", wholeCalls, 2*(planTrials+1))
+			}
+			p, _ := find()
+			if p.Split == 0 || p.Joined == 0 || p.Whole != (p.Joined < p.Split) {
+				t.Fatalf("plan %+v: not the faster way", p)
+			}
+			for range 4 {
+				clear(c)
+				before := jobsRun.Load()
+				MatMulT(c, a, b, m, n, k)
+				if ran := jobsRun.Load() != before; ran != p.Whole {
+					t.Fatalf("plan whole=%v, but the parallel instance ran: %v", p.Whole, ran)
+				}
+				checkNT(t, c, a, b, m, n, k)
+			}
+			if h := helpers.Load(); h != 0 {
+				t.Fatalf("%d helpers not given back", h)
+			}
 		})
 	}
 }

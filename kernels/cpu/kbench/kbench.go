@@ -78,7 +78,7 @@ func Shapes() []Shape {
 
 // Options configure Run.
 type Options struct {
-	Rounds  int           // NumPy and frognano take turns this many times; each shape's best round counts
+	Rounds  int           // passes over the shapes, each timing NumPy then frognano; each shape's best round counts
 	Seconds time.Duration // timed per shape and implementation in a round
 	Go      bool          // also time the Go loops (slow)
 	Python  string        // the Python that makes the venv (default python3)
@@ -107,18 +107,23 @@ func ISACoreType(isa string) (string, error) {
 
 // Report is a run's figures.
 type Report struct {
-	CPU, Flags       string
-	ISA              string // "" (each library's choice for this CPU) or "avx2"
-	Threads          int
-	LoadBefore       string
-	LoadAfter        string
-	NumPy            string
-	NumPyBLAS        []map[string]any // threadpoolctl's view of NumPy's BLAS
-	Impls            []string         // frognano's implementations timed, the one in use first
-	Shapes           []Shape
-	NumPyGFLOPs      []float64
-	GFLOPs           [][]float64 // [impl][shape]
-	Environment      []string    // OPENBLAS_* variables in force
+	CPU, Flags  string
+	ISA         string // "" (each library's choice for this CPU) or "avx2"
+	Threads     int
+	LoadBefore  string
+	LoadAfter   string
+	NumPy       string
+	NumPyBLAS   []map[string]any // threadpoolctl's view of NumPy's BLAS
+	Impls       []string         // frognano's implementations timed, the one in use first
+	Shapes      []Shape
+	NumPyGFLOPs []float64
+	GFLOPs      [][]float64 // [impl][shape]
+	// Plans says, per shape, how the implementation in use computed it
+	// after its trials: "whole" (one sgemm of OpenBLAS's parallel
+	// instance), "split" (one single-threaded call per core, split in Go)
+	// or "" (not planned: few rows, small, or one core).
+	Plans            []string
+	Environment      []string // OPENBLAS_* variables in force
 	OpenBLASSkipped  []string
 	InUse            string
 	NumPyBLASSummary string
@@ -179,30 +184,45 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	for i := range r.GFLOPs {
 		r.GFLOPs[i] = make([]float64, len(r.Shapes))
 	}
+	np, err := startNumPy(ctx, python, core)
+	if err != nil {
+		return nil, err
+	}
+	defer np.close()
+	r.NumPy, r.NumPyBLAS = np.info.NumPy, np.info.Threadpools
+	// Each shape in turn, NumPy first and then each of frognano's
+	// implementations right after it, so that a slow spell of the machine
+	// weighs on both sides of a ratio alike.
 	for round := range opt.Rounds {
-		fmt.Fprintf(opt.Log, "round %d/%d: NumPy\n", round+1, opt.Rounds)
-		np, err := runNumPy(ctx, python, core, r.Shapes, opt.Seconds)
-		if err != nil {
-			return nil, err
-		}
-		r.NumPy, r.NumPyBLAS = np.NumPy, np.Threadpools
-		for i, res := range np.Results {
-			r.NumPyGFLOPs[i] = max(r.NumPyGFLOPs[i], res.GFLOPs)
-		}
-		for ii, impl := range impls {
-			fmt.Fprintf(opt.Log, "round %d/%d: frognano %s\n", round+1, opt.Rounds, impl.Name)
-			restore := blas.Use(impl)
-			for si, s := range r.Shapes {
-				if err := ctx.Err(); err != nil {
-					restore()
-					return nil, err
-				}
-				r.GFLOPs[ii][si] = max(r.GFLOPs[ii][si], timeShape(s, opt.Seconds))
+		fmt.Fprintf(opt.Log, "round %d/%d\n", round+1, opt.Rounds)
+		for si, s := range r.Shapes {
+			if err := ctx.Err(); err != nil {
+				return nil, err
 			}
-			restore()
+			g, err := np.time(s, opt.Seconds)
+			if err != nil {
+				return nil, err
+			}
+			r.NumPyGFLOPs[si] = max(r.NumPyGFLOPs[si], g)
+			for ii, impl := range impls {
+				restore := blas.Use(impl)
+				r.GFLOPs[ii][si] = max(r.GFLOPs[ii][si], timeShape(s, opt.Seconds))
+				restore()
+			}
 		}
 	}
 	r.LoadAfter = loadAvg()
+	r.Plans = make([]string, len(r.Shapes))
+	for _, p := range blas.Plans() {
+		for si, s := range r.Shapes {
+			if p.Decided && p.M == s.M && p.N == s.N && p.K == s.K && !p.Accumulate && opName[s.Op] == p.Op {
+				r.Plans[si] = "split"
+				if p.Whole {
+					r.Plans[si] = "whole"
+				}
+			}
+		}
+	}
 	var parts []string
 	for _, p := range r.NumPyBLAS {
 		parts = append(parts, fmt.Sprintf("%v %v %v, %v threads", p["internal_api"], p["version"], p["architecture"], p["num_threads"]))
@@ -210,6 +230,9 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	r.NumPyBLASSummary = strings.Join(parts, "; ")
 	return r, nil
 }
+
+// opName is each op's name in blas.Plan.
+var opName = map[string]string{"NT": "a·bᵀ", "NN": "a·b", "TN": "aᵀ·b"}
 
 // timeShape runs one product repeatedly for about d and returns GFLOP/s.
 func timeShape(s Shape, d time.Duration) float64 {
@@ -244,12 +267,20 @@ func timeShape(s Shape, d time.Duration) float64 {
 	}
 }
 
-type numpyResult struct {
+// numpyInfo is the NumPy side's first line: its version and BLAS.
+type numpyInfo struct {
 	NumPy       string           `json:"numpy"`
 	Threadpools []map[string]any `json:"threadpools"`
-	Results     []struct {
-		GFLOPs float64 `json:"gflops"`
-	} `json:"results"`
+}
+
+// numpyProc is the NumPy side, running: it times one shape per request.
+type numpyProc struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	out   *bufio.Scanner
+	info  numpyInfo
+	errs  *bytes.Buffer
+	close func()
 }
 
 // CleanEnv is the environment without the OpenBLAS settings that a machine
@@ -261,11 +292,9 @@ func CleanEnv(env []string) []string {
 	})
 }
 
-func runNumPy(ctx context.Context, python, coreType string, shapes []Shape, d time.Duration) (*numpyResult, error) {
-	spec, err := json.Marshal(map[string]any{"shapes": shapes, "seconds": d.Seconds()})
-	if err != nil {
-		return nil, err
-	}
+// startNumPy starts the NumPy side in the venv's Python, with OpenBLAS's
+// kernels given by coreType ("" for its own choice for this CPU).
+func startNumPy(ctx context.Context, python, coreType string) (*numpyProc, error) {
 	script := filepath.Join(filepath.Dir(filepath.Dir(python)), "frognano_numpy_bench.py")
 	if err := os.WriteFile(script, numpyScript, 0o644); err != nil {
 		return nil, err
@@ -275,21 +304,63 @@ func runNumPy(ctx context.Context, python, coreType string, shapes []Shape, d ti
 	if coreType != "" {
 		cmd.Env = append(cmd.Env, "OPENBLAS_CORETYPE="+coreType)
 	}
-	cmd.Stdin = bytes.NewReader(spec)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	p := &numpyProc{cmd: cmd, errs: &bytes.Buffer{}}
+	cmd.Stderr = p.errs
+	var err error
+	if p.in, err = cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, fmt.Errorf("numpy benchmark: %v\n%s", err, stderr.Bytes())
+		return nil, err
 	}
-	var res numpyResult
-	if err := json.Unmarshal(out, &res); err != nil {
-		return nil, fmt.Errorf("numpy benchmark output: %v\n%s", err, out)
+	if err := cmd.Start(); err != nil {
+		return nil, err
 	}
-	if len(res.Results) != len(shapes) {
-		return nil, fmt.Errorf("numpy benchmark: %d results for %d shapes", len(res.Results), len(shapes))
+	p.close = func() {
+		p.in.Close()
+		cmd.Wait()
 	}
-	return &res, nil
+	p.out = bufio.NewScanner(stdout)
+	p.out.Buffer(make([]byte, 1<<16), 1<<22)
+	if err := p.read(&p.info); err != nil {
+		p.close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// read decodes the NumPy side's next line into v.
+func (p *numpyProc) read(v any) error {
+	if !p.out.Scan() {
+		err := p.out.Err()
+		if err == nil {
+			err = io.ErrUnexpectedEOF
+		}
+		return fmt.Errorf("numpy benchmark: %v\n%s", err, p.errs.Bytes())
+	}
+	if err := json.Unmarshal(p.out.Bytes(), v); err != nil {
+		return fmt.Errorf("numpy benchmark output: %v\n%s", err, p.out.Bytes())
+	}
+	return nil
+}
+
+// time has NumPy run one shape for about d and returns its GFLOP/s.
+func (p *numpyProc) time(s Shape, d time.Duration) (float64, error) {
+	req, err := json.Marshal(map[string]any{"op": s.Op, "m": s.M, "n": s.N, "k": s.K, "seconds": d.Seconds()})
+	if err != nil {
+		return 0, err
+	}
+	if _, err := p.in.Write(append(req, '\n')); err != nil {
+		return 0, fmt.Errorf("numpy benchmark: %v\n%s", err, p.errs.Bytes())
+	}
+	var res struct {
+		GFLOPs float64 `json:"gflops"`
+	}
+	if err := p.read(&res); err != nil {
+		return 0, err
+	}
+	return res.GFLOPs, nil
 }
 
 // numpyVenv returns the Python of a venv with numpy and threadpoolctl: the
@@ -391,7 +462,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	for _, name := range r.Impls {
 		header += name + "\t"
 	}
-	fmt.Fprintln(tw, header+"ratio\t")
+	fmt.Fprintln(tw, header+"ratio\tplan\t")
 	worst, worstAt := 0.0, -1
 	for si, s := range r.Shapes {
 		line := fmt.Sprintf("%s\t%d\t%d\t%d\t%s\t%.1f\t", s.Op, s.M, s.N, s.K, s.Use, r.NumPyGFLOPs[si])
@@ -399,7 +470,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 			line += fmt.Sprintf("%.1f\t", r.GFLOPs[ii][si])
 		}
 		ratio := r.GFLOPs[0][si] / r.NumPyGFLOPs[si]
-		line += fmt.Sprintf("%.2f\t", ratio)
+		plan := ""
+		if si < len(r.Plans) {
+			plan = r.Plans[si]
+		}
+		line += fmt.Sprintf("%.2f\t%s\t", ratio, plan)
 		fmt.Fprintln(tw, line)
 		if s.M >= 16 && (worstAt < 0 || ratio < worst) {
 			worst, worstAt = ratio, si
@@ -408,7 +483,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(w, "\nGFLOP/s, best of the rounds; ratio = frognano in use / NumPy.")
+	fmt.Fprintln(w, "\nGFLOP/s, best of the rounds; ratio = frognano in use / NumPy; plan = how the one in use computes the shape after timing both ways in its first calls (whole: one sgemm of OpenBLAS's parallel instance, its jobs on frognano's goroutines; split: one single-threaded call per core, split in Go).")
 	if worstAt >= 0 {
 		s := r.Shapes[worstAt]
 		verdict := "met"
