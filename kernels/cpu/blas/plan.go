@@ -12,15 +12,19 @@ import (
 // parallel instance, whose jobs share their packed panels, or pieces split
 // in Go, each a single-threaded call that packs its own. Which is faster
 // depends on the machine and the shape: on a quiet AMD EPYC (Zen 5)
-// OpenBLAS's own split ran up to 1.3× faster, on an Intel Xeon (Sapphire
-// Rapids) the split in Go did, on most shapes (docs/kernels.md). So each
-// shape is planned like FFTW's plans: its first calls try both ways in
-// turn, while the cores are free, and the faster one, by its best time,
-// serves every call after.
+// OpenBLAS's own split ran up to 1.3× faster on some shapes, on an Intel
+// Xeon (Sapphire Rapids) the split in Go did on most (docs/kernels.md). So
+// each shape is planned, as FFTW plans a transform: its first calls, made
+// while the cores are free, take the two ways in turn, and the way that
+// was faster in more of the planTrials pairs of neighbouring calls serves
+// every call after. Pairs, not each way's best time, because the machines
+// this runs on slow down and speed up over seconds (other tenants of the
+// host): two calls a few milliseconds apart meet the same machine.
 
-// planTrials is how many timed calls each way gets before a shape's plan
-// is made, after one untimed call each to warm the caches and buffers.
-const planTrials = 5
+// planTrials is how many timed pairs (a call split in Go, then a whole
+// one) decide a shape's plan, after one untimed call each way to warm the
+// caches and buffers. Odd, so that there are no ties.
+const planTrials = 9
 
 // planKey is one product's form and shape.
 type planKey struct {
@@ -33,8 +37,8 @@ type planKey struct {
 type plan struct {
 	choice atomic.Int32 // 0 while trying, planSplit or planWhole after
 	mu     sync.Mutex
-	calls  [2]int           // calls each way so far, the untimed first included
-	best   [2]time.Duration // fastest timed call each way
+	calls  [2]int             // calls each way so far, the untimed first included
+	timed  [2][]time.Duration // the timed calls each way, in order
 }
 
 const (
@@ -115,16 +119,28 @@ func product(split func(), transA, transB, accumulate bool, m, n, k int, a []flo
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.calls[way]++
-	if p.calls[way] > 1 && (p.best[way] == 0 || d < p.best[way]) {
-		p.best[way] = d
+	if p.calls[way] > 1 && len(p.timed[way]) < planTrials {
+		p.timed[way] = append(p.timed[way], d)
 	}
-	if p.calls[0] > planTrials && p.calls[1] > planTrials && p.choice.Load() == 0 {
-		if p.best[1] < p.best[0] {
+	if len(p.timed[0]) == planTrials && len(p.timed[1]) == planTrials && p.choice.Load() == 0 {
+		if 2*wholeWins(p.timed) > planTrials {
 			p.choice.Store(planWhole)
 		} else {
 			p.choice.Store(planSplit)
 		}
 	}
+}
+
+// wholeWins counts the pairs of neighbouring trials in which the whole
+// call was faster than the split one.
+func wholeWins(timed [2][]time.Duration) int {
+	n := 0
+	for i := range min(len(timed[0]), len(timed[1])) {
+		if timed[1][i] < timed[0][i] {
+			n++
+		}
+	}
+	return n
 }
 
 // wholeCall computes the product as one sgemm of l's parallel instance
@@ -143,12 +159,13 @@ func wholeCall(l *lib, transA, transB, accumulate bool, m, n, k int, a []float32
 
 // Plan is the way one product shape was planned.
 type Plan struct {
-	Op            string // "a·bᵀ", "a·b" or "aᵀ·b"
-	Accumulate    bool
-	M, N, K       int           // as the product's function takes them
-	Whole         bool          // one sgemm of the parallel instance; else split in Go
-	Decided       bool          // false while its trials run
-	Split, Joined time.Duration // the best timed call each way (0: none yet)
+	Op         string // "a·bᵀ", "a·b" or "aᵀ·b"
+	Accumulate bool
+	M, N, K    int  // as the product's function takes them
+	Whole      bool // one sgemm of the parallel instance; else split in Go
+	Decided    bool // false while its trials run
+	Pairs      int  // timed pairs so far
+	WholeWins  int  // pairs in which the whole call was the faster
 }
 
 // Plans returns the shapes planned so far in this process, sorted.
@@ -159,7 +176,7 @@ func Plans() []Plan {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		pl := Plan{Accumulate: key.ac, Whole: p.choice.Load() == planWhole, Decided: p.choice.Load() != 0,
-			Split: p.best[0], Joined: p.best[1]}
+			Pairs: min(len(p.timed[0]), len(p.timed[1])), WholeWins: wholeWins(p.timed)}
 		switch key.op {
 		case 'T':
 			pl.Op, pl.M, pl.N, pl.K = "a·bᵀ", key.m, key.n, key.k
