@@ -29,6 +29,9 @@ type binder struct {
 	// fix rewrites a tensor after loading (llama.cpp's Q/K permutation).
 	fix  func(name string, t *tensor.Tensor) error
 	used map[string]bool
+	// skip, if set, names tensors not to read: a shared load takes them
+	// from the process's cache (share.go) and sets them after bind.
+	skip func(name string) bool
 }
 
 var tensorType = reflect.TypeFor[kernels.Tensor]()
@@ -54,6 +57,10 @@ func (bd *binder) bind(v reflect.Value, prefix string) error {
 					continue
 				}
 				return fmt.Errorf("%w: tensor %q is missing", ErrMalformed, full)
+			}
+			if bd.skip != nil && bd.skip(full) {
+				bd.used[full] = true
+				continue
 			}
 			t, err := bd.src.load(full)
 			if err != nil {

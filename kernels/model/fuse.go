@@ -19,13 +19,19 @@ type fusedLayer struct {
 	gateUp Linear // weight [2·ffn, hidden]
 }
 
-// fuse restacks each layer's q/k/v and gate/up weights.
+// fuse restacks each layer's q/k/v and gate/up weights, but for the
+// layers a shared load took stacked already from the cache (share.go).
 func (m *Model) fuse() {
 	b := m.b
 	d := m.Config.HiddenSize
-	m.fused = make([]fusedLayer, len(m.w.Blocks))
+	if m.fused == nil {
+		m.fused = make([]fusedLayer, len(m.w.Blocks))
+	}
 	for l := range m.w.Blocks {
 		blk, f := &m.w.Blocks[l], &m.fused[l]
+		if f.qkv.Weight != nil {
+			continue
+		}
 		a := blk.Attn
 		f.qkv.Weight = stack(b, d, &a.Q.Weight, &a.K.Weight, &a.V.Weight)
 		if a.Q.Bias != nil {

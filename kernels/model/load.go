@@ -22,6 +22,25 @@ import (
 type Options struct {
 	// Backend receives the weights; nil means the CPU backend.
 	Backend kernels.Backend
+	// Shared shares the weights, copy-on-write, with the other Models of
+	// the process loaded from the same file with Shared (share.go): a
+	// Learner and a Sampler of one run then hold one copy of the weights
+	// neither changes. Only the CPU backend shares; on another backend
+	// the load is private.
+	Shared bool
+}
+
+// sharing starts a shared load of path when the options ask for one and
+// the backend can share; nil otherwise.
+func (o Options) sharing(b kernels.Backend, path, tag string) (*sharedLoad, error) {
+	if !o.Shared || !canShare(b) {
+		return nil, nil
+	}
+	key, err := fingerprint(path, tag)
+	if err != nil {
+		return nil, err
+	}
+	return beginShared(key), nil
 }
 
 func (o Options) backend() kernels.Backend {
@@ -89,7 +108,12 @@ func LoadGGUF(path string, opts Options) (*Model, error) {
 	if arch.FixGGUF != nil {
 		fix = func(name string, t *tensor.Tensor) error { return arch.FixGGUF(cfg, name, t.Data()) }
 	}
-	m, err := build(cfg, tok, ggufSource{f}, "gguf", fix, opts.backend())
+	b := opts.backend()
+	sl, err := opts.sharing(b, path, "gguf")
+	if err != nil {
+		return nil, err
+	}
+	m, err := build(cfg, tok, ggufSource{f}, "gguf", fix, b, sl)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -236,7 +260,12 @@ func LoadHF(dir string, opts Options) (*Model, error) {
 	if hc.TieWordEmbeddings {
 		src.hide("lm_head.weight") // some exporters write the tied copy anyway
 	}
-	m, err := build(cfg, tok, src, "hf", nil, opts.backend())
+	b := opts.backend()
+	sl, err := opts.sharing(b, dir, "hf")
+	if err != nil {
+		return nil, err
+	}
+	m, err := build(cfg, tok, src, "hf", nil, b, sl)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
@@ -248,26 +277,48 @@ func LoadHF(dir string, opts Options) (*Model, error) {
 }
 
 // build binds the weights and checks them against cfg and the tokenizer.
-func build(cfg Config, tok *tokenizer.Tokenizer, src source, tag string, fix func(string, *tensor.Tensor) error, b kernels.Backend) (*Model, error) {
-	if err := cfg.validate(); err != nil {
+// With sl (a shared load, share.go) the weights the cache holds are not
+// read but shared, and those it lacks are handed to it.
+func build(cfg Config, tok *tokenizer.Tokenizer, src source, tag string, fix func(string, *tensor.Tensor) error, b kernels.Backend, sl *sharedLoad) (*Model, error) {
+	var took *modelShare // the shared units the Model holds references to
+	fail := func(err error) (*Model, error) {
+		switch {
+		case took != nil:
+			took.releaseAll()
+		case sl != nil:
+			sl.abort()
+		}
 		return nil, err
 	}
+	if err := cfg.validate(); err != nil {
+		return fail(err)
+	}
 	if err := tok.CheckModel(cfg.VocabSize); err != nil {
-		return nil, err
+		return fail(err)
 	}
 	m := &Model{Config: cfg, Tokenizer: tok, b: b}
 	m.w.Blocks = make([]Block, cfg.Layers)
 	if src.hasPrefix(join(blocksName(tag), fmt.Sprint(cfg.Layers))) {
-		return nil, fmt.Errorf("%w: the file has more than the %d layers its hyper-parameters declare", ErrMalformed, cfg.Layers)
+		return fail(fmt.Errorf("%w: the file has more than the %d layers its hyper-parameters declare", ErrMalformed, cfg.Layers))
 	}
 	bd := &binder{b: b, src: src, tag: tag, fix: fix, used: map[string]bool{}}
+	if sl != nil {
+		bd.skip = sl.skip(cfg, tag)
+	}
 	if err := bd.bind(reflect.ValueOf(&m.w), ""); err != nil {
-		return nil, err
+		return fail(err)
+	}
+	if sl != nil {
+		sl.take(m)
+		took = m.share
 	}
 	if err := m.checkShapes(); err != nil {
-		return nil, err
+		return fail(err)
 	}
 	m.fuse()
+	if sl != nil {
+		sl.give(m)
+	}
 	return m, nil
 }
 

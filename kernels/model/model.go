@@ -173,13 +173,15 @@ type Model struct {
 	fused []fusedLayer   // per layer, see fuse.go
 	quant string         // the products' quantization, "" for float32 (quant.go)
 	outQ  kernels.Tensor // the output projection quantized, or nil
+	share *modelShare    // the weights shared with other Models (share.go), or nil
 }
 
 // Backend is the backend the weights live on.
 func (m *Model) Backend() kernels.Backend { return m.b }
 
 // Weights exposes the bound layers (for tests, and for a learner that
-// starts from them).
+// starts from them). On a Model loaded with Options.Shared they may be
+// other Models' storage too: Own what you write through them.
 func (m *Model) Weights() *Transformer { return &m.w }
 
 // checkShapes compares every bound weight with the shape the Config implies.

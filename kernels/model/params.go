@@ -27,7 +27,8 @@ type NamedTensor struct {
 // The tensors are the model's own storage: the q/k/v and gate/up weights are
 // views into the stacked matrices the decoding path multiplies by (fuse.go),
 // so writing into them (SetParams, an optimizer step) changes what every
-// Runner computes.
+// Runner computes. On a Model loaded with Options.Shared they may be other
+// Models' storage too: Own them before writing through them.
 func (m *Model) Params() []NamedTensor {
 	var out []NamedTensor
 	walkWeights(reflect.ValueOf(&m.w).Elem(), "", func(name string, t kernels.Tensor) {
@@ -44,7 +45,9 @@ func (m *Model) Params() []NamedTensor {
 //
 // SetParams writes the storage Runners and Trainers compute with, so it must
 // not run while any of them computes on this Model. A quantized model
-// (SetQuantization) re-quantizes the new weights.
+// (SetQuantization) re-quantizes the new weights. Weights the Model shares
+// with others (Options.Shared) are copied first, and the others keep
+// theirs.
 func (m *Model) SetParams(src map[string][]float32) error {
 	return m.setParams(src, false, "SetParams")
 }
@@ -93,6 +96,13 @@ func (m *Model) setParams(src map[string][]float32, some bool, op string) error 
 			problems = problems[:show]
 		}
 		return fmt.Errorf("%w: %s: %s%s", ErrMalformed, op, strings.Join(problems, "; "), more)
+	}
+	// Weights shared with other Models (share.go) are copied before they
+	// are written, with the rest of their layer; the Params are listed
+	// again, as owning a layer replaces its tensors.
+	if m.share != nil {
+		m.ownNames(src)
+		params = m.Params()
 	}
 	for _, p := range params {
 		v, ok := src[p.Name]

@@ -216,6 +216,13 @@ func (m *Model) NewTrainer(o TrainOptions) (*Trainer, error) {
 	if o.TrainLayers > 0 && o.TrainLayers < m.Config.Layers {
 		t.first = m.Config.Layers - o.TrainLayers
 	}
+	// The weights it trains become the model's own (share.go) before an
+	// optimizer can step them; frozen ones stay shared.
+	for _, p := range m.Params() {
+		if t.trained(p.Name) {
+			m.Own(p.Name)
+		}
+	}
 	values := m.Params()
 	i := 0
 	mirrorWeights(reflect.ValueOf(&t.g).Elem(), reflect.ValueOf(&m.w).Elem(), "", func(name string, v kernels.Tensor) kernels.Tensor {

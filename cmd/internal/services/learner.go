@@ -40,7 +40,12 @@ func learnerHost(log *slog.Logger) node.NamedActor {
 				if err != nil {
 					return nil, fmt.Errorf("the Learner's model: %w", err)
 				}
-				return model.Load(path, model.Options{Backend: learner.SelectBackend(n.Info().GetCapabilities(), log)})
+				// On the CPU the Learner shares the weights it does not
+				// train with the node's Sampler (model.Options.Shared):
+				// with --train-layers the frozen layers and the embedding
+				// are one copy in the process, not two. A GPU Learner
+				// loads its own.
+				return model.Load(path, model.Options{Backend: learner.SelectBackend(n.Info().GetCapabilities(), log), Shared: true})
 			}
 			sup := supervise.Policy{MaxRestarts: 10, Window: time.Minute, BackoffMin: 100 * time.Millisecond, BackoffMax: 10 * time.Second, Logger: log}
 			return trainer.HostProps(trainer.HostConfig{Checkpoints: db.Checkpoints(), LoadModel: load,

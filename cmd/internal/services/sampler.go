@@ -70,7 +70,10 @@ func (p *Policy) Engine(ctx context.Context) (*sampler.Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the node's policy: %w", err)
 	}
-	m, err := model.Load(path, model.Options{})
+	// Shared: a Learner of this process (the node's learner host) loading
+	// the same file on the CPU shares the weights neither changes; every
+	// update copies what it writes first (kernels/model/share.go).
+	m, err := model.Load(path, model.Options{Shared: true})
 	if err != nil {
 		return nil, fmt.Errorf("the node's policy %s: %w", path, err)
 	}
