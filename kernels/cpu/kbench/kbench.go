@@ -204,7 +204,11 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 				return nil, err
 			}
 			r.NumPyGFLOPs[si] = max(r.NumPyGFLOPs[si], g)
-			for ii, impl := range impls {
+			// The implementations' order turns with the rounds, so that
+			// none is always the first to run after NumPy.
+			for j := range impls {
+				ii := (j + round) % len(impls)
+				impl := impls[ii]
 				restore := blas.Use(impl)
 				r.GFLOPs[ii][si] = max(r.GFLOPs[ii][si], timeShape(s, opt.Seconds))
 				restore()
