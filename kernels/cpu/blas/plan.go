@@ -13,8 +13,8 @@ import (
 // in Go, each a single-threaded call that packs its own. Which is faster
 // depends on the machine and the shape: on a quiet AMD EPYC (Zen 5)
 // OpenBLAS's own split ran up to 1.3× faster on some shapes, on an Intel
-// Xeon (Sapphire Rapids) the split in Go did on most (docs/kernels.md). So
-// each shape is planned, as FFTW plans a transform: its first calls, made
+// Xeon (Emerald Rapids) the split in Go was as fast or faster on most
+// (docs/kernels.md). So each shape is planned, as FFTW plans a transform: its first calls, made
 // while the cores are free, take the two ways in turn, and the way that
 // was faster in more of the planTrials pairs of neighbouring calls serves
 // every call after. Pairs, not each way's best time, because the machines
