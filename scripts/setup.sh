@@ -59,5 +59,9 @@ fi
 log "go mod download"
 go mod download
 
+# kube-apiserver, for the test that stores deploy/'s manifests in a real API
+# server (built from the Kubernetes module once; see the script).
+bash scripts/install-kube-apiserver.sh
+
 log "containerd"
 bash scripts/setup-containerd.sh
