@@ -83,6 +83,10 @@ type Job struct {
 	MaxTurnTokens int     `json:"max_turn_tokens"`
 	MaxContext    int     `json:"max_context"`
 	WallSeconds   float64 `json:"wall_seconds"`
+
+	// resume: the node restarted while the job ran, and its episodes
+	// stored then are read back rather than played again.
+	resume bool
 }
 
 // DefaultJob is a job with the defaults frognano eval shows.
@@ -277,6 +281,9 @@ type Report struct {
 	Buckets           []rollout.Bucket       `json:"buckets"`
 	Tasks             []*rollout.TaskOutcome `json:"tasks"`
 	Skipped           []map[string]string    `json:"skipped,omitempty"`
+	// Resumed counts the episodes played before the node restarted and
+	// read back from the store (the evaluation was resumed).
+	Resumed int `json:"resumed_episodes,omitempty"`
 }
 
 // WriteSummary prints the report's table and totals.
@@ -289,6 +296,9 @@ func (r *Report) WriteSummary(out io.Writer) error {
 	fmt.Fprintf(out, "policy tokens %d (%.1f/s over the run)", r.PolicyTokens, float64(r.PolicyTokens)/max(r.WallSeconds, 1e-9))
 	if r.EngineSteps > 0 {
 		fmt.Fprintf(out, ", engine: %d steps, %d prompt tokens read", r.EngineSteps, r.EnginePrompt)
+	}
+	if r.Resumed > 0 {
+		fmt.Fprintf(out, "\n%d of the episodes were played before the node restarted (resumed; their times are included)", r.Resumed)
 	}
 	_, err := fmt.Fprintf(out, "\nendings: %s\ntrajectories: frognano traj ls --run %s\n", rollout.FormatEndings(r.Endings), r.RunID)
 	return err
@@ -305,6 +315,11 @@ type Deps struct {
 	// node), so a job may name a model file or a model store directory;
 	// a node that serves others takes model store names and URLs only.
 	AnyPath bool
+	// AutoResume: the node resumes, when it starts, the newest evaluation
+	// it was running when it stopped or died (a daemon). Without it (the
+	// CLI's embedded node) such evaluations are recorded stopped, for
+	// frognano evals resume.
+	AutoResume bool
 	// Policy replaces the job's model (tests); nil opens Job.Model.
 	Policy policy.Policy
 	// Tokenizer goes with Policy.
@@ -378,6 +393,9 @@ func Execute(ctx context.Context, d *Deps, job Job, out io.Writer, progress Prog
 
 	total := len(tasks) * job.K
 	fmt.Fprintf(out, "evaluating %s on %d tasks × %d episodes (%s mode, run %s, seed %d)\n", pol.name, len(tasks), job.K, mode, job.ID, job.Seed)
+	if job.resume {
+		fmt.Fprintf(out, "resumed after the node restarted: the episodes it stored before are read back, not played again\n")
+	}
 	var (
 		mu         sync.Mutex
 		outcomes   = map[string]*rollout.TaskOutcome{}
@@ -406,11 +424,18 @@ launch:
 		go func() {
 			defer func() { <-inFlight }()
 			defer wg.Done()
-			_, err := runner.Run(ctx, rollout.Request{Task: t, Group: job.K, Mode: mode, Limits: lim, Sampling: samp, Seed: job.Seed + uint64(i), RunID: job.ID},
+			req := rollout.Request{Task: t, Group: job.K, Mode: mode, Limits: lim, Sampling: samp, Seed: job.Seed + uint64(i), RunID: job.ID}
+			if job.resume {
+				req.Reuse = []string{job.ID}
+			}
+			_, err := runner.Run(ctx, req,
 				func(ep *rollout.Episode) {
 					mu.Lock()
 					defer mu.Unlock()
 					outcomes[t.Id].Add(ep)
+					if ep.Reused {
+						rep.Resumed++
+					}
 					r := ep.Result
 					rep.Endings[string(r.Ending)]++
 					rep.GenerationSeconds += r.GenerationSeconds

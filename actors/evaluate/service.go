@@ -1,13 +1,16 @@
 package evaluate
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -47,9 +50,12 @@ const (
 // whoever asked for it, keeping its record (status, progress, report) in
 // the node's store; a client follows it through the HTTP API (Handlers)
 // and may leave and come back. A node runs one evaluation at a time (each
-// loads its own model). An evaluation is not resumed: one the node was
-// running when it stopped is recorded failed, its finished episodes kept
-// as trajectories.
+// loads its own model). An evaluation survives its node: one the node was
+// running when it stopped or died is resumed when the node starts again
+// (Deps.AutoResume; else it is recorded stopped), and a stopped one when a
+// client asks (POST /v1/evals/{id}/resume). A resumed evaluation reads back
+// the episodes it finished, stored as trajectories, and plays only the
+// others (rollout.Request.Reuse).
 type Service struct {
 	deps Deps
 	jobs joblog.Registry
@@ -90,6 +96,7 @@ func (s *Service) store() persistence.EvaluationStore { return s.deps.Node.DB().
 type (
 	submitEval struct{ job Job }
 	stopEval   struct{ id string }
+	resumeEval struct{ id, apiKey string }
 	evalReply  struct {
 		id        string
 		logOffset int64
@@ -109,9 +116,11 @@ func (a *serviceActor) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *actor.Started:
 		a.children = map[string]*actor.PID{}
-		a.s.failUnfinished()
+		a.resumeUnfinished(c)
 	case *submitEval:
 		c.Respond(a.start(c, m.job))
+	case *resumeEval:
+		c.Respond(a.resume(c, m.id, m.apiKey))
 	case *stopEval:
 		pid, ok := a.children[m.id]
 		if !ok {
@@ -175,16 +184,24 @@ func (a *serviceActor) start(c actor.Context, job Job) *evalReply {
 		return &evalReply{code: joblog.StatusOf(err), err: err}
 	}
 	logOffset := joblog.Size(logPath(a.s.deps.DataDir, job.ID))
+	if err := a.spawn(c, job, rec); err != nil {
+		return &evalReply{code: http.StatusConflict, err: err}
+	}
+	return &evalReply{id: job.ID, logOffset: logOffset}
+}
+
+// spawn starts the actor of job, whose record rec is stored.
+func (a *serviceActor) spawn(c actor.Context, job Job, rec *records.Evaluation) error {
 	pid, err := c.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &evalActor{s: a.s, job: job, rec: rec} }), job.ID)
 	if err != nil {
 		rec.Status, rec.Error = StatusFailed, err.Error()
-		_ = a.s.store().Put(ctx, rec)
-		return &evalReply{code: http.StatusConflict, err: fmt.Errorf("evaluation %s: %w", job.ID, err)}
+		_ = a.s.store().Put(context.Background(), rec)
+		return fmt.Errorf("evaluation %s: %w", job.ID, err)
 	}
 	c.Watch(pid)
 	a.children[job.ID] = pid
 	a.s.jobs.SetActive(job.ID, true)
-	return &evalReply{id: job.ID, logOffset: logOffset}
+	return nil
 }
 
 // busy is the answer to a submission while evaluation id runs.
@@ -192,26 +209,101 @@ func busy(id string) *evalReply {
 	return &evalReply{code: http.StatusConflict, err: fmt.Errorf("evaluation %s is running on this node, which runs one at a time: wait for it, or stop it (frognano evals stop %s)", id, id)}
 }
 
-// failUnfinished records failed the evaluations the store says are
-// running: their node stopped while they ran.
-func (s *Service) failUnfinished() {
+// resumeUnfinished deals with the evaluations the store says are running
+// (their node stopped or died while they ran): with Deps.AutoResume the
+// newest that can run again is resumed; the others are recorded stopped,
+// saying how to resume them.
+func (a *serviceActor) resumeUnfinished(c actor.Context) {
+	s := a.s
 	ctx := context.Background()
 	all, err := s.store().List(ctx)
 	if err != nil {
 		s.deps.Logger.Error("cannot list evaluations", "err", err)
 		return
 	}
+	var running []*records.Evaluation
 	for _, e := range all {
-		if e.GetStatus() != StatusRunning {
-			continue
-		}
-		e.Status = StatusFailed
-		e.Error = ErrNodeStopping.Error() + fmt.Sprintf(": its %d finished episodes are stored (frognano traj ls --run %s)", e.GetEpisodesDone(), e.GetId())
-		e.UpdatedUnixNano = time.Now().UnixNano()
-		if err := s.store().Put(ctx, e); err != nil {
-			s.deps.Logger.Error("cannot record an evaluation failed", "eval", e.GetId(), "err", err)
+		if e.GetStatus() == StatusRunning {
+			running = append(running, e)
 		}
 	}
+	slices.SortFunc(running, func(x, y *records.Evaluation) int { return cmp.Compare(y.GetStartedUnixNano(), x.GetStartedUnixNano()) })
+	for _, e := range running {
+		why := "frognano evals resume " + e.GetId() + " plays the rest"
+		if s.deps.AutoResume && len(a.children) == 0 {
+			job, err := storedJob(e)
+			switch {
+			case err != nil:
+				why = err.Error()
+			case IsURL(job.Model):
+				why = "an evaluation of a served model (URL) is resumed only when asked, since its API key is never stored: OPENAI_API_KEY=… frognano evals resume " + e.GetId()
+			default:
+				if rep := a.resumeJob(c, job, e); rep.err != nil {
+					why = rep.err.Error()
+					break
+				}
+				s.deps.Logger.Info("evaluation resumed after the node restarted", "eval", e.GetId(), "episodes_done", e.GetEpisodesDone())
+				continue
+			}
+		} else if s.deps.AutoResume {
+			why = "another evaluation was resumed in its place (a node runs one at a time): " + why
+		}
+		e.Status = StatusStopped
+		e.Error = ErrNodeStopping.Error() + fmt.Sprintf(" (%d finished episodes stored): ", e.GetEpisodesDone()) + why
+		e.UpdatedUnixNano = time.Now().UnixNano()
+		if err := s.store().Put(ctx, e); err != nil {
+			s.deps.Logger.Error("cannot record an evaluation stopped", "eval", e.GetId(), "err", err)
+		}
+	}
+}
+
+// storedJob is the job an evaluation's record holds.
+func storedJob(e *records.Evaluation) (Job, error) {
+	var job Job
+	if err := json.Unmarshal([]byte(e.GetJobJson()), &job); err != nil || job.ID != e.GetId() {
+		return job, fmt.Errorf("its stored job cannot be read (%v), so it cannot be resumed", err)
+	}
+	return job, nil
+}
+
+// resume restarts stopped evaluation id (stopped by a client, or by its
+// node) with its stored job, apiKey its URL model's key.
+func (a *serviceActor) resume(c actor.Context, id, apiKey string) *evalReply {
+	for running := range a.children {
+		return busy(running)
+	}
+	e, err := a.s.store().Get(context.Background(), id)
+	if err != nil {
+		return &evalReply{code: joblog.StatusOf(err), err: fmt.Errorf("evaluation %s: %w", id, err)}
+	}
+	if e.GetStatus() != StatusStopped {
+		return &evalReply{code: http.StatusConflict, err: fmt.Errorf("evaluation %s is %s: only a stopped evaluation is resumed", id, e.GetStatus())}
+	}
+	job, err := storedJob(e)
+	if err != nil {
+		return &evalReply{code: http.StatusConflict, err: fmt.Errorf("evaluation %s: %w", id, err)}
+	}
+	job.APIKey = apiKey
+	return a.resumeJob(c, job, e)
+}
+
+// resumeJob spawns job again, its record e marked running, reading back
+// the episodes it stored.
+func (a *serviceActor) resumeJob(c actor.Context, job Job, e *records.Evaluation) *evalReply {
+	if err := job.Check(); err != nil {
+		return &evalReply{code: http.StatusConflict, err: fmt.Errorf("evaluation %s: its stored job: %w", job.ID, err)}
+	}
+	job.resume = true
+	e.Status, e.Error, e.ReportJson = StatusRunning, "", ""
+	e.UpdatedUnixNano = time.Now().UnixNano()
+	if err := a.s.store().Put(context.Background(), e); err != nil {
+		return &evalReply{code: joblog.StatusOf(err), err: err}
+	}
+	logOffset := joblog.Size(logPath(a.s.deps.DataDir, job.ID))
+	if err := a.spawn(c, job, e); err != nil {
+		return &evalReply{code: http.StatusConflict, err: err}
+	}
+	return &evalReply{id: job.ID, logOffset: logOffset}
 }
 
 // evalActor runs one job: a goroutine executes it while the actor answers
@@ -294,11 +386,15 @@ func (e *evalActor) launch(c actor.Context) {
 			rec.Status = StatusDone
 		case errors.Is(cause, ErrStopped):
 			rec.Status, rec.Error = StatusStopped, ErrStopped.Error()
+		case errors.Is(cause, ErrNodeStopping):
+			// Still running: the node resumes it when it starts again.
 		default:
 			rec.Status, rec.Error = StatusFailed, err.Error()
 		}
 		if log != nil {
-			if err != nil {
+			if rec.Status == StatusRunning {
+				fmt.Fprintf(log, "evaluation %s interrupted: the node is stopping, and resumes it when it starts again\n", job.ID)
+			} else if err != nil {
 				fmt.Fprintf(log, "evaluation %s %s: %v\n", job.ID, rec.Status, err)
 			} else {
 				fmt.Fprintf(log, "evaluation %s done: %d episodes, %d solved\n", job.ID, rec.GetEpisodesDone(), rec.GetSolved())
@@ -335,6 +431,15 @@ type Submitted struct {
 	LogOffset int64  `json:"log_offset"`
 }
 
+// ResumeRequest is the body of POST /v1/evals/{id}/resume: the API key a
+// URL model needs (never stored), or nothing.
+type ResumeRequest struct {
+	APIKey string `json:"api_key,omitempty"`
+}
+
+// maxResumeBytes bounds a resume request's body.
+const maxResumeBytes = 64 << 10
+
 // MaxJobBytes bounds a submitted job (instances from a file travel in it).
 const MaxJobBytes = 32 << 20
 
@@ -347,6 +452,8 @@ const MaxJobBytes = 32 << 20
 //	GET  /v1/evals/{id}/logs   its log from ?offset=N; ?follow=true streams
 //	                           until the evaluation's actor ends
 //	POST /v1/evals/{id}/stop   stop it (recorded "stopped")
+//	POST /v1/evals/{id}/resume resume a stopped one (body: nothing, or
+//	                           {"api_key": …} for a URL model); 202 as a submission
 //
 // Errors are JSON {"error": "..."} with a 4xx or 5xx status: 400 for a
 // job out of range (Check) or an id no evaluation can have (CheckID), 409
@@ -440,6 +547,22 @@ func (s *Service) Handlers() []node.Handler {
 					return
 				}
 				s.jobs.Follow(w, r, id, logPath(s.deps.DataDir, id))
+			})
+		}},
+		{Pattern: "POST " + EvalsPath + "/{id}/resume", MaxBody: maxResumeBytes, Handler: func(n *node.Node) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if err := CheckID(r.PathValue("id")); err != nil {
+					joblog.WriteError(w, http.StatusBadRequest, err)
+					return
+				}
+				var body ResumeRequest
+				if r.ContentLength != 0 {
+					if code, err := node.DecodeJSON(r.Body, &body); err != nil && !errors.Is(err, io.EOF) {
+						joblog.WriteError(w, code, fmt.Errorf("the body is not a resume request (JSON {\"api_key\": …} or nothing): %w", err))
+						return
+					}
+				}
+				reply(w, ask(n, &resumeEval{id: r.PathValue("id"), apiKey: body.APIKey}))
 			})
 		}},
 		{Pattern: "POST " + EvalsPath + "/{id}/stop", Handler: func(n *node.Node) http.Handler {

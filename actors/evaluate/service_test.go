@@ -17,6 +17,7 @@ import (
 
 	"github.com/frognano/frognano/actors/environment"
 	"github.com/frognano/frognano/actors/policy"
+	"github.com/frognano/frognano/actors/rollout"
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/kernels/modelstore"
 	"github.com/frognano/frognano/persistence"
@@ -251,19 +252,133 @@ func TestServiceStopsAndRefusesASecond(t *testing.T) {
 	}
 }
 
-// TestServiceFailsWhatItWasRunning: an evaluation the store says is
-// running when the node starts (its node stopped mid-way) is recorded
-// failed, saying so.
-func TestServiceFailsWhatItWasRunning(t *testing.T) {
+// TestServiceResumesWhatItWasRunning: an evaluation the store says is
+// running when the node starts (its node died mid-way) is resumed: the
+// episodes it stored before are read back, not played again (the policy
+// is never asked for them), the others are played, and the record ends
+// done with every episode counted. An older record also left running is
+// failed (one at a time), and so is one of a served model (URL), whose
+// API key was never stored; one that ended stays as it was.
+func TestServiceResumesWhatItWasRunning(t *testing.T) {
+	store, err := modelstore.Open("")
+	if err != nil {
+		t.Skip(err)
+	}
+	tok, err := store.Tokenizer(modelstore.Default)
+	if err != nil {
+		t.Skipf("no %s in the model store (frognano model pull): %v", modelstore.Default, err)
+	}
 	dir := filepath.Join(t.TempDir(), "data")
 	db, err := persistence.Open(filepath.Join(dir, "db")) // the node's store
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Evaluations().Put(context.Background(), &records.Evaluation{Id: "ev-old", Status: StatusRunning, EpisodesDone: 7}); err != nil {
+	ctx := context.Background()
+	put := func(e *records.Evaluation) {
+		t.Helper()
+		if err := db.Evaluations().Put(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Environments().Put(ctx, &records.Environment{Name: "envx", Image: "frognano.local/env/envx:1", RepoDir: "/repo"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Evaluations().Put(context.Background(), &records.Evaluation{Id: "ev-done", Status: StatusDone}); err != nil {
+	job := Job{ID: "ev-old", Model: "smollm2-135m", Mode: "patch", K: 2, Hint: -1, Seed: 3, TopP: 1, Parallel: 2, Batch: 1,
+		MaxTurns: 1, MaxTurnTokens: 8, MaxContext: 256, WallSeconds: 5,
+		Instances: []Instance{{InstanceID: "inst-1", Environment: "envx", ProblemStatement: "fix it", FailToPass: []string{"t::a"}},
+			{InstanceID: "inst-2", Environment: "envx", ProblemStatement: "fix it", FailToPass: []string{"t::b"}}}}
+	b, err := json.Marshal(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(&records.Evaluation{Id: "ev-old", Status: StatusRunning, EpisodesDone: 2, EpisodesTotal: 4, StartedUnixNano: 200, JobJson: string(b)})
+	// Both episodes of inst-1 (task 0, group seed 3) finished, solved,
+	// before the node died.
+	for i := range 2 {
+		seed := rollout.EpisodeSeed(3, "inst-1", i)
+		tr := &records.Trajectory{Id: rollout.TrajectoryID("ev-old", "inst-1", seed), TaskId: "inst-1", RunId: "ev-old", Seed: seed,
+			Termination: "patch_applied", Reward: 1, Report: &records.TestReport{}, TokenIds: []int32{1, 2, 3}, PolicyMask: []bool{false, true, true},
+			GenerationSeconds: 4, SandboxSeconds: 1}
+		if err := db.Trajectories().Append(ctx, tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	older := job
+	older.ID = "ev-older"
+	b, _ = json.Marshal(older)
+	put(&records.Evaluation{Id: "ev-older", Status: StatusRunning, EpisodesDone: 1, StartedUnixNano: 100, JobJson: string(b)})
+	served := job
+	served.ID, served.Model, served.ServedModel, served.Tokenizer = "ev-url", "http://127.0.0.1:1/v1", "m", "smollm2-135m"
+	b, _ = json.Marshal(served)
+	put(&records.Evaluation{Id: "ev-url", Status: StatusRunning, EpisodesDone: 5, StartedUnixNano: 300, JobJson: string(b)})
+	put(&records.Evaluation{Id: "ev-done", Status: StatusDone})
+	db.Close()
+
+	_, base := evalNode(t, dir, Deps{Runtime: noContainerd, Policy: untouchable{t}, Tokenizer: tok, AutoResume: true})
+	_, e := waitEnded(t, base, "ev-old")
+	// The whole log, read once it ended (a follower that came before the
+	// service resumed the evaluation would have found nothing to follow).
+	_, log := call(t, http.MethodGet, base+EvalsPath+"/ev-old/logs", "")
+	if e.GetStatus() != StatusDone || e.GetEpisodesDone() != 4 || e.GetEpisodesTotal() != 4 || e.GetSolved() != 2 {
+		t.Fatalf("the resumed evaluation: %v\n%s", e, log)
+	}
+	var rep Report
+	if err := json.Unmarshal([]byte(e.GetReportJson()), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Resumed != 2 || rep.Episodes != 4 || len(rep.Tasks) != 2 || rep.Tasks[0].Passed != 2 || rep.Tasks[0].Samples != 2 || rep.Tasks[1].Infra != 2 {
+		t.Errorf("report: resumed %d, episodes %d, tasks %+v", rep.Resumed, rep.Episodes, rep.Tasks)
+	}
+	for _, want := range []string{"resumed after the node restarted", "4/4 episodes, 2 solved", "evaluation ev-old done"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %q:\n%s", want, log)
+		}
+	}
+	var sum strings.Builder
+	if err := rep.WriteSummary(&sum); err != nil || !strings.Contains(sum.String(), "2 of the episodes were played before the node restarted") {
+		t.Errorf("summary (%v):\n%s", err, sum.String())
+	}
+	if e := record(t, base, "ev-url"); e.GetStatus() != StatusStopped || !strings.Contains(e.GetError(), "the node stopped while it ran (5 finished episodes stored): an evaluation of a served model (URL) is resumed only when asked") {
+		t.Errorf("ev-url: %v", e)
+	}
+	if e := record(t, base, "ev-older"); e.GetStatus() != StatusStopped || !strings.Contains(e.GetError(), "another evaluation was resumed in its place") ||
+		!strings.Contains(e.GetError(), "frognano evals resume ev-older") {
+		t.Errorf("ev-older: %v", e)
+	}
+	if e := record(t, base, "ev-done"); e.GetStatus() != StatusDone {
+		t.Errorf("ev-done: %v", e)
+	}
+	// Asked for: a stopped one resumes (nothing of it stored, so every
+	// episode is played: here, infrastructure failures); others are refused.
+	for _, c := range []struct {
+		id, body string
+		code     int
+		want     string
+	}{
+		{"ev-done", "", http.StatusConflict, "only a stopped evaluation is resumed"},
+		{"ev-none", "", http.StatusNotFound, "ev-none"},
+		{"bad%20id", "", http.StatusBadRequest, ""},
+		{"ev-older", `{"api_key": 5}`, http.StatusBadRequest, "not a resume request"},
+		{"ev-older", "", http.StatusAccepted, `"id":"ev-older"`},
+	} {
+		if code, body := call(t, http.MethodPost, base+EvalsPath+"/"+c.id+"/resume", c.body); code != c.code || !strings.Contains(body, c.want) {
+			t.Errorf("resume %s %q: %d %s", c.id, c.body, code, body)
+		}
+	}
+	if _, e := waitEnded(t, base, "ev-older"); e.GetStatus() != StatusFailed || e.GetEpisodesDone() != 4 || !strings.Contains(e.GetError(), "every episode failed in the infrastructure") {
+		t.Errorf("ev-older resumed: %v", e)
+	}
+}
+
+// TestServiceEmbeddedStopsWhatItWasRunning: a node without AutoResume (the
+// CLI's) records stopped what it was running, saying how to resume it.
+func TestServiceEmbeddedStopsWhatItWasRunning(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	db, err := persistence.Open(filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Evaluations().Put(context.Background(), &records.Evaluation{Id: "ev-old", Status: StatusRunning, EpisodesDone: 7, JobJson: `{"id": "ev-old"}`}); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
@@ -272,10 +387,7 @@ func TestServiceFailsWhatItWasRunning(t *testing.T) {
 	for record(t, base, "ev-old").GetStatus() == StatusRunning && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if e := record(t, base, "ev-old"); e.GetStatus() != StatusFailed || !strings.Contains(e.GetError(), "the node stopped while it ran: its 7 finished episodes are stored") {
+	if e := record(t, base, "ev-old"); e.GetStatus() != StatusStopped || e.GetError() != "the node stopped while it ran (7 finished episodes stored): frognano evals resume ev-old plays the rest" {
 		t.Errorf("ev-old: %v", e)
-	}
-	if e := record(t, base, "ev-done"); e.GetStatus() != StatusDone {
-		t.Errorf("ev-done: %v", e)
 	}
 }

@@ -193,6 +193,22 @@ func (r *EpisodeResult) Trajectory(id, runID, taskID string) *records.Trajectory
 	return t
 }
 
+// ResultOf is a stored trajectory as the result of an episode played in
+// mode: what Trajectory keeps (the ending, reward, tokens, turns, test
+// report and times; not Detail or GradeSeconds). A trajectory with a test
+// report was graded: its Grade is resolved when the reward is 1.
+func ResultOf(t *records.Trajectory, mode Mode) *EpisodeResult {
+	r := &EpisodeResult{Mode: mode, Ending: Ending(t.GetTermination()), Turns: t.GetTurns(), TokenIDs: t.GetTokenIds(),
+		PolicyMask: t.GetPolicyMask(), LogProbs: t.GetLogprobs(), PolicyVersion: t.GetPolicyVersion(), Seed: t.GetSeed(),
+		Reward: t.GetReward(), GenerationSeconds: t.GetGenerationSeconds(), SandboxSeconds: t.GetSandboxSeconds()}
+	if t.GetReport() != nil {
+		r.Grade = &Grade{Report: t.GetReport(), Resolved: t.GetReward() >= 1, Reward: t.GetReward()}
+	}
+	r.WallSeconds = r.GenerationSeconds + r.SandboxSeconds
+	r.GeneratedTokens = r.PolicyTokens()
+	return r
+}
+
 // episode is the state of one Run.
 type episode struct {
 	r     *Runner

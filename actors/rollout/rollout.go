@@ -81,6 +81,37 @@ type Request struct {
 	// Seed seeds the group; episode i's seed derives from (Seed, task, i).
 	Seed  uint64
 	RunID string
+	// Reuse names runs (RunID among them, or earlier attempts of the same
+	// evaluation) whose stored episode of the same task and seed stands for
+	// this one, so that a resumed evaluation does not play again what it
+	// finished before it stopped. A stored episode is taken when it was
+	// played at PolicyVersion or later; it is not stored again, and its
+	// Episode says Reused. Config.Trajectories must be set.
+	Reuse []string
+}
+
+// reused is episode i of req read back from the store, if one of the
+// runs req.Reuse names holds it (played at req.PolicyVersion or later);
+// nil when none does.
+func (r *Runner) reused(ctx context.Context, req Request, i int) (*Episode, error) {
+	seed := EpisodeSeed(req.Seed, req.Task.GetId(), i)
+	for _, run := range req.Reuse {
+		id := TrajectoryID(run, req.Task.GetId(), seed)
+		t, err := r.cfg.Trajectories.Get(ctx, id)
+		if errors.Is(err, persistence.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading stored episode %s: %w", id, err)
+		}
+		if t.GetTaskId() != req.Task.GetId() || t.GetSeed() != seed || t.GetPolicyVersion() < req.PolicyVersion {
+			continue
+		}
+		res := harness.ResultOf(t, req.Mode)
+		return &Episode{Index: i, Seed: seed, TrajectoryID: id, Attempts: 1, Infra: res.Ending.Infrastructure(), Result: res,
+			WallSeconds: t.GetGenerationSeconds() + t.GetSandboxSeconds(), Reused: true}, nil
+	}
+	return nil, nil
 }
 
 // Episode is one episode of a group.
@@ -97,6 +128,9 @@ type Episode struct {
 	// SetupSeconds is the time to get and prepare the sandbox(es).
 	SetupSeconds float64
 	WallSeconds  float64
+	// Reused: read back from the stored trajectory TrajectoryID (see
+	// Request.Reuse), not played by this request.
+	Reused bool
 }
 
 // Summary is the episode as a message.
@@ -177,6 +211,8 @@ func (r *Runner) Run(ctx context.Context, req Request, done func(*Episode)) (*Re
 		return nil, fmt.Errorf("rollout: group size %d: want at least 1", req.Group)
 	case req.RunID == "":
 		return nil, errors.New("rollout: no run id")
+	case len(req.Reuse) > 0 && r.cfg.Trajectories == nil:
+		return nil, errors.New("rollout: Reuse needs a trajectory store")
 	}
 	if req.Mode == "" {
 		req.Mode = harness.ModeAgent
@@ -216,6 +252,9 @@ func (r *Runner) Run(ctx context.Context, req Request, done func(*Episode)) (*Re
 
 // episode runs one episode, with its one retry.
 func (r *Runner) episode(ctx context.Context, req Request, i int) (*Episode, error) {
+	if ep, err := r.reused(ctx, req, i); ep != nil || err != nil {
+		return ep, err
+	}
 	select {
 	case r.slot <- struct{}{}:
 	case <-ctx.Done():

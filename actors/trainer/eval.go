@@ -37,6 +37,12 @@ const (
 // EvalRunID prefixes the run ids of a run's held-out episodes.
 func EvalRunID(runID string) string { return runID + "/eval" }
 
+// evalAttemptRunID is the run id attempt n at the point (phase, step) of
+// run runID stores its held-out episodes under.
+func evalAttemptRunID(runID, phase string, step int64, n int) string {
+	return fmt.Sprintf("%s/%s-%d.%d", EvalRunID(runID), phase, step, n)
+}
+
 // Phases of curve points.
 const (
 	PhaseStart     = "start"
@@ -135,10 +141,18 @@ func (t *Trainer) evaluate(ctx context.Context, run *records.Run, s Settings, li
 	es.Group = s.EvalK
 	// The same episode seeds at every point (common random numbers for the
 	// paired differences); each attempt at a point stores its episodes
-	// under a run of its own, so no trajectory id is used twice.
+	// under a run of its own, so no trajectory id is used twice. An
+	// attempt after an interrupted one (a resumed run) reads back the
+	// episodes the earlier attempts at this point finished at this policy
+	// version, and plays only the others.
 	seed := uint64(EvalSeed)
-	runID := fmt.Sprintf("%s/%s-%d.%d", EvalRunID(run.GetId()), p.GetPhase(), p.GetStep(), int(run.GetMetrics()[MetricEvalAttempts]))
-	results, err := t.rollouts(ctx, tag, runID, tasks, es, lim, p.GetPolicyVersion(), seed)
+	attempt := int(run.GetMetrics()[MetricEvalAttempts])
+	runID := evalAttemptRunID(run.GetId(), p.GetPhase(), p.GetStep(), attempt)
+	var earlier []string
+	for a := 1; a < attempt; a++ {
+		earlier = append(earlier, evalAttemptRunID(run.GetId(), p.GetPhase(), p.GetStep(), a))
+	}
+	results, err := t.rollouts(ctx, tag, runID, tasks, es, lim, p.GetPolicyVersion(), seed, earlier)
 	if err != nil {
 		return err
 	}

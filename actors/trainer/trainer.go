@@ -624,7 +624,7 @@ func (t *Trainer) produce(ctx context.Context, runID string, s Settings, lim har
 	// 2. G episodes of every task, concurrently.
 	start = time.Now()
 	t.printf("%s: rollouts: %d task(s) × %d episodes, %s mode, temperature 1, at most %d tokens a turn", tag, len(tasks), s.Group, s.Mode, lim.MaxTurnTokens)
-	if p.results, err = t.rollouts(ctx, tag, runID, tasks, s, lim, version, epSeed); err != nil {
+	if p.results, err = t.rollouts(ctx, tag, runID, tasks, s, lim, version, epSeed, nil); err != nil {
 		return nil, err
 	}
 	p.rollSeconds = time.Since(start).Seconds()
@@ -853,7 +853,7 @@ func (t *Trainer) batch(ctx context.Context, tag, runID string, n int, version i
 // rollouts plays every task's group concurrently and returns the results
 // in task order. A task the node cannot run (its environment or image is
 // gone) fails the step.
-func (t *Trainer) rollouts(ctx context.Context, tag, runID string, tasks []*records.Task, s Settings, lim harness.Limits, version int64, seed uint64) ([]*rollout.Result, error) {
+func (t *Trainer) rollouts(ctx context.Context, tag, runID string, tasks []*records.Task, s Settings, lim harness.Limits, version int64, seed uint64, reuse []string) ([]*rollout.Result, error) {
 	mode, _ := harness.ParseMode(s.Mode)
 	results := make([]*rollout.Result, len(tasks))
 	errs := make([]error, len(tasks))
@@ -868,15 +868,19 @@ func (t *Trainer) rollouts(ctx context.Context, tag, runID string, tasks []*reco
 		go func() {
 			defer wg.Done()
 			req := rollout.Request{Task: task, Group: s.Group, Mode: mode, Limits: lim, Sampling: sample.Params{Temperature: 1},
-				PolicyVersion: version, Seed: seed, RunID: runID}
+				PolicyVersion: version, Seed: seed, RunID: runID, Reuse: reuse}
 			results[i], errs[i] = t.runner.Run(ctx, req, func(e *rollout.Episode) {
 				mu.Lock()
 				done++
 				n := done
 				mu.Unlock()
 				r := e.Result
-				t.printf("%s:   episode %d/%d %s #%d: %s, reward %g, %d policy tokens, v%d, %.1fs", tag, n, total, task.GetId(), e.Index,
-					endingOf(e), r.Reward, r.PolicyTokens(), r.PolicyVersion, e.WallSeconds)
+				again := ""
+				if e.Reused {
+					again = " (played before the run was interrupted)"
+				}
+				t.printf("%s:   episode %d/%d %s #%d: %s, reward %g, %d policy tokens, v%d, %.1fs%s", tag, n, total, task.GetId(), e.Index,
+					endingOf(e), r.Reward, r.PolicyTokens(), r.PolicyVersion, e.WallSeconds, again)
 			})
 		}()
 	}

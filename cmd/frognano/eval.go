@@ -60,7 +60,7 @@ first time.
 
 The evaluation runs on the node (the embedded one, or --node's): its
 sandboxes, its model store, its store, where its record and report stay
-(frognano evals ls|show|logs|stop). Progress goes to stderr, the table to
+(frognano evals ls|show|logs|stop|resume). Progress goes to stderr, the table to
 stdout.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runEval(cmd, a, &f) },
@@ -218,7 +218,7 @@ func printEval(rec *records.Evaluation, active bool, out io.Writer, jsonOut stri
 func evalsCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "evals",
-		Short: "Evaluations the node ran or runs: list, follow, stop, show (frognano eval starts one)",
+		Short: "Evaluations the node ran or runs: list, follow, stop, resume, show (frognano eval starts one)",
 	}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "ls",
@@ -268,6 +268,47 @@ func evalsCmd(a *app) *cobra.Command {
 			})
 		},
 	})
+	var (
+		detachResume bool
+		resumeJSON   string
+	)
+	resume := &cobra.Command{
+		Use:   "resume ID",
+		Short: "Resume a stopped evaluation: the episodes it finished are read back, the others played",
+		Long: `resume restarts a stopped evaluation (stopped by a client, or by its node:
+a frognano-node resumes the evaluation it was running by itself when it starts
+again; the CLI's embedded node records it stopped) with the job it was
+submitted with. The episodes it finished, stored as trajectories, are read
+back rather than played again, and the report counts both. An evaluation of
+a served model (URL) takes its key from OPENAI_API_KEY again, since the key is
+never stored. Like frognano eval, it follows the log and prints the table.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if detachResume && a.nodeAddr == "" {
+				return errors.New("--detach needs --node: an embedded node stops with this command")
+			}
+			return a.withAPI(cmd, func(p *api) error {
+				var body evaluate.ResumeRequest
+				if rec, _, err := p.evaluation(cmd.Context(), args[0]); err != nil {
+					return err
+				} else if job := (evaluate.Job{}); json.Unmarshal([]byte(rec.GetJobJson()), &job) == nil && evaluate.IsURL(job.Model) {
+					body.APIKey = os.Getenv("OPENAI_API_KEY")
+				}
+				var sub evaluate.Submitted
+				if _, err := p.do(context.WithoutCancel(cmd.Context()), http.MethodPost, evaluate.EvalsPath+"/"+url.PathEscape(args[0])+"/resume", body, &sub); err != nil {
+					return err
+				}
+				if detachResume {
+					fmt.Fprintf(cmd.OutOrStdout(), "evaluation %s resumed on the node (frognano evals logs %s -f follows it)\n", sub.ID, sub.ID)
+					return nil
+				}
+				return followEval(cmd.Context(), p, sub, cmd.ErrOrStderr(), cmd.OutOrStdout(), resumeJSON)
+			})
+		},
+	}
+	resume.Flags().BoolVar(&detachResume, "detach", false, "with --node: resume it and return")
+	resume.Flags().StringVar(&resumeJSON, "json", "", "also write the report as JSON to this file")
+	cmd.AddCommand(resume)
 	var jsonOut string
 	show := &cobra.Command{
 		Use:   "show ID",

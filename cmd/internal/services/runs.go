@@ -75,14 +75,15 @@ type Wiring struct {
 
 // NewWiring prepares the services of a node and the options to start it
 // with. buildLog receives environment builds' output; autoResume makes
-// the run service resume unfinished runs at start (the daemon).
+// the run and evaluation services resume unfinished runs and evaluations
+// at start (the daemon).
 func NewWiring(cfg config.Config, log *slog.Logger, buildLog io.Writer, autoResume bool) (*Wiring, node.Options) {
 	w := &Wiring{Sandboxes: NewSandboxes(cfg, log)}
 	w.Policy = NewPolicy(PolicyConfig{Model: cfg.Policy.Model, Quantization: cfg.Policy.Quantization, Logger: log})
 	w.Runs = NewRuns(cfg, log, w.Sandboxes, autoResume)
 	// A daemon serves others: its evaluations open model store names and
 	// URLs, never paths its clients name.
-	w.Evals = evaluate.NewService(evaluate.Deps{Runtime: w.Sandboxes.Runtime, DataDir: cfg.Node.DataDir, AnyPath: !autoResume, Logger: log})
+	w.Evals = evaluate.NewService(evaluate.Deps{Runtime: w.Sandboxes.Runtime, DataDir: cfg.Node.DataDir, AnyPath: !autoResume, AutoResume: autoResume, Logger: log})
 	kinds, actors := w.Sandboxes.Options(buildLog)
 	pk, pa, handlers := w.Policy.Options()
 	// The run service comes last: it may resume a run at once, which asks
