@@ -20,6 +20,7 @@ import (
 	"github.com/frognano/frognano/actors/rollout"
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/kernels/modelstore"
+	"github.com/frognano/frognano/kernels/tokenizer"
 	"github.com/frognano/frognano/persistence"
 	records "github.com/frognano/frognano/persistence/records/v1"
 	"github.com/frognano/frognano/runtime/config"
@@ -155,6 +156,21 @@ func TestServeNodeTakesModelNamesOnly(t *testing.T) {
 	}
 }
 
+// defaultTokenizer is the default model's tokenizer; the test is skipped
+// without it.
+func defaultTokenizer(t *testing.T) *tokenizer.Tokenizer {
+	t.Helper()
+	store, err := modelstore.Open("")
+	if err != nil {
+		t.Skip(err)
+	}
+	tok, err := store.Tokenizer(modelstore.Default)
+	if err != nil {
+		t.Skipf("no %s in the model store (frognano model pull): %v", modelstore.Default, err)
+	}
+	return tok
+}
+
 // untouchable is a policy no episode of these tests may reach.
 type untouchable struct{ t *testing.T }
 
@@ -169,14 +185,7 @@ func (u untouchable) Generate(context.Context, policy.GenerateRequest) (policy.G
 // failed with the first failure's reason (not done with an empty table);
 // its API key is not stored; its id is not reused.
 func TestServiceRecordsAnEvaluationWhoseEpisodesAllFailed(t *testing.T) {
-	store, err := modelstore.Open("")
-	if err != nil {
-		t.Skip(err)
-	}
-	tok, err := store.Tokenizer(modelstore.Default)
-	if err != nil {
-		t.Skipf("no %s in the model store (frognano model pull): %v", modelstore.Default, err)
-	}
+	tok := defaultTokenizer(t)
 	n, base := evalNode(t, filepath.Join(t.TempDir(), "data"), Deps{Runtime: noContainerd, Policy: untouchable{t}, Tokenizer: tok})
 	if err := n.DB().Environments().Put(context.Background(), &records.Environment{Name: "envx", Image: "frognano.local/env/envx:1", RepoDir: "/repo"}); err != nil {
 		t.Fatal(err)
@@ -257,17 +266,11 @@ func TestServiceStopsAndRefusesASecond(t *testing.T) {
 // episodes it stored before are read back, not played again (the policy
 // is never asked for them), the others are played, and the record ends
 // done with every episode counted. An older record also left running is
-// failed (one at a time), and so is one of a served model (URL), whose
-// API key was never stored; one that ended stays as it was.
+// recorded stopped (one at a time), and so is one of a served model (URL),
+// whose API key was never stored; one that ended stays as it was. Asked
+// for, a stopped one resumes; others are refused.
 func TestServiceResumesWhatItWasRunning(t *testing.T) {
-	store, err := modelstore.Open("")
-	if err != nil {
-		t.Skip(err)
-	}
-	tok, err := store.Tokenizer(modelstore.Default)
-	if err != nil {
-		t.Skipf("no %s in the model store (frognano model pull): %v", modelstore.Default, err)
-	}
+	tok := defaultTokenizer(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	db, err := persistence.Open(filepath.Join(dir, "db")) // the node's store
 	if err != nil {

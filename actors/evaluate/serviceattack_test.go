@@ -621,14 +621,7 @@ func TestAttackConcurrentHugeBodies(t *testing.T) {
 // of them); tasks now start as slots free, so a wide evaluation holds
 // about parallel + 2k of them, and still reports every episode.
 func TestAttackManyEpisodesAtOnce(t *testing.T) {
-	store, err := modelstore.Open("")
-	if err != nil {
-		t.Skip(err)
-	}
-	tok, err := store.Tokenizer(modelstore.Default)
-	if err != nil {
-		t.Skipf("no %s in the model store (frognano model pull): %v", modelstore.Default, err)
-	}
+	tok := defaultTokenizer(t)
 	n, base := evalNode(t, filepath.Join(t.TempDir(), "data"), Deps{Runtime: noContainerd, Policy: untouchable{t}, Tokenizer: tok})
 	if err := n.DB().Environments().Put(context.Background(), &records.Environment{Name: "envx", Image: "frognano.local/env/envx:1", RepoDir: "/repo"}); err != nil {
 		t.Fatal(err)
