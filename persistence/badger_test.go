@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -268,6 +269,57 @@ func TestCollectGarbageKeepsLiveData(t *testing.T) {
 	got, err := cs.ReadTensor(ctx, "r", 5, "w")
 	if err != nil || !bytes.Equal(got, f32Tensor("w", 5, 300_000).Data) {
 		t.Errorf("after CollectGarbage the kept checkpoint reads %v", err)
+	}
+	if err := db.CheckConsistency(ctx); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestPruneReclaimsDisk: a run that saves a checkpoint at every step and
+// keeps the newest (Prune) holds about one checkpoint on disk once the value
+// log is collected (the node does so every GCEvery), not every checkpoint it
+// ever saved: pruned chunks must reach Badger's discard statistics, which
+// deleting their keys alone does not do while the keys sit in a memtable.
+func TestPruneReclaimsDisk(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	db, err := Open(dir, WithLogger(testLogger(t)), WithChunkSize(64<<10), smallFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	cs := db.Checkpoints()
+	const n = 2_000_000 // 8 MB a checkpoint
+	for step := range int64(12) {
+		if err := cs.Save(ctx, &records.Checkpoint{RunId: "r", Step: step}, []Tensor{f32Tensor("w", uint64(step), n)}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cs.Prune(ctx, "r", 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.CollectGarbage(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var vlog int64
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".vlog") {
+			if fi, err := e.Info(); err == nil {
+				vlog += fi.Size()
+			}
+		}
+	}
+	t.Logf("value log: %d MB after 12 saves of %d MB", vlog>>20, (4*n)>>20)
+	if ckpt := int64(4 * n); vlog > 3*ckpt {
+		t.Errorf("value log %d MB after 12 saves of %d MB, each pruning the one before: want at most 3 checkpoints' worth", vlog>>20, ckpt>>20)
+	}
+	got, err := cs.ReadTensor(ctx, "r", 11, "w")
+	if err != nil || !bytes.Equal(got, f32Tensor("w", 11, n).Data) {
+		t.Errorf("the kept checkpoint reads %v", err)
 	}
 	if err := db.CheckConsistency(ctx); err != nil {
 		t.Error(err)

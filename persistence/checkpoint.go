@@ -333,18 +333,22 @@ func (s *badgerCheckpointStore) Prune(ctx context.Context, runID string, keep in
 		kept[st] = true
 	}
 	newest := steps[len(steps)-1]
-	var chunks [][]byte
+	// The chunks go by step prefix (dropPrefixes), so that the value log
+	// learns their space is free.
+	var drop [][]byte
+	seen := map[int64]bool{}
 	err = s.db.view(ctx, func(txn *badger.Txn) error {
 		return scan(ctx, txn, chunkRunPrefix(runID), true, func(item *badger.Item) error {
 			st, ok := stepFromChunkKey(runID, item.Key())
-			if ok && !kept[st] && st < newest {
-				chunks = append(chunks, item.KeyCopy(nil))
+			if ok && !kept[st] && st < newest && !seen[st] {
+				seen[st] = true
+				drop = append(drop, chunkStepPrefix(runID, st))
 			}
 			return nil
 		})
 	})
 	if err == nil {
-		err = s.db.deleteKeys(ctx, chunks)
+		err = s.db.dropPrefixes(ctx, drop)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("prune checkpoints of %s: delete chunks: %w", runID, err)

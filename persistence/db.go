@@ -98,6 +98,10 @@ type DB struct {
 	// ckptMu serialises checkpoint saves and prunes, so a prune never
 	// mistakes the chunks of an in-flight save for orphans.
 	ckptMu sync.Mutex
+	// dropMu: Badger refuses every write (ErrBlockedWrites) while a
+	// DropPrefix runs, so commits and value-log rewrites hold it for
+	// reading and dropPrefixes for writing: they wait for a drop instead.
+	dropMu sync.RWMutex
 }
 
 // Stores is what an actor's Config takes when it needs more than one store;
@@ -241,13 +245,41 @@ func (db *DB) commit(txn *badger.Txn) error {
 	if err := db.checkDiskSpace(0); err != nil {
 		return err
 	}
-	if err := txn.Commit(); err != nil {
+	db.dropMu.RLock()
+	err := txn.Commit()
+	db.dropMu.RUnlock()
+	if err != nil {
 		return err
 	}
 	if db.pin.removed() {
 		return fmt.Errorf("database directory %q: the write committed into a deleted directory and is lost: %w", db.dir, ErrRemoved)
 	}
 	return nil
+}
+
+// dropPrefixes removes every key under each prefix, every version of it,
+// and tells the value log that the values they pointed to are garbage
+// (Badger's DropPrefix: it flushes the memtables and compacts the tables
+// that hold the prefixes, counting what it drops in the discard
+// statistics). Deleting keys leaves their values uncounted until a
+// compaction happens to meet them, which a store of few, large values
+// (checkpoint chunks) may never see: CollectGarbage then finds nothing to
+// rewrite and the disk fills with pruned checkpoints. Writes wait while it
+// runs (dropMu).
+func (db *DB) dropPrefixes(ctx context.Context, prefixes [][]byte) error {
+	if len(prefixes) == 0 {
+		return nil
+	}
+	if err := db.usable(ctx); err != nil {
+		return err
+	}
+	// The flush writes tables through mmap: not on a full disk.
+	if err := db.checkDiskSpace(0); err != nil {
+		return err
+	}
+	db.dropMu.Lock()
+	defer db.dropMu.Unlock()
+	return db.bdb.DropPrefix(prefixes...)
 }
 
 // CollectGarbage reclaims value-log space left behind by deleted and
@@ -266,7 +298,9 @@ func (db *DB) CollectGarbage(ctx context.Context) error {
 		if err := db.checkDiskSpace(db.vlogFileSize / 2); err != nil {
 			return fmt.Errorf("value log gc: %w", err)
 		}
+		db.dropMu.RLock()
 		err := db.bdb.RunValueLogGC(0.5)
+		db.dropMu.RUnlock()
 		if errors.Is(err, badger.ErrNoRewrite) || errors.Is(err, badger.ErrRejected) {
 			return nil
 		}

@@ -476,7 +476,9 @@ launch:
 		rep.Episodes += o.Samples + o.Infra
 	}
 	if rep.WallSeconds > 0 {
-		rep.EpisodesPerMinute = float64(rep.Episodes) / rep.WallSeconds * 60
+		// The episodes played here: a resumed evaluation's read-back ones
+		// took no time of this wall.
+		rep.EpisodesPerMinute = float64(rep.Episodes-rep.Resumed) / rep.WallSeconds * 60
 	}
 	if pol.engine != nil {
 		st := pol.engine.Stats()
