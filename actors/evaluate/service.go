@@ -290,7 +290,13 @@ func (a *serviceActor) resume(c actor.Context, id, apiKey string) *evalReply {
 // resumeJob spawns job again, its record e marked running, reading back
 // the episodes it stored.
 func (a *serviceActor) resumeJob(c actor.Context, job Job, e *records.Evaluation) *evalReply {
-	if err := job.Check(); err != nil {
+	err := job.Check()
+	if err == nil && !a.s.deps.AnyPath {
+		// The store may have been written by an embedded node that took
+		// paths: a node serving others still takes names only.
+		err = job.checkNames()
+	}
+	if err != nil {
 		return &evalReply{code: http.StatusConflict, err: fmt.Errorf("evaluation %s: its stored job: %w", job.ID, err)}
 	}
 	job.resume = true

@@ -315,6 +315,10 @@ func TestServiceResumesWhatItWasRunning(t *testing.T) {
 	b, _ = json.Marshal(served)
 	put(&records.Evaluation{Id: "ev-url", Status: StatusRunning, EpisodesDone: 5, StartedUnixNano: 300, JobJson: string(b)})
 	put(&records.Evaluation{Id: "ev-done", Status: StatusDone})
+	byPath := job
+	byPath.ID, byPath.Model = "ev-path", "/tmp/some.gguf" // an embedded node's job, found by a serving node
+	b, _ = json.Marshal(byPath)
+	put(&records.Evaluation{Id: "ev-path", Status: StatusStopped, JobJson: string(b)})
 	db.Close()
 
 	_, base := evalNode(t, dir, Deps{Runtime: noContainerd, Policy: untouchable{t}, Tokenizer: tok, AutoResume: true})
@@ -359,6 +363,7 @@ func TestServiceResumesWhatItWasRunning(t *testing.T) {
 		want     string
 	}{
 		{"ev-done", "", http.StatusConflict, "only a stopped evaluation is resumed"},
+		{"ev-path", "", http.StatusConflict, "its stored job"},
 		{"ev-none", "", http.StatusNotFound, "ev-none"},
 		{"bad%20id", "", http.StatusBadRequest, ""},
 		{"ev-older", `{"api_key": 5}`, http.StatusBadRequest, "not a resume request"},
