@@ -66,8 +66,14 @@ const (
 	MetricWarmStartHeldBefore  = "warm_start_held_out_nll_before"
 	MetricWarmStartHeldAfter   = "warm_start_held_out_nll_after"
 	MetricWarmStartLoss        = "warm_start_loss" // mean SFT loss of the last epoch
-	MetricSecondsDemos         = "seconds_warm_start_demos"
-	MetricSecondsSFT           = "seconds_warm_start_sft"
+	// The current epoch's sums so far, kept in the record so that an epoch a
+	// resume splits is still reported whole.
+	metricEpochLoss    = "warm_start_epoch_loss_sum"
+	metricEpochTokens  = "warm_start_epoch_tokens"
+	metricEpochSteps   = "warm_start_epoch_steps"
+	metricEpochSeconds = "warm_start_epoch_seconds"
+	MetricSecondsDemos = "seconds_warm_start_demos"
+	MetricSecondsSFT   = "seconds_warm_start_sft"
 )
 
 // DefaultWarmStartBatch is the demonstrations per SFT step when
@@ -157,12 +163,7 @@ func (t *Trainer) warmStart(ctx context.Context, run *records.Run, s Settings, l
 
 	t.printf("warm start: %d epoch(s) of SFT on %d demonstration(s) (%d held out), %d a step, %d step(s) an epoch, lr %g (warm-up %d, cosine to lr/10)",
 		s.WarmStartEpochs, len(train), len(heldOut), batch, perEpoch, s.WarmStartLR, warmup)
-	var (
-		epochLoss, epochTokens float64
-		epochSteps             int
-		epochStart             = time.Now()
-		last                   *messages.LearnerStep
-	)
+	var last *messages.LearnerStep
 	for i := first; i < total; i++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -184,11 +185,12 @@ func (t *Trainer) warmStart(ctx context.Context, run *records.Run, s Settings, l
 		if ls.GetSkipped() != "" {
 			t.printf("warm start: SFT step %d/%d skipped (%s)", i+1, total, ls.GetSkipped())
 		} else {
-			epochLoss += ls.GetLoss()
-			epochTokens += float64(ls.GetPolicyTokens())
-			epochSteps++
+			m[metricEpochLoss] += ls.GetLoss()
+			m[metricEpochTokens] += float64(ls.GetPolicyTokens())
+			m[metricEpochSteps]++
 			m[MetricWarmStartTokens] += float64(ls.GetPolicyTokens())
 		}
+		m[metricEpochSeconds] += time.Since(start).Seconds()
 		t.printf("warm start: SFT step %d/%d (epoch %d) → policy v%d: NLL %.4f, %d demonstration(s), %d answer tokens, lr %.3g, grad norm %.3f, %.1fs",
 			i+1, total, epoch+1, ls.GetPolicyVersion(), ls.GetLoss(), len(trajs), ls.GetPolicyTokens(), ls.GetLr(), ls.GetGradNorm(), ls.GetSeconds())
 		m[MetricWarmStartSteps] = float64(i + 1)
@@ -196,19 +198,22 @@ func (t *Trainer) warmStart(ctx context.Context, run *records.Run, s Settings, l
 		m[MetricLearnerStep] = float64(ls.GetStep())
 		m[MetricPolicyVersion] = float64(ls.GetPolicyVersion())
 		m[MetricSecondsSFT] += time.Since(start).Seconds()
+		ended := k == perEpoch-1 || i == total-1
+		if ended {
+			mean := 0.0
+			if n := m[metricEpochSteps]; n > 0 {
+				mean = m[metricEpochLoss] / n
+			}
+			m[MetricWarmStartLoss] = mean
+			t.printf("warm start: epoch %d/%d: mean NLL %.4f over %g step(s), %.0f answer tokens, %.1fs of SFT steps",
+				epoch+1, s.WarmStartEpochs, mean, m[metricEpochSteps], m[metricEpochTokens], m[metricEpochSeconds])
+			for _, k := range []string{metricEpochLoss, metricEpochTokens, metricEpochSteps, metricEpochSeconds} {
+				delete(m, k)
+			}
+		}
 		run.UpdatedUnixNano = time.Now().UnixNano()
 		if err := t.runs.Put(ctx, run); err != nil {
 			return fmt.Errorf("recording SFT step %d: %w", i+1, err)
-		}
-		if k == perEpoch-1 || i == total-1 {
-			mean := 0.0
-			if epochSteps > 0 {
-				mean = epochLoss / float64(epochSteps)
-			}
-			m[MetricWarmStartLoss] = mean
-			t.printf("warm start: epoch %d/%d: mean NLL %.4f over %d step(s), %.0f answer tokens, %.1fs",
-				epoch+1, s.WarmStartEpochs, mean, epochSteps, epochTokens, time.Since(epochStart).Seconds())
-			epochLoss, epochTokens, epochSteps, epochStart = 0, 0, 0, time.Now()
 		}
 	}
 	if err := t.evaluateDemos(run, train, heldOut, MetricWarmStartNLLAfter, MetricWarmStartHeldAfter, "after"); err != nil {
