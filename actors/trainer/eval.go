@@ -156,6 +156,21 @@ func (t *Trainer) evaluate(ctx context.Context, run *records.Run, s Settings, li
 	if err != nil {
 		return err
 	}
+	// A point whose every episode failed in the infrastructure measures
+	// nothing: it is an error, never a pass@1 of 0.
+	graded, played := 0, 0
+	for _, r := range results {
+		for _, e := range r.Episodes {
+			played++
+			if !e.Infra {
+				graded++
+			}
+		}
+	}
+	if played > 0 && graded == 0 {
+		return fmt.Errorf("%s: every one of its %d episodes failed in the infrastructure (the first: %s); no held-out point is recorded",
+			tag, played, firstInfra(results))
+	}
 	outs := make([]*rollout.TaskOutcome, 0, len(results))
 	p.TaskPass1, p.TaskHint = map[string]float64{}, map[string]int32{}
 	for i, r := range results {

@@ -261,7 +261,18 @@ type Trainer struct {
 	// for the producer of asynchronous steps, which must not read the record.
 	evalSeconds atomic.Uint64
 	printMu     sync.Mutex
+	// infraSteps counts the steps in a row, up to the current one, whose
+	// every episode failed in the infrastructure (MaxInfraSteps of them
+	// stop the run).
+	infraSteps int
 }
+
+// MaxInfraSteps is how many steps in a row may have every episode fail in
+// the infrastructure (containerd gone, an image deleted, a sandbox that
+// cannot start) before the run stops with the first failure's cause: such
+// steps carry no reward at all, and a run that went on would spend its
+// steps, and report a solve rate, on nothing.
+const MaxInfraSteps = 3
 
 // New returns a Trainer for the node at cfg.Node.
 func New(cfg Config) (*Trainer, error) {
@@ -678,6 +689,15 @@ func (t *Trainer) consume(ctx context.Context, run *records.Run, s Settings, lim
 	}
 	t.printf("%s: rollouts done in %.1fs: %d/%d solved, %d infrastructure failure(s), %d of %d group(s) with mixed rewards",
 		tag, rollSeconds, solved, episodes-infra, infra, effectv, len(results))
+	if episodes > 0 && infra == episodes {
+		t.infraSteps++
+		if t.infraSteps >= MaxInfraSteps {
+			return fmt.Errorf("%s: every episode of the last %d steps failed in the infrastructure (the first of this step: %s); "+
+				"the run stops here, before recording the step: fix the cause and resume it with --run %s", tag, t.infraSteps, firstInfra(results), run.GetId())
+		}
+	} else {
+		t.infraSteps = 0
+	}
 
 	// 3. Outcomes to the frontier, once per step (a step replayed after a
 	// crash whose outcomes were recorded is not counted again).
@@ -906,4 +926,17 @@ func orDefault(s, d string) string {
 		return d
 	}
 	return s
+}
+
+// firstInfra describes the first infrastructure failure among results:
+// its ending and detail.
+func firstInfra(results []*rollout.Result) string {
+	for _, r := range results {
+		for _, e := range r.Episodes {
+			if e.Infra && e.Result != nil {
+				return fmt.Sprintf("%s: %s", e.Result.Ending, e.Result.Detail)
+			}
+		}
+	}
+	return "no detail"
 }

@@ -184,7 +184,6 @@ func TestRunTrainsAndResumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
 	ctx := context.Background()
 	run, err = db.Runs().Get(ctx, runID)
 	if err != nil || run.Status != "done" || run.Step != 2 || run.Metrics[trainer.MetricEpisodes] != 4 || run.Metrics[trainer.MetricOutcomes] != 4 {
@@ -221,6 +220,28 @@ func TestRunTrainsAndResumes(t *testing.T) {
 		}
 	} else if run.Metrics[trainer.MetricPolicyVersion] != 0 {
 		t.Fatalf("no update but policy v%v", run.Metrics[trainer.MetricPolicyVersion])
+	}
+	db.Close()
+
+	// containerd gone (a socket nothing listens on): the run, lengthened,
+	// plays steps whose every episode fails in the infrastructure and
+	// stops after trainer.MaxInfraSteps of them with the cause, its record
+	// failed at the last whole step, instead of spending its steps on
+	// rewards of 0.
+	out, errOut, err = runCLI(t, "", "run", "--data-dir", data, "--log-level", "warn", "--jobs", "2", "--rounds", "10", "--env", proj, "--run", runID,
+		"--steps", "20", "--containerd-address", filepath.Join(t.TempDir(), "no-containerd.sock"))
+	want := fmt.Sprintf("step %d/20: every episode of the last %d steps failed in the infrastructure", 2+trainer.MaxInfraSteps, trainer.MaxInfraSteps)
+	if err == nil || !strings.Contains(out+errOut, want) || !strings.Contains(out+errOut, "containerd") {
+		t.Fatalf("a run without containerd: %v, want %q:\n%s\n%s", err, want, out, errOut)
+	}
+	db, err = persistence.Open(filepath.Join(data, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	run, err = db.Runs().Get(ctx, runID)
+	if err != nil || run.Status != "failed" || run.Step != int64(1+trainer.MaxInfraSteps) || run.Metrics[trainer.MetricInfra] != float64(2*(trainer.MaxInfraSteps-1)) {
+		t.Fatalf("record of the run stopped for its infrastructure: %v, %v", run, err)
 	}
 }
 
