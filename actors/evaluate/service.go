@@ -85,7 +85,7 @@ func (s *Service) Actor() node.NamedActor {
 		// says failed and why.
 		return actor.PropsFromProducer(func() actor.Actor { return &serviceActor{s: s} },
 			actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })))
-	}}
+	}, Ready: true}
 }
 
 // Active says whether evaluation id's actor is alive on this node.

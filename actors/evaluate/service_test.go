@@ -322,10 +322,12 @@ func TestServiceResumesWhatItWasRunning(t *testing.T) {
 	db.Close()
 
 	_, base := evalNode(t, dir, Deps{Runtime: noContainerd, Policy: untouchable{t}, Tokenizer: tok, AutoResume: true})
+	// Followed the moment the node answers: the node serves HTTP only
+	// once the service has resumed the evaluation (node.NamedActor.Ready),
+	// so the follower streams the whole log to its end (before: it could
+	// find the evaluation not yet running and get nothing).
+	_, log := call(t, http.MethodGet, base+EvalsPath+"/ev-old/logs?follow=true", "")
 	_, e := waitEnded(t, base, "ev-old")
-	// The whole log, read once it ended (a follower that came before the
-	// service resumed the evaluation would have found nothing to follow).
-	_, log := call(t, http.MethodGet, base+EvalsPath+"/ev-old/logs", "")
 	if e.GetStatus() != StatusDone || e.GetEpisodesDone() != 4 || e.GetEpisodesTotal() != 4 || e.GetSolved() != 2 {
 		t.Fatalf("the resumed evaluation: %v\n%s", e, log)
 	}

@@ -62,7 +62,7 @@ func (s *Service) Actor() node.NamedActor {
 		}
 		return actor.PropsFromProducer(func() actor.Actor { return &serviceActor{s: s} },
 			actor.WithSupervisor(RunRestarts.Strategy()))
-	}}
+	}, Ready: true}
 }
 
 // Active says whether run id's actor is alive on this node.

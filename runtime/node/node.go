@@ -88,7 +88,16 @@ type ManagerHandler func(n *Node, ctx actor.Context) bool
 type NamedActor struct {
 	Name  string
 	Props func(n *Node) *actor.Props
+	// Ready: the node serves HTTP only once this actor has handled its
+	// Started message (at most ReadyTimeout), for a service that resumes
+	// its jobs there: a client that follows a job the moment the node
+	// answers finds it running, not yet to be resumed.
+	Ready bool
 }
+
+// ReadyTimeout bounds the wait for a Ready named actor's start; past it
+// the node serves HTTP anyway, with a warning.
+var ReadyTimeout = 30 * time.Second
 
 // Node is a running frognano node.
 type Node struct {
@@ -319,6 +328,15 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 			return nil, fmt.Errorf("spawn %s: %w", a.Name, err)
 		}
 		n.named = append(n.named, pid)
+	}
+	// A Touch is answered once the actor's mailbox reaches it, after its
+	// Started message (system messages go first).
+	for i, a := range opts.Actors {
+		if a.Ready {
+			if _, err := n.system.Root.RequestFuture(n.named[i], &actor.Touch{}, ReadyTimeout).Result(); err != nil {
+				log.Warn("a named actor did not start in time; serving HTTP anyway", "actor", a.Name, "err", err)
+			}
+		}
 	}
 
 	n.serveHTTP()

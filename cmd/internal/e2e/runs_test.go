@@ -137,6 +137,11 @@ func TestRunLivesInTheNode(t *testing.T) {
 	d2 := startDaemon(t, data, "--log-level", "info")
 	d2.waitReady(t)
 	node = "http://" + d2.http
+	// The node answers only once its run service has resumed the run
+	// (node.NamedActor.Ready): the first listing already shows it running.
+	if out, code := cli(t, "--node", node, "runs", "ls"); code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "true") {
+		t.Fatalf("runs ls the moment the restarted node answers (exit %d):\n%s", code, out)
+	}
 	d2.waitLog(t, "resuming an unfinished run", 30*time.Second)
 	out, code = cli(t, "--node", node, "runs", "logs", id)
 	if code != 0 || !strings.Contains(out, "resuming run "+id+" (running) after step "+strconv.FormatInt(before.GetStep(), 10)) {
