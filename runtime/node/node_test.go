@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -298,4 +299,36 @@ func hashDir(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return b.String()
+}
+
+// TestReadyActorsStartBeforeHTTP: a named actor marked Ready has handled
+// its Started message (here a slow one) when Start returns and the HTTP
+// server answers; one not marked may still be starting.
+func TestReadyActorsStartBeforeHTTP(t *testing.T) {
+	var ready, lazy atomic.Bool
+	slow := func(done *atomic.Bool) func(*Node) *actor.Props {
+		return func(*Node) *actor.Props {
+			return actor.PropsFromFunc(func(ctx actor.Context) {
+				if _, ok := ctx.Message().(*actor.Started); ok {
+					time.Sleep(300 * time.Millisecond)
+					done.Store(true)
+				}
+			})
+		}
+	}
+	n := startWith(t, testConfig(t), Options{Actors: []NamedActor{
+		{Name: "slow-lazy", Props: slow(&lazy)},
+		{Name: "slow-ready", Props: slow(&ready), Ready: true},
+	}})
+	if !ready.Load() {
+		t.Fatal("Start returned before the Ready actor had handled Started")
+	}
+	resp, err := http.Get("http://" + n.HTTPAddr() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if !ready.Load() {
+		t.Fatal("HTTP answered before the Ready actor had started")
+	}
 }
