@@ -28,8 +28,16 @@ func TestMembersCarryTheirLoad(t *testing.T) {
 		}
 		pids = append(pids, actor.NewPID(r.Address, r.Id))
 	}
-	if got := b.Info().GetLoad().GetKindActors()[echoKind]; got != 2 {
-		t.Fatalf("b counts %d echo actors, want 2", got)
+	// An actor is counted when it has handled Started, which may come a
+	// moment after the spawn's reply.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		got := b.Info().GetLoad().GetKindActors()[echoKind]
+		if got == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b counts %d echo actors, want 2", got)
+		}
 	}
 
 	// memberLoad waits for a's member list to show b with want echo actors.
