@@ -140,9 +140,10 @@ type EpisodeResult struct {
 	LogProbs   []float32 // the sampler's log-prob for policy tokens, 0 elsewhere
 
 	// PolicyVersion is the first turn's, the oldest of the episode: a later
-	// turn asks for at least its predecessor's version, and a turn never
-	// mixes versions; each assistant Turn records its own
-	// (Turn.policy_version), so every token's version is known.
+	// turn asks for at least its predecessor's version; each assistant Turn
+	// records the versions that sampled it (Turn.policy_version, and
+	// Turn.last_policy_version when the Sampler swapped weights while it was
+	// in flight).
 	PolicyVersion int64
 	Seed          uint64
 	// Grade is nil when the episode was not graded: an infrastructure
@@ -473,7 +474,7 @@ func (e *episode) generate() (*turn, Ending, string, error) {
 		return nil, EndPolicyError, "decode: " + err.Error(), nil
 	}
 	t.text = text
-	e.res.Turns = append(e.res.Turns, &records.Turn{Role: records.Role_ROLE_ASSISTANT, Content: text, Seconds: secs, PolicyVersion: out.PolicyVersion})
+	e.res.Turns = append(e.res.Turns, &records.Turn{Role: records.Role_ROLE_ASSISTANT, Content: text, Seconds: secs, PolicyVersion: out.PolicyVersion, LastPolicyVersion: lastVersion(out)})
 	return t, "", "", nil
 }
 
@@ -510,4 +511,13 @@ func (e *episode) appendText(template string, contents ...string) bool {
 	}
 	e.appendEnv(ids)
 	return true
+}
+
+// lastVersion is a turn's Turn.last_policy_version: the newest version
+// that sampled it, when it is not the oldest (0 otherwise).
+func lastVersion(out policy.GenerateResult) int64 {
+	if first, last := out.Versions(); last != first {
+		return last
+	}
+	return 0
 }

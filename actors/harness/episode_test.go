@@ -617,12 +617,17 @@ func (p *movingPolicy) Generate(ctx context.Context, req policy.GenerateRequest)
 	p.asked = append(p.asked, req.MinPolicyVersion)
 	out, err := p.ScriptedPolicy.Generate(ctx, req)
 	out.PolicyVersion = p.first + int64(len(p.asked)-1)
+	if len(p.asked) == 1 {
+		// The first turn was in flight when the Sampler swapped weights.
+		out.LastPolicyVersion = out.PolicyVersion + 1
+	}
 	return out, err
 }
 
 // TestTurnsRecordTheirVersions: an episode whose turns were sampled by
 // successive policy versions records each assistant turn's own version
-// (in the trajectory too); the episode's version is the first, the oldest.
+// (in the trajectory too), and the newer version of a turn in flight at a
+// swap; the episode's version is the first, the oldest.
 func TestTurnsRecordTheirVersions(t *testing.T) {
 	task := memTask(1)
 	script, err := SolveScript(task, ModeAgent)
@@ -643,11 +648,12 @@ func TestTurnsRecordTheirVersions(t *testing.T) {
 		t.Fatalf("episode version %d, want the first turn's 3", res.PolicyVersion)
 	}
 	traj := res.Trajectory("id", "run", task.GetId())
-	var got []int64
+	var got, last []int64
 	for _, turn := range traj.GetTurns() {
 		switch {
 		case turn.GetRole() == records.Role_ROLE_ASSISTANT:
 			got = append(got, turn.GetPolicyVersion())
+			last = append(last, turn.GetLastPolicyVersion())
 		case turn.GetPolicyVersion() != 0:
 			t.Fatalf("a %v turn has policy version %d", turn.GetRole(), turn.GetPolicyVersion())
 		}
@@ -655,6 +661,9 @@ func TestTurnsRecordTheirVersions(t *testing.T) {
 	for i, v := range got {
 		if v != 3+int64(i) {
 			t.Fatalf("assistant turns' versions %v, want 3, 4, …", got)
+		}
+		if want := map[bool]int64{true: 4, false: 0}[i == 0]; last[i] != want {
+			t.Fatalf("assistant turns' last versions %v, want 4 (the first turn crossed a swap), then 0", last)
 		}
 		if i > 0 && p.asked[i] < 3 {
 			t.Fatalf("turn %d asked for version ≥ %d, below the episode's first (3)", i, p.asked[i])

@@ -55,15 +55,30 @@ const (
 )
 
 // GenerateResult is a continuation: the sampled ids, each one's
-// log-probability under the sampling distribution (softmax of the
-// temperature-scaled logits, before top-k/top-p truncation; see
-// kernels/sample), and the policy version that produced every one of them
-// (a continuation never mixes versions).
+// log-probability under the distribution it was sampled from (softmax of
+// the temperature-scaled logits, before top-k/top-p truncation; see
+// kernels/sample), and the policy versions that sampled them.
+//
+// PolicyVersion sampled the first token and is the oldest. A Sampler that
+// swaps weights between decoding steps (actors/sampler, the default) may
+// sample the later tokens of a continuation in flight at the swap with the
+// newer version, LastPolicyVersion; each such token's log-prob is the newer
+// version's (computed over the keys and values the older one wrote), so
+// the log-probs stay those of the distribution that really sampled each
+// token, which is what an importance ratio needs. LastPolicyVersion 0
+// means one version sampled every token.
 type GenerateResult struct {
-	TokenIDs      []int32
-	LogProbs      []float32
-	Finish        FinishReason
-	PolicyVersion int64
+	TokenIDs          []int32
+	LogProbs          []float32
+	Finish            FinishReason
+	PolicyVersion     int64
+	LastPolicyVersion int64
+}
+
+// Versions returns the oldest and the newest policy version that sampled
+// the continuation.
+func (r GenerateResult) Versions() (first, last int64) {
+	return r.PolicyVersion, max(r.PolicyVersion, r.LastPolicyVersion)
 }
 
 // StopSeqEnd is the length of the shortest prefix of ids that ends with one

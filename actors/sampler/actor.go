@@ -210,12 +210,12 @@ func RequestToProto(r policy.GenerateRequest) *messages.GenerateRequest {
 
 // ResultToProto writes a GenerateResponse message.
 func ResultToProto(r policy.GenerateResult) *messages.GenerateResponse {
-	return &messages.GenerateResponse{TokenIds: r.TokenIDs, Logprobs: r.LogProbs, FinishReason: string(r.Finish), PolicyVersion: r.PolicyVersion}
+	return &messages.GenerateResponse{TokenIds: r.TokenIDs, Logprobs: r.LogProbs, FinishReason: string(r.Finish), PolicyVersion: r.PolicyVersion, LastPolicyVersion: r.LastPolicyVersion}
 }
 
 // ResultFromProto reads a GenerateResponse message.
 func ResultFromProto(m *messages.GenerateResponse) policy.GenerateResult {
-	return policy.GenerateResult{TokenIDs: m.TokenIds, LogProbs: m.Logprobs, Finish: policy.FinishReason(m.FinishReason), PolicyVersion: m.PolicyVersion}
+	return policy.GenerateResult{TokenIDs: m.TokenIds, LogProbs: m.Logprobs, Finish: policy.FinishReason(m.FinishReason), PolicyVersion: m.PolicyVersion, LastPolicyVersion: m.LastPolicyVersion}
 }
 
 // Client is a policy.Policy that asks a Sampler actor, on this node or

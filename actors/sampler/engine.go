@@ -27,13 +27,22 @@
 //
 // # Policy versions
 //
-// The engine holds one policy version at a time, and every result carries
-// the version that produced all of its tokens. A weight update (SetWeights,
-// or UpdateWeights reading a checkpoint) is applied between steps, only when
-// no sequence is in flight: the scheduler stops admitting requests, lets the
-// running ones finish, swaps the weights, and resumes. A request with
-// MinPolicyVersion waits, unadmitted, until the engine holds that version.
-// A swap empties the prefix cache pool (prefix.go).
+// The engine holds one policy version at a time. A weight update
+// (SetWeights, or UpdateWeights reading a checkpoint) is applied between
+// two forward passes (Config.Swap SwapBetweenSteps, the default): the
+// sequences in flight go on with the new weights over the keys and values
+// the old ones wrote, as PipelineRL does, so a swap costs the time to load
+// the weights and no generation waits for it. Such a sequence's result
+// carries both versions (policy.GenerateResult's PolicyVersion, the
+// oldest, and LastPolicyVersion), and each token's log-prob is the one
+// the version that sampled it gave it. With SwapDrain the scheduler
+// instead stops admitting requests, lets the running ones finish on the
+// old weights, swaps, and resumes, and every result has one version; with
+// many long sequences in flight that stalls generation for as long as the
+// longest of them takes (minutes for a 1.5B model on two cores). A request
+// with MinPolicyVersion waits, unadmitted, until the engine holds that
+// version. A swap empties the prefix cache pool, and a cache that holds
+// keys and values of an older version is never kept (prefix.go).
 //
 // # Prefix caching
 //
@@ -131,7 +140,20 @@ type Config struct {
 	// quantized as they are swapped in. A type the backend's kernels do
 	// not have is served as float32, with one warning.
 	Quantization string
+	// Swap is when weight updates are applied: SwapBetweenSteps (the
+	// default, "") or SwapDrain (see "Policy versions" above).
+	Swap string
 }
+
+// Swap modes (Config.Swap).
+const (
+	// SwapBetweenSteps applies an update between two forward passes; the
+	// sequences in flight go on with the new weights.
+	SwapBetweenSteps = "between-steps"
+	// SwapDrain applies an update once every sequence in flight has
+	// finished on the old weights, admitting none meanwhile.
+	SwapDrain = "drain"
+)
 
 // Engine generates continuations for many concurrent callers with
 // continuous batching. It is safe for concurrent use.
@@ -162,6 +184,9 @@ type Engine struct {
 	copied    atomic.Int64
 	kept      atomic.Int32
 	keptBytes atomic.Int64
+	swapsDone atomic.Int64
+	crossed   atomic.Int64
+	drain     bool
 
 	// Scheduler state, owned by the scheduler goroutine.
 	queue   []*sequence // submitted, not admitted, in arrival order
@@ -203,6 +228,13 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.ShareRunning == 0 {
 		cfg.ShareRunning = DefaultShareRunning
 	}
+	switch cfg.Swap {
+	case "":
+		cfg.Swap = SwapBetweenSteps
+	case SwapBetweenSteps, SwapDrain:
+	default:
+		return nil, fmt.Errorf("%w: swap mode %q: want %s or %s", ErrBadRequest, cfg.Swap, SwapBetweenSteps, SwapDrain)
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -210,6 +242,7 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{
 		cfg: cfg, m: cfg.Model, r: cfg.Model.NewRunner(), log: log,
 		vocab:  int32(cfg.Model.Config.VocabSize),
+		drain:  cfg.Swap == SwapDrain,
 		submit: make(chan *sequence),
 		swaps:  make(chan *swap),
 		wake:   make(chan struct{}, 1),
@@ -256,6 +289,8 @@ type Stats struct {
 	Steps           int64 // forward passes
 	PrefixCaches    int   // caches kept for reuse now
 	PrefixBytes     int64 // their memory, by capacity
+	Swaps           int64 // weight updates applied
+	AcrossSwaps     int64 // sequences in flight when an update was applied (SwapBetweenSteps)
 }
 
 // Stats reports the counters now.
@@ -264,6 +299,7 @@ func (e *Engine) Stats() Stats {
 		Version: e.version.Load(), Running: int(e.running.Load()), Waiting: int(e.waiting.Load()),
 		GeneratedTokens: e.generated.Load(), PromptTokens: e.prefilled.Load(), ReusedTokens: e.reused.Load(), CopiedTokens: e.copied.Load(),
 		Steps: e.steps.Load(), PrefixCaches: int(e.kept.Load()), PrefixBytes: e.keptBytes.Load(),
+		Swaps: e.swapsDone.Load(), AcrossSwaps: e.crossed.Load(),
 	}
 }
 
@@ -412,12 +448,12 @@ func (s *Stream) Result() (policy.GenerateResult, error) {
 	}
 	return policy.GenerateResult{
 		TokenIDs: slices.Clone(q.ids), LogProbs: slices.Clone(q.lps),
-		Finish: q.finish, PolicyVersion: q.version,
+		Finish: q.finish, PolicyVersion: q.version, LastPolicyVersion: q.last,
 	}, nil
 }
 
-// PolicyVersion is the version generating the stream's tokens, known once
-// the first token has come.
+// PolicyVersion is the version that generated the stream's first token
+// (the oldest; see policy.GenerateResult), known once that token has come.
 func (s *Stream) PolicyVersion() int64 {
 	s.seq.mu.Lock()
 	defer s.seq.mu.Unlock()
@@ -442,16 +478,19 @@ type sequence struct {
 	share     int       // prompt positions to copy from lead
 	next      int32     // sampled, not yet fed
 	one       [1]int32
-	version   int64
+	version   int64 // at admission: the oldest weights its cache holds
+	crossed   bool  // in flight when a swap was applied
 	ended     bool
 	endReason policy.FinishReason
 	endErr    error
+	endLast   int64 // the version at the end, when crossed
 
 	mu       sync.Mutex
 	ids      []int32
 	lps      []float32
 	finish   policy.FinishReason
 	err      error
+	last     int64 // LastPolicyVersion
 	finished bool
 	done     chan struct{}
 	notify   chan struct{}
@@ -477,7 +516,12 @@ func (s *sequence) emit(tok int32, lp float32) {
 // failed forward pass or on shutdown it is dropped.
 func (e *Engine) end(s *sequence, reason policy.FinishReason, err error) {
 	s.endReason, s.endErr, s.ended = reason, err, true
-	if s.cache != nil && (err == nil || errors.Is(err, s.ctx.Err())) {
+	if s.crossed {
+		s.endLast = e.version.Load()
+	}
+	// A cache that holds an older version's keys and values is dropped:
+	// a request taking it over would mix versions unannounced.
+	if s.cache != nil && (err == nil || errors.Is(err, s.ctx.Err())) && !s.crossed {
 		e.keep(s)
 	}
 	s.cache, s.held = nil, nil
@@ -516,7 +560,7 @@ func (e *Engine) publish() {
 	e.waiting.Store(int32(len(e.queue)))
 	for _, s := range e.ended {
 		s.mu.Lock()
-		s.finish, s.err, s.finished = s.endReason, s.endErr, true
+		s.finish, s.err, s.last, s.finished = s.endReason, s.endErr, s.endLast, true
 		s.mu.Unlock()
 		close(s.done)
 	}
@@ -562,7 +606,7 @@ func (e *Engine) run() {
 			}
 		}
 		e.dropCancelled()
-		if len(e.pending) > 0 && len(e.active) == 0 {
+		if len(e.pending) > 0 && (len(e.active) == 0 || !e.drain) {
 			e.applySwaps()
 		}
 		e.admit()
@@ -576,7 +620,7 @@ func (e *Engine) run() {
 // admissible says whether a queued request could start now.
 func (e *Engine) admissible() bool {
 	if len(e.pending) > 0 {
-		return len(e.active) == 0 // a swap is due
+		return len(e.active) == 0 || !e.drain // a swap is due
 	}
 	v := e.version.Load()
 	for _, s := range e.queue {
@@ -605,7 +649,8 @@ func (e *Engine) dropCancelled() {
 }
 
 // admit moves queued requests into the batch, oldest first, while there is
-// room, no swap is pending, and the engine holds the version they need.
+// room, no swap is pending (SwapDrain), and the engine holds the version
+// they need.
 func (e *Engine) admit() {
 	if len(e.pending) > 0 {
 		return
@@ -620,10 +665,10 @@ func (e *Engine) admit() {
 			// (compared so, a huge MaxTokens cannot overflow the sum)
 			s.limit = len(s.req.PromptIDs) + s.req.MaxTokens
 		}
-		e.assignCache(s)
 		s.mu.Lock()
 		s.version = v
 		s.mu.Unlock()
+		e.assignCache(s)
 		e.active = append(e.active, s)
 		return true
 	})
@@ -665,6 +710,9 @@ func (e *Engine) follow(s *sequence) {
 	for _, a := range e.active {
 		if a.ended || a.cache == nil || a.fed < s.fed {
 			continue // a lead behind s would only make it wait
+		}
+		if a.crossed {
+			continue // its prompt positions may be an older version's
 		}
 		if n := min(commonPrefix(a.req.PromptIDs, prompt), len(prompt)-1); n > bestN {
 			best, bestN = a, n

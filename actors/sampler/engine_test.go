@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/kernels/model"
@@ -382,14 +383,16 @@ func hostParams(m *model.Model) map[string][]float32 {
 // Every result must match, token for token, a reference computed wholly
 // under the version it reports; a request asking for version 3 waits.
 func TestVersionSwap(t *testing.T) {
-	m := smollm2(t)
-	orig := hostParams(m)
-	defer func() {
-		if err := m.SetParams(orig); err != nil {
-			t.Fatal(err)
-		}
-	}()
-	halved := map[string][]float32{}
+	for _, mode := range []string{SwapDrain, SwapBetweenSteps} {
+		t.Run(mode, func(t *testing.T) { testVersionSwap(t, mode) })
+	}
+}
+
+// halvedNorm returns the model's weights and a second version of them, the
+// final norm's weights halved (every logit halved: a flatter distribution).
+func halvedNorm(m *model.Model) (orig, halved map[string][]float32) {
+	orig = hostParams(m)
+	halved = map[string][]float32{}
 	for k, v := range orig {
 		halved[k] = v
 	}
@@ -398,6 +401,22 @@ func TestVersionSwap(t *testing.T) {
 		norm[i] *= 0.5
 	}
 	halved["model.norm.weight"] = norm
+	return orig, halved
+}
+
+// testVersionSwap swaps versions beside concurrent requests: each request
+// one version sampled matches that version's reference (with SwapDrain,
+// every request; with SwapBetweenSteps, a request in flight at the swap
+// reports both versions instead).
+func testVersionSwap(t *testing.T, mode string) {
+	m := smollm2(t)
+	orig, halved := halvedNorm(m)
+	defer func() {
+		if err := m.SetParams(orig); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	norm := halved["model.norm.weight"]
 
 	store := persistence.NewMemory().Checkpoints()
 	var tensors []persistence.Tensor
@@ -419,7 +438,7 @@ func TestVersionSwap(t *testing.T) {
 	}
 	tensors = nil
 
-	e := newEngine(t, Config{Version: 1, Checkpoints: store, MaxSequences: 3})
+	e := newEngine(t, Config{Version: 1, Checkpoints: store, MaxSequences: 3, Swap: mode})
 	req := func(i int) policy.GenerateRequest {
 		return policy.GenerateRequest{PromptIDs: chatPrompt(t, m, questions[i%len(questions)]), MaxTokens: 10, Sampling: sample.Params{Temperature: 1}, Seed: uint64(i)}
 	}
@@ -469,6 +488,12 @@ func TestVersionSwap(t *testing.T) {
 		if ref == nil {
 			t.Fatalf("request %d: version %d", i, res.PolicyVersion)
 		}
+		if res.LastPolicyVersion != 0 {
+			if mode == SwapDrain || res.PolicyVersion != 1 || res.LastPolicyVersion != 2 {
+				t.Fatalf("request %d (swap %s): versions %d to %d", i, mode, res.PolicyVersion, res.LastPolicyVersion)
+			}
+			continue // sampled by both: no single reference
+		}
 		if !slices.Equal(res.TokenIDs, ref[i].TokenIDs) {
 			t.Fatalf("request %d (version %d): %v, reference %v", i, res.PolicyVersion, res.TokenIDs, ref[i].TokenIDs)
 		}
@@ -507,6 +532,126 @@ func TestVersionSwap(t *testing.T) {
 	}
 	if err := e.SetWeights(ctx, 4, map[string][]float32{"model.norm.weight": norm}); err == nil || e.Version() != 3 {
 		t.Fatalf("partial weights: %v, version %d", err, e.Version())
+	}
+}
+
+// TestSwapBetweenSteps: by default a weight update does not wait for the
+// sequences in flight. SetWeights returns while a long generation runs; the
+// generation goes on with the new weights and reports both versions; its
+// tokens up to the swap are the old version's alone; its cache, which holds
+// the old version's keys and values, is not kept for a later request. With
+// SwapDrain the same update waits for the generation, all of it the old
+// version's.
+func TestSwapBetweenSteps(t *testing.T) {
+	m := smollm2(t)
+	orig, halved := halvedNorm(m)
+	defer func() {
+		if err := m.SetParams(orig); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	ctx := context.Background()
+	// No stop id: every generation runs to MaxTokens.
+	long := policy.GenerateRequest{PromptIDs: chatPrompt(t, m, questions[1]), MaxTokens: 96, Sampling: sample.Params{Temperature: 1}, Seed: 7}
+	const before = 6 // tokens read before the swap
+
+	for _, mode := range []string{SwapBetweenSteps, SwapDrain} {
+		t.Run(mode, func(t *testing.T) {
+			if err := m.SetParams(orig); err != nil {
+				t.Fatal(err)
+			}
+			e, err := New(Config{Model: m, Version: 1, MaxSequences: 4, Swap: mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			ref1, err := e.Generate(ctx, long)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := e.Start(ctx, long)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var read []int32
+			for len(read) < before {
+				ids, _, err := st.Next()
+				if err != nil {
+					t.Fatal(err)
+				}
+				read = append(read, ids...)
+			}
+			if err := e.SetWeights(ctx, 2, halved); err != nil {
+				t.Fatal(err)
+			}
+			stats := e.Stats()
+			if mode == SwapBetweenSteps {
+				// A request with the same prompt while the crossed
+				// sequence runs must not copy its prompt positions,
+				// which the old version computed.
+				copied := e.Stats().CopiedTokens
+				side := long
+				side.Seed, side.MaxTokens = 8, 2
+				r, err := e.Generate(ctx, side)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.PolicyVersion != 2 || r.LastPolicyVersion != 0 {
+					t.Fatalf("a request after the swap: versions %d to %d", r.PolicyVersion, r.LastPolicyVersion)
+				}
+				if got := e.Stats().CopiedTokens; got != copied {
+					t.Fatalf("a request after the swap copied %d prompt tokens the old version computed", got-copied)
+				}
+			}
+			res, err := st.Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.TokenIDs) != long.MaxTokens {
+				t.Fatalf("%d tokens, want %d", len(res.TokenIDs), long.MaxTokens)
+			}
+			if !slices.Equal(res.TokenIDs[:len(read)], ref1.TokenIDs[:len(read)]) {
+				t.Fatalf("the tokens before the swap are not version 1's: %v, want %v", res.TokenIDs[:len(read)], ref1.TokenIDs[:len(read)])
+			}
+			sameAsRef1 := slices.Equal(res.TokenIDs, ref1.TokenIDs)
+			if _, ok := closeLogProbs(res.LogProbs, ref1.LogProbs); !ok {
+				sameAsRef1 = false
+			}
+			switch mode {
+			case SwapBetweenSteps:
+				if stats.Swaps != 1 || stats.AcrossSwaps != 1 {
+					t.Fatalf("stats right after SetWeights: %+v, want 1 swap with 1 sequence in flight", stats)
+				}
+				if res.PolicyVersion != 1 || res.LastPolicyVersion != 2 {
+					t.Fatalf("versions %d to %d, want 1 to 2", res.PolicyVersion, res.LastPolicyVersion)
+				}
+				if sameAsRef1 {
+					t.Fatal("the generation is version 1's from end to end: the new weights did not take over in flight")
+				}
+			case SwapDrain:
+				if stats.Swaps != 1 || stats.AcrossSwaps != 0 {
+					t.Fatalf("stats right after SetWeights: %+v, want 1 swap with none in flight", stats)
+				}
+				if res.PolicyVersion != 1 || res.LastPolicyVersion != 0 || !sameAsRef1 {
+					t.Fatalf("versions %d to %d, same as version 1's alone: %v; want all of it version 1's", res.PolicyVersion, res.LastPolicyVersion, sameAsRef1)
+				}
+			}
+			// The next turn of the conversation: its prompt extends what
+			// the crossed sequence's cache holds.
+			next := long
+			next.PromptIDs, next.MaxTokens = append(slices.Clone(long.PromptIDs), res.TokenIDs...), 4
+			reused := e.Stats().ReusedTokens
+			ref2, err := e.Generate(ctx, next)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ref2.PolicyVersion != 2 || ref2.LastPolicyVersion != 0 {
+				t.Fatalf("after the swap: versions %d to %d", ref2.PolicyVersion, ref2.LastPolicyVersion)
+			}
+			if got := e.Stats().ReusedTokens; got != reused {
+				t.Fatalf("a request after the swap reused %d tokens of a cache the old version wrote", got-reused)
+			}
+		})
 	}
 }
 
@@ -619,5 +764,80 @@ func TestPartialPublication(t *testing.T) {
 	}
 	if e.Version() != 4 {
 		t.Fatalf("version %d after the refusal, want 4", e.Version())
+	}
+}
+
+// BenchmarkSwapInFlight measures what a weight swap costs generation, as
+// in an asynchronous run: 16 clients keep the engine full with requests of
+// varied lengths (sampled at temperature 1, ending at <|im_end|> or after
+// 192 tokens); each iteration runs 5 s, then publishes a new version and
+// counts the tokens generated in the next 30 s. With SwapDrain nothing is
+// admitted until the longest sequence in flight has finished; with
+// SwapBetweenSteps the swap takes effect at the next forward pass. It
+// reports the swap's latency (SetWeights' call to return) and the tokens/s
+// of the 30 s after the swap's call. The two modes run one after the other
+// in one invocation:
+//
+//	FROGNANO_TEST_GGUF=… go test ./actors/sampler -run '^$' -bench SwapInFlight -benchtime 3x
+func BenchmarkSwapInFlight(b *testing.B) {
+	m := smollm2(b)
+	orig, halved := halvedNorm(m)
+	defer func() {
+		if err := m.SetParams(orig); err != nil {
+			b.Fatal(err)
+		}
+	}()
+	stop := imEnd(b, m)
+	for _, mode := range []string{SwapDrain, SwapBetweenSteps} {
+		b.Run(mode, func(b *testing.B) {
+			if err := m.SetParams(orig); err != nil {
+				b.Fatal(err)
+			}
+			e, err := New(Config{Model: m, Version: 1, MaxSequences: 16, Swap: mode})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer e.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			for c := range 16 {
+				wg.Go(func() {
+					for i := 0; ctx.Err() == nil; i++ {
+						q := questions[(c+i)%len(questions)] + fmt.Sprintf(" (%d)", c)
+						_, _ = e.Generate(ctx, policy.GenerateRequest{
+							PromptIDs: chatPrompt(b, m, q), MaxTokens: 192, Stop: []int32{stop},
+							Sampling: sample.Params{Temperature: 1}, Seed: uint64(1000*c + i),
+						})
+					}
+				})
+			}
+			var swapSecs, tokPerSec float64
+			version := int64(1)
+			for b.Loop() {
+				time.Sleep(5 * time.Second)
+				version++
+				w := halved
+				if version%2 == 1 {
+					w = orig
+				}
+				before := e.Stats().GeneratedTokens
+				start := time.Now()
+				done := make(chan time.Duration, 1)
+				go func() {
+					if err := e.SetWeights(context.Background(), version, w); err != nil {
+						b.Error(err)
+					}
+					done <- time.Since(start)
+				}()
+				time.Sleep(30 * time.Second)
+				tokPerSec += float64(e.Stats().GeneratedTokens-before) / time.Since(start).Seconds()
+				swapSecs += (<-done).Seconds()
+			}
+			cancel()
+			wg.Wait()
+			b.ReportMetric(swapSecs/float64(b.N), "swap_s")
+			b.ReportMetric(tokPerSec/float64(b.N), "tokens/s_after_swap")
+			b.ReportMetric(float64(e.Stats().AcrossSwaps)/float64(b.N), "in_flight/swap")
+		})
 	}
 }

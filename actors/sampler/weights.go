@@ -31,9 +31,10 @@ type swap struct {
 	done    chan error
 }
 
-// SetWeights makes version the engine's policy: the scheduler stops
-// admitting requests, lets the sequences in flight finish on the old
-// weights, swaps, and resumes. It returns once the new weights are in use,
+// SetWeights makes version the engine's policy: the scheduler swaps the
+// weights between two forward passes (with Config.Swap SwapDrain, once the
+// sequences in flight have finished on the old weights, admitting none
+// meanwhile). It returns once the new weights are in use,
 // or with ErrStaleVersion when version is not newer than the engine's. If
 // ctx ends first it returns ctx's error, and the swap still happens.
 func (e *Engine) SetWeights(ctx context.Context, version int64, params map[string][]float32) error {
@@ -82,7 +83,11 @@ func (e *Engine) UpdateWeights(ctx context.Context, u Update) error {
 	return e.setWeights(ctx, u.Version, u.RunID, params)
 }
 
-// applySwaps runs on the scheduler with no sequence in flight.
+// applySwaps runs on the scheduler between forward passes (with SwapDrain,
+// with no sequence in flight). The sequences in flight are marked: they go
+// on with the new weights over caches that hold the old ones' keys and
+// values, so their results carry both versions, their caches are not kept,
+// and no new request copies their prompt positions.
 func (e *Engine) applySwaps() {
 	for _, sw := range e.pending {
 		cur := e.version.Load()
@@ -114,7 +119,23 @@ func (e *Engine) applySwaps() {
 		e.pool.clear()
 		e.poolChanged()
 		e.version.Store(sw.version)
-		e.log.Info("policy weights swapped", "from", cur, "to", sw.version)
+		e.swapsDone.Add(1)
+		crossed := 0
+		for _, s := range e.active {
+			if s.cache.Len() == 0 && s.lead == nil {
+				// Nothing computed yet: all of it will be the new version's.
+				s.mu.Lock()
+				s.version = sw.version
+				s.mu.Unlock()
+				continue
+			}
+			if !s.crossed {
+				s.crossed = true
+				e.crossed.Add(1)
+			}
+			crossed++
+		}
+		e.log.Info("policy weights swapped", "from", cur, "to", sw.version, "in_flight", crossed)
 		sw.done <- nil
 	}
 	e.pending = e.pending[:0]

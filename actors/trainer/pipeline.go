@@ -103,12 +103,19 @@ func filterStale(groups []*messages.TrajectoryGroup, version int64, maxStaleness
 	return st
 }
 
-// mixedVersions says whether an episode's turns were sampled by more
-// than one policy version.
+// mixedVersions says whether an episode was sampled by more than one
+// policy version: turns of different versions, or a turn in flight when
+// the Sampler swapped weights.
 func mixedVersions(tr *records.Trajectory) bool {
 	var vs []int64
 	for _, turn := range tr.GetTurns() {
-		if turn.GetRole() == records.Role_ROLE_ASSISTANT && !slices.Contains(vs, turn.GetPolicyVersion()) {
+		if turn.GetRole() != records.Role_ROLE_ASSISTANT {
+			continue
+		}
+		if last := turn.GetLastPolicyVersion(); last != 0 && last != turn.GetPolicyVersion() {
+			return true // the Sampler swapped weights within the turn
+		}
+		if !slices.Contains(vs, turn.GetPolicyVersion()) {
 			vs = append(vs, turn.GetPolicyVersion())
 		}
 	}

@@ -69,6 +69,16 @@ func TestStaleGroupsDroppedAndCounted(t *testing.T) {
 	if !mixedVersions(groups[3].Trajectories[1]) || mixedVersions(groups[1].Trajectories[0]) {
 		t.Fatalf("mixed-version episodes misread")
 	}
+	// One turn in flight at a Sampler swap (actors/sampler's default)
+	// is sampled by two versions; its first is its age.
+	crossed := group("crossed", []int64{5})
+	crossed.Trajectories[0].Turns[2].LastPolicyVersion = 8
+	if !mixedVersions(crossed.Trajectories[0]) {
+		t.Fatal("a turn sampled across a swap is not counted as mixed")
+	}
+	if st := filterStale([]*messages.TrajectoryGroup{crossed}, 10, 3); len(st.Dropped) != 1 || st.Max != 5 {
+		t.Fatalf("a turn begun at v5 and ended at v8, at v10: dropped %d, age %d; want dropped, age 5", len(st.Dropped), st.Max)
+	}
 }
 
 // TestStepSeeds: the first process's seeds are the synchronous loop's;

@@ -43,6 +43,12 @@ type Policy struct {
 	// Quantization is the weights the Sampler's products read: f32 (empty
 	// too), q8_0 or q8_0-f32 (docs/quantized-sampling.md).
 	Quantization string `yaml:"quantization"`
+	// Swap is when the Sampler applies a new policy version:
+	// between-steps (empty too: between two forward passes, the sequences
+	// in flight going on with the new weights) or drain (once every
+	// sequence in flight has finished on the old weights, admitting none
+	// meanwhile); actors/sampler's package documentation.
+	Swap string `yaml:"swap"`
 }
 
 // Node is this process's identity and addresses.
@@ -442,6 +448,11 @@ func (c *Config) Validate() error {
 		if !archiveURL(m) {
 			errs = append(errs, fmt.Errorf("image.debian_mirror: %q is not an http://, https:// or file:// URL of a Debian archive", m))
 		}
+	}
+	switch c.Policy.Swap {
+	case "", "between-steps", "drain":
+	default:
+		errs = append(errs, fmt.Errorf("policy.swap: %q is not between-steps or drain", c.Policy.Swap))
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

@@ -109,11 +109,12 @@ func TestValidateNamesEachProblem(t *testing.T) {
 	cfg.Log.Level = "loud"
 	cfg.Cluster.FailureTimeout = cfg.Cluster.Heartbeat
 	cfg.Image.DebianMirror = "mirror.example/debian" // no scheme: debootstrap would take it for a path
+	cfg.Policy.Swap = "sometimes"
 	err := cfg.Validate()
 	if err == nil {
 		t.Fatal("invalid config accepted")
 	}
-	for _, want := range []string{"node.http_addr", "log.level", "cluster.failure_timeout", "image.debian_mirror"} {
+	for _, want := range []string{"node.http_addr", "log.level", "cluster.failure_timeout", "image.debian_mirror", "policy.swap"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}

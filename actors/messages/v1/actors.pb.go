@@ -1821,8 +1821,12 @@ type GenerateResponse struct {
 	Logprobs      []float32              `protobuf:"fixed32,2,rep,packed,name=logprobs,proto3" json:"logprobs,omitempty"`
 	FinishReason  string                 `protobuf:"bytes,3,opt,name=finish_reason,json=finishReason,proto3" json:"finish_reason,omitempty"`
 	PolicyVersion int64                  `protobuf:"varint,4,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// last_policy_version: the version that sampled the last token, when the
+	// Sampler swapped weights while the continuation was in flight (0: one
+	// version sampled every token).
+	LastPolicyVersion int64 `protobuf:"varint,5,opt,name=last_policy_version,json=lastPolicyVersion,proto3" json:"last_policy_version,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *GenerateResponse) Reset() {
@@ -1879,6 +1883,13 @@ func (x *GenerateResponse) GetFinishReason() string {
 func (x *GenerateResponse) GetPolicyVersion() int64 {
 	if x != nil {
 		return x.PolicyVersion
+	}
+	return 0
+}
+
+func (x *GenerateResponse) GetLastPolicyVersion() int64 {
+	if x != nil {
+		return x.LastPolicyVersion
 	}
 	return 0
 }
@@ -2808,12 +2819,13 @@ const file_actors_messages_v1_actors_proto_rawDesc = "" +
 	"\x12min_policy_version\x18\b \x01(\x03R\x10minPolicyVersion\x12@\n" +
 	"\tstop_seqs\x18\t \x03(\v2#.frognano.messages.v1.TokenSequenceR\bstopSeqs\"!\n" +
 	"\rTokenSequence\x12\x10\n" +
-	"\x03ids\x18\x01 \x03(\x05R\x03ids\"\x97\x01\n" +
+	"\x03ids\x18\x01 \x03(\x05R\x03ids\"\xc7\x01\n" +
 	"\x10GenerateResponse\x12\x1b\n" +
 	"\ttoken_ids\x18\x01 \x03(\x05R\btokenIds\x12\x1a\n" +
 	"\blogprobs\x18\x02 \x03(\x02R\blogprobs\x12#\n" +
 	"\rfinish_reason\x18\x03 \x01(\tR\ffinishReason\x12%\n" +
-	"\x0epolicy_version\x18\x04 \x01(\x03R\rpolicyVersion\"d\n" +
+	"\x0epolicy_version\x18\x04 \x01(\x03R\rpolicyVersion\x12.\n" +
+	"\x13last_policy_version\x18\x05 \x01(\x03R\x11lastPolicyVersion\"d\n" +
 	"\x10WeightsPublished\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12%\n" +
 	"\x0epolicy_version\x18\x02 \x01(\x03R\rpolicyVersion\x12\x12\n" +

@@ -79,7 +79,7 @@ type Wiring struct {
 // at start (the daemon).
 func NewWiring(cfg config.Config, log *slog.Logger, buildLog io.Writer, autoResume bool) (*Wiring, node.Options) {
 	w := &Wiring{Sandboxes: NewSandboxes(cfg, log)}
-	w.Policy = NewPolicy(PolicyConfig{Model: cfg.Policy.Model, Quantization: cfg.Policy.Quantization, Logger: log})
+	w.Policy = NewPolicy(PolicyConfig{Model: cfg.Policy.Model, Quantization: cfg.Policy.Quantization, Swap: cfg.Policy.Swap, Logger: log})
 	w.Runs = NewRuns(cfg, log, w.Sandboxes, autoResume)
 	// A daemon serves others: its evaluations open model store names and
 	// URLs, never paths its clients name.

@@ -29,7 +29,10 @@ type PolicyConfig struct {
 	// Quantization is the weights the engine serves: "f32" (the default,
 	// ""), "q8_0" or "q8_0-f32" (docs/quantized-sampling.md).
 	Quantization string
-	Logger       *slog.Logger
+	// Swap is when weight updates are applied: sampler.SwapBetweenSteps
+	// (the default, "") or sampler.SwapDrain.
+	Swap   string
+	Logger *slog.Logger
 }
 
 // Policy is a node's Sampler engine, loaded on first use (a node that
@@ -79,7 +82,7 @@ func (p *Policy) Engine(ctx context.Context) (*sampler.Engine, error) {
 	}
 	e, err := sampler.New(sampler.Config{
 		Model: m, MaxSequences: p.cfg.MaxSequences, ContextLength: p.cfg.ContextLength,
-		Quantization: p.cfg.Quantization, Checkpoints: p.checkpoints, Logger: p.cfg.Logger.With("component", "sampler"),
+		Quantization: p.cfg.Quantization, Swap: p.cfg.Swap, Checkpoints: p.checkpoints, Logger: p.cfg.Logger.With("component", "sampler"),
 	})
 	if err != nil {
 		return nil, err

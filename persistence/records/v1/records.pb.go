@@ -912,12 +912,16 @@ type Turn struct {
 	ToolCallId string                 `protobuf:"bytes,4,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
 	Seconds    float64                `protobuf:"fixed64,5,opt,name=seconds,proto3" json:"seconds,omitempty"`
 	// policy_version: of an assistant turn, the policy version that sampled
-	// every one of its tokens (a turn never mixes versions; a later turn of
-	// an episode may be of a newer version when the Sampler moved between
-	// turns). 0 for other roles.
+	// its first token (a later turn of an episode may be of a newer version
+	// when the Sampler moved between turns). 0 for other roles.
 	PolicyVersion int64 `protobuf:"varint,6,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// last_policy_version: of an assistant turn that was in flight when the
+	// Sampler swapped its weights (between two decoding steps), the version
+	// that sampled its last token; 0 when one version sampled the whole turn.
+	// Each token's log-prob is the one the version that sampled it gave it.
+	LastPolicyVersion int64 `protobuf:"varint,7,opt,name=last_policy_version,json=lastPolicyVersion,proto3" json:"last_policy_version,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Turn) Reset() {
@@ -988,6 +992,13 @@ func (x *Turn) GetSeconds() float64 {
 func (x *Turn) GetPolicyVersion() int64 {
 	if x != nil {
 		return x.PolicyVersion
+	}
+	return 0
+}
+
+func (x *Turn) GetLastPolicyVersion() int64 {
+	if x != nil {
+		return x.LastPolicyVersion
 	}
 	return 0
 }
@@ -2171,7 +2182,7 @@ const file_persistence_records_v1_records_proto_rawDesc = "" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
-	"\x0earguments_json\x18\x03 \x01(\tR\rargumentsJson\"\xf0\x01\n" +
+	"\x0earguments_json\x18\x03 \x01(\tR\rargumentsJson\"\xa0\x02\n" +
 	"\x04Turn\x12-\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x19.frognano.records.v1.RoleR\x04role\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\x12<\n" +
@@ -2180,7 +2191,8 @@ const file_persistence_records_v1_records_proto_rawDesc = "" +
 	"\ftool_call_id\x18\x04 \x01(\tR\n" +
 	"toolCallId\x12\x18\n" +
 	"\aseconds\x18\x05 \x01(\x01R\aseconds\x12%\n" +
-	"\x0epolicy_version\x18\x06 \x01(\x03R\rpolicyVersion\"\x89\x04\n" +
+	"\x0epolicy_version\x18\x06 \x01(\x03R\rpolicyVersion\x12.\n" +
+	"\x13last_policy_version\x18\a \x01(\x03R\x11lastPolicyVersion\"\x89\x04\n" +
 	"\n" +
 	"Trajectory\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
