@@ -40,8 +40,11 @@
 // setting (environment, operator, bugs, hint level, mode) whose predicted
 // solve rate is nearest the band's centre, penalising settings already
 // common in the pool. As the policy improves, easy settings rise out of the
-// band and harder ones move in. Failures, timeouts and empty deliveries
-// back a setting off; yields are tracked per request.
+// band and harder ones move in. When every setting is predicted outside
+// the band, the request waits while the pool holds as many untried tasks
+// predicted at least as near the band as it would bring. Failures,
+// timeouts and empty deliveries back a setting off; yields are tracked per
+// request.
 //
 // # Durability
 //

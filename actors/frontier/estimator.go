@@ -60,6 +60,10 @@ const (
 	CountSynthUnknown    = "synthesis_unknown_result"
 	CountSynthNoEnv      = "synthesis_no_environment"
 	CountSynthOutside    = "synthesis_outside_band"
+	// CountSynthDeferred counts plans that asked for nothing because every
+	// setting is predicted outside the band and the pool holds as many
+	// untried tasks as near it as the request would bring.
+	CountSynthDeferred = "synthesis_deferred_untried"
 )
 
 // Params tune the estimator. Zero fields take the defaults of DefaultParams.
@@ -249,6 +253,8 @@ type Estimator struct {
 	poolCount int
 	// requestOf maps a delivered task to the synthesis request that made it.
 	requestOf map[string]string
+	// deferLogged is when a deferred synthesis was last logged.
+	deferLogged time.Time
 }
 
 type poolTask struct {

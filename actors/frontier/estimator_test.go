@@ -437,6 +437,53 @@ func TestSynthesisControl(t *testing.T) {
 	}
 }
 
+// TestSynthesisDeferredWhileUntriedAsNear: when every setting is predicted
+// below the band, no request is sent while the pool holds as many untried
+// tasks predicted at least as high as the best setting as the request would
+// bring (counted); untried tasks predicted lower do not count, and once
+// enough of the nearer ones are tried the request goes out, counted as
+// outside the band.
+func TestSynthesisDeferredWhileUntriedAsNear(t *testing.T) {
+	ctx := context.Background()
+	var pool []*records.Task
+	for i := range 6 {
+		pool = append(pool, task(fmt.Sprintf("near%d", i), "six", "off_by_one", 1, 2))
+		pool = append(pool, task(fmt.Sprintf("far%d", i), "six", "off_by_one", 1, 0))
+	}
+	f := newFixture(t, pool...)
+	// Synthesis may ask for hint levels 0 and 1 only; hint 2 tasks are
+	// predicted higher than any setting, hint 0 ones lower than the best.
+	p := Params{TargetFrontier: 10, MaxRequestTasks: 4, Operators: []string{"off_by_one"}, HintLevels: []int{0, 1}, Bugs: []int{1}, RequestTimeout: time.Hour}
+	e := f.open(t, p)
+	e.state.Model.Weights = map[string]float64{"bias": -4, "hint=2": 1, "hint=1": 0.5}
+	recs, err := e.PlanSynthesis(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.State().GetCounters()
+	if len(recs) != 0 || c[CountSynthDeferred] != 1 || c[CountSynthRequests] != 0 {
+		t.Fatalf("6 untried tasks predicted above the best setting: planned %v, counters %v; want none, deferred", recs, c)
+	}
+	// Three of the near ones are tried (and fail): three untried remain,
+	// fewer than the 4 a request brings; the far ones do not count.
+	for i := range 3 {
+		if _, err := e.Record(ctx, outcomes(fmt.Sprintf("near%d", i), 0, 0, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, err = e.PlanSynthesis(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = e.State().GetCounters()
+	if len(recs) != 1 || recs[0].GetSpec().GetHintLevel() != 1 || c[CountSynthOutside] != 1 || c[CountSynthDeferred] != 1 {
+		t.Fatalf("3 untried near tasks: planned %v, counters %v; want a request at hint 1, outside the band", recs, c)
+	}
+	if got := nearerUntried([]float64{0.9, 0.8, 0.75, 0.5}, 0.8, 0.3, 0.7); got != 3 {
+		t.Fatalf("above the band: %d tasks at most as high as 0.8, want 3", got)
+	}
+}
+
 // TestRestartLosesNothing drives an estimator on Badger, closes the
 // database, opens it again and checks state, posteriors and the next batch
 // are identical.

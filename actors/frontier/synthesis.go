@@ -24,7 +24,7 @@ const (
 // poolBands counts the pool by band of posterior mean, each band also by
 // hint level (byHint[band][level]), and counts active tasks per synthesis
 // setting.
-func (e *Estimator) poolBands(st *records.FrontierState) (bands map[string]int, byHint map[string]map[int]int, perSpec map[string]int, active int) {
+func (e *Estimator) poolBands(st *records.FrontierState) (bands map[string]int, byHint map[string]map[int]int, perSpec map[string]int, active int, untried []float64) {
 	bands = map[string]int{}
 	byHint = map[string]map[int]int{}
 	perSpec = map[string]int{}
@@ -49,7 +49,11 @@ func (e *Estimator) poolBands(st *records.FrontierState) (bands map[string]int, 
 		active++
 		perSpec[pt.spec]++
 		a, b := e.posterior(st.Model, ts, playedIn(st, pt.f), st.PolicyVersion)
-		switch mean := a / (a + b); {
+		mean := a / (a + b)
+		if ts.GetAttempts() == 0 {
+			untried = append(untried, mean)
+		}
+		switch {
 		case mean < e.p.BandLow:
 			count(BandTooHard, pt.f.HintLevel)
 		case mean > e.p.BandHigh:
@@ -58,7 +62,7 @@ func (e *Estimator) poolBands(st *records.FrontierState) (bands map[string]int, 
 			count(BandFrontier, pt.f.HintLevel)
 		}
 	}
-	return bands, byHint, perSpec, active
+	return bands, byHint, perSpec, active, untried
 }
 
 // environments the synthesis control may ask for: the configured ones, else
@@ -183,7 +187,7 @@ func (e *Estimator) PlanSynthesis(ctx context.Context, environments []string) ([
 		pending++
 	}
 	var out []*records.SynthesisRecord
-	bands, _, perSpec, active := e.poolBands(st)
+	bands, _, perSpec, active, untried := e.poolBands(st)
 	if deficit := e.p.TargetFrontier - bands[BandFrontier]; deficit > 0 && pending < e.p.MaxPendingRequests {
 		envs := e.environments(environments)
 		ranked := e.rankSpecs(st, envs, perSpec, active)
@@ -194,12 +198,29 @@ func (e *Estimator) PlanSynthesis(ctx context.Context, environments []string) ([
 			e.log.Warn("frontier: pool short of frontier tasks, but no environment to synthesize from", "frontier", bands[BandFrontier], "target", e.p.TargetFrontier)
 		case len(ranked) > 0:
 			rec := ranked[0]
+			asked := min(deficit, e.p.MaxRequestTasks)
 			if p := rec.GetPredicted(); p < e.p.BandLow || p > e.p.BandHigh {
+				// Every setting is predicted outside the band. New tasks
+				// of the best one would be no nearer it than the untried
+				// tasks the pool holds already as near: while there are
+				// as many of those as the request would bring, trying
+				// them tells the model more, and synthesis's CPU goes to
+				// rollouts instead.
+				if n := nearerUntried(untried, p, e.p.BandLow, e.p.BandHigh); n >= asked {
+					st.Counters[CountSynthDeferred]++
+					if now.Sub(e.deferLogged) > time.Minute {
+						e.deferLogged = now
+						e.log.Info("frontier: synthesis deferred: every setting is predicted outside the band, and the pool holds untried tasks as near it",
+							"best_setting", SpecKey(rec.GetSpec()), "predicted", p, "untried_as_near", n, "frontier", bands[BandFrontier], "target", e.p.TargetFrontier)
+					}
+					dirty = true
+					break
+				}
 				st.Counters[CountSynthOutside]++
 			}
 			st.NextRequest++
 			rec.Id = fmt.Sprintf("%s-%d", e.cfg.Name, st.NextRequest)
-			rec.Asked = int32(min(deficit, e.p.MaxRequestTasks))
+			rec.Asked = int32(asked)
 			rec.Status = StatusPending
 			rec.SentUnixNano = now.UnixNano()
 			rec.PolicyVersion = st.PolicyVersion
@@ -216,6 +237,19 @@ func (e *Estimator) PlanSynthesis(ctx context.Context, environments []string) ([
 		}
 	}
 	return out, nil
+}
+
+// nearerUntried counts the untried tasks (by predicted solve rate) at
+// least as near the band [low, high] as a setting predicted at p, on p's
+// side of it.
+func nearerUntried(untried []float64, p, low, high float64) int {
+	n := 0
+	for _, m := range untried {
+		if (p < low && m >= p) || (p > high && m <= p) {
+			n++
+		}
+	}
+	return n
 }
 
 // trimRequests keeps the newest keptRequests records, never dropping a
@@ -293,7 +327,7 @@ func (e *Estimator) Delivered(ctx context.Context, id string, taskIDs []string, 
 // band, and the settings it would ask the Synthesizer for next.
 func (e *Estimator) Snapshot(environments []string) *messages.FrontierStateReply {
 	st := e.cloneState()
-	bands, byHint, perSpec, active := e.poolBands(st)
+	bands, byHint, perSpec, active, _ := e.poolBands(st)
 	reply := &messages.FrontierStateReply{
 		State: st, FrontierTasks: int32(bands[BandFrontier]), TargetFrontierTasks: int32(e.p.TargetFrontier),
 		BandLow: e.p.BandLow, BandHigh: e.p.BandHigh, PoolTasks: int32(len(e.ids)), Estimator: e.cfg.Name,
