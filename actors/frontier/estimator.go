@@ -103,6 +103,12 @@ type Params struct {
 	MaxRequestTasks    int
 	MaxPendingRequests int
 	RequestTimeout     time.Duration
+	// MaxDeferral is the longest the control waits, while every setting
+	// is predicted outside the band, for the untried tasks as near it to
+	// be tried before it asks for more (synthesis_deferred_untried): a
+	// pool of tasks that are never tried (selected rarely, or failing in
+	// their sandboxes) cannot stop synthesis for longer.
+	MaxDeferral time.Duration
 	// SpecBackoff: batches during which a setting whose request failed or
 	// delivered nothing is not asked for again.
 	SpecBackoff int64
@@ -130,7 +136,7 @@ func DefaultParams() Params {
 		BandLow: 0.3, BandHigh: 0.7, Discount: 0.95, MaxStaleVersions: 64, PriorStrength: 2,
 		MasteredAbove: 0.9, HopelessBelow: 0.05, ReviveAbove: 0.15, MinRetireEvidence: 8, MinHopelessAttempts: 16,
 		RevisitEvery: 8, RevisitAfterVersions: 16, MaxPicks: 1, PickWindow: 2,
-		TargetFrontier: 128, MaxRequestTasks: 16, MaxPendingRequests: 1, RequestTimeout: time.Hour,
+		TargetFrontier: 128, MaxRequestTasks: 16, MaxPendingRequests: 1, RequestTimeout: time.Hour, MaxDeferral: 20 * time.Minute,
 		SpecBackoff: 32, DiversityWeight: 0.5, BatchDiversity: 1,
 		Operators:  slices.Clone(mutate.OperatorNames),
 		HintLevels: []int{0, 1, 2, 3, 4}, Bugs: []int{1, 2, 3}, Modes: []string{"agent"},
@@ -177,6 +183,9 @@ func (p Params) withDefaults() Params {
 	}
 	if p.RequestTimeout == 0 {
 		p.RequestTimeout = d.RequestTimeout
+	}
+	if p.MaxDeferral == 0 {
+		p.MaxDeferral = d.MaxDeferral
 	}
 	i(&p.SpecBackoff, d.SpecBackoff)
 	f(&p.DiversityWeight, d.DiversityWeight)

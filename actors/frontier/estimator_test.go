@@ -479,8 +479,34 @@ func TestSynthesisDeferredWhileUntriedAsNear(t *testing.T) {
 	if len(recs) != 1 || recs[0].GetSpec().GetHintLevel() != 1 || c[CountSynthOutside] != 1 || c[CountSynthDeferred] != 1 {
 		t.Fatalf("3 untried near tasks: planned %v, counters %v; want a request at hint 1, outside the band", recs, c)
 	}
-	if got := nearerUntried([]float64{0.9, 0.8, 0.75, 0.5}, 0.8, 0.3, 0.7); got != 3 {
-		t.Fatalf("above the band: %d tasks at most as high as 0.8, want 3", got)
+	// Nearness is distance to the band, on either side: for a setting at
+	// 0.1 (0.2 below [0.3, 0.7]), 0.15, 0.5 and 0.85 are as near, 0.05 and
+	// 0.95 are not; for one at 0.8, 0.75, 0.5 and 0.2 are.
+	if got := nearerUntried([]float64{0.05, 0.15, 0.5, 0.85, 0.95}, 0.1, 0.3, 0.7); got != 3 {
+		t.Fatalf("below the band: %d tasks as near as 0.1, want 3", got)
+	}
+	if got := nearerUntried([]float64{0.9, 0.85, 0.75, 0.5, 0.2, 0.05}, 0.8, 0.3, 0.7); got != 3 {
+		t.Fatalf("above the band: %d tasks as near as 0.8, want 3", got)
+	}
+
+	// Tasks that are never tried cannot stop synthesis for longer than
+	// MaxDeferral.
+	f2 := newFixture(t, pool...)
+	p.MaxDeferral = 20 * time.Minute
+	e2 := f2.open(t, p)
+	e2.state.Model.Weights = map[string]float64{"bias": -4, "hint=2": 1, "hint=1": 0.5}
+	for _, wait := range []time.Duration{0, 10 * time.Minute, 11 * time.Minute} {
+		f2.clock = f2.clock.Add(wait)
+		recs, err := e2.PlanSynthesis(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) != map[bool]int{false: 0, true: 1}[wait == 11*time.Minute] {
+			t.Fatalf("after %v more: planned %v (counters %v)", wait, recs, e2.State().GetCounters())
+		}
+	}
+	if c := e2.State().GetCounters(); c[CountSynthDeferred] != 2 || c[CountSynthOutside] != 1 || e2.State().GetSynthesisDeferredUnixNano() != 0 {
+		t.Fatalf("deferred twice, then asked after 21 minutes: counters %v, deferred since %d", c, e2.State().GetSynthesisDeferredUnixNano())
 	}
 }
 

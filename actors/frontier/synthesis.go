@@ -161,6 +161,9 @@ func (e *Estimator) rankSpecs(st *records.FrontierState, envs []string, perSpec 
 // active tasks in the band and fewer than MaxPendingRequests requests are in
 // flight, it records a new pending request for the best-ranked setting (see
 // rankSpecs) and returns it for the caller to send (SynthesizeRequestOf).
+// When that setting is predicted outside the band and the pool holds as
+// many untried tasks at least as near the band as the request would bring,
+// it waits instead (counted), for MaxDeferral at most.
 // Requests are committed before they are sent: after a crash a request that
 // never left times out and its setting is asked for again. environments
 // are used when neither the parameters nor the pool name any.
@@ -188,7 +191,12 @@ func (e *Estimator) PlanSynthesis(ctx context.Context, environments []string) ([
 	}
 	var out []*records.SynthesisRecord
 	bands, _, perSpec, active, untried := e.poolBands(st)
-	if deficit := e.p.TargetFrontier - bands[BandFrontier]; deficit > 0 && pending < e.p.MaxPendingRequests {
+	deficit := e.p.TargetFrontier - bands[BandFrontier]
+	if deficit <= 0 && st.SynthesisDeferredUnixNano != 0 {
+		st.SynthesisDeferredUnixNano = 0 // nothing is wanted: no deferral runs
+		dirty = true
+	}
+	if deficit > 0 && pending < e.p.MaxPendingRequests {
 		envs := e.environments(environments)
 		ranked := e.rankSpecs(st, envs, perSpec, active)
 		switch {
@@ -206,7 +214,12 @@ func (e *Estimator) PlanSynthesis(ctx context.Context, environments []string) ([
 				// as many of those as the request would bring, trying
 				// them tells the model more, and synthesis's CPU goes to
 				// rollouts instead.
-				if n := nearerUntried(untried, p, e.p.BandLow, e.p.BandHigh); n >= asked {
+				since := timeOf(st.SynthesisDeferredUnixNano)
+				if st.SynthesisDeferredUnixNano == 0 {
+					since = now
+				}
+				if n := nearerUntried(untried, p, e.p.BandLow, e.p.BandHigh); n >= asked && now.Sub(since) < e.p.MaxDeferral {
+					st.SynthesisDeferredUnixNano = since.UnixNano()
 					st.Counters[CountSynthDeferred]++
 					if now.Sub(e.deferLogged) > time.Minute {
 						e.deferLogged = now
@@ -218,6 +231,7 @@ func (e *Estimator) PlanSynthesis(ctx context.Context, environments []string) ([
 				}
 				st.Counters[CountSynthOutside]++
 			}
+			st.SynthesisDeferredUnixNano = 0
 			st.NextRequest++
 			rec.Id = fmt.Sprintf("%s-%d", e.cfg.Name, st.NextRequest)
 			rec.Asked = int32(asked)
@@ -240,12 +254,12 @@ func (e *Estimator) PlanSynthesis(ctx context.Context, environments []string) ([
 }
 
 // nearerUntried counts the untried tasks (by predicted solve rate) at
-// least as near the band [low, high] as a setting predicted at p, on p's
-// side of it.
+// least as near the band [low, high] as a setting predicted at p.
 func nearerUntried(untried []float64, p, low, high float64) int {
+	dist := func(x float64) float64 { return max(low-x, x-high, 0) }
 	n := 0
 	for _, m := range untried {
-		if (p < low && m >= p) || (p > high && m <= p) {
+		if dist(m) <= dist(p) {
 			n++
 		}
 	}

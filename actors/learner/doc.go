@@ -41,9 +41,11 @@
 //     the Trainer hands the version to its Sampler with WeightsPublished
 //     {run_id: RunID, step, policy_version} and waits for WeightsApplied.
 //  3. A Sampler loads the weights with CheckpointStore.ReadTensor for each
-//     of its model's Params and model.Model.SetParams, between batches of
-//     generation, so that no sequence mixes two versions; it stamps every
-//     sequence with the version it was generated under.
+//     of its model's Params and model.Model.SetParams, between two forward
+//     passes; it stamps every sequence with the oldest version that worked
+//     on it and, when a swap came while it was in flight, the newest
+//     (actors/sampler, "Policy versions"), and every token with the
+//     log-prob of the version that sampled it.
 //
 // Versions only increase, and a version number names one set of weights
 // for ever: after a crash the Learner resumes from its last full checkpoint

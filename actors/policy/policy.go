@@ -59,7 +59,8 @@ const (
 // the temperature-scaled logits, before top-k/top-p truncation; see
 // kernels/sample), and the policy versions that sampled them.
 //
-// PolicyVersion sampled the first token and is the oldest. A Sampler that
+// PolicyVersion is the oldest version whose weights worked on the
+// continuation (computed its prompt's keys and values or sampled a token). A Sampler that
 // swaps weights between decoding steps (actors/sampler, the default) may
 // sample the later tokens of a continuation in flight at the swap with the
 // newer version, LastPolicyVersion; each such token's log-prob is the newer

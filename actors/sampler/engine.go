@@ -452,8 +452,8 @@ func (s *Stream) Result() (policy.GenerateResult, error) {
 	}, nil
 }
 
-// PolicyVersion is the version that generated the stream's first token
-// (the oldest; see policy.GenerateResult), known once that token has come.
+// PolicyVersion is the oldest version that worked on the stream (see
+// policy.GenerateResult), known once its first token has come.
 func (s *Stream) PolicyVersion() int64 {
 	s.seq.mu.Lock()
 	defer s.seq.mu.Unlock()

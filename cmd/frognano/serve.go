@@ -79,5 +79,6 @@ or the openai Python package with base_url="http://127.0.0.1:7070/v1".`,
 	f.IntVar(&pc.MaxSequences, "max-seqs", 16, "most sequences generated at once (continuous batching)")
 	f.IntVar(&pc.ContextLength, "context", 8192, "most positions per sequence, prompt included (capped at the model's)")
 	f.StringVar(&pc.Quantization, "quantization", "f32", "weights the Sampler's products read: f32, q8_0 (int8 weights and activations, fastest) or q8_0-f32 (int8 weights, float32 activations); see docs/quantized-sampling.md")
+	f.StringVar(&pc.Swap, "swap", sampler.SwapBetweenSteps, "when the Sampler applies a new policy version: between-steps (between two forward passes; answers in flight go on with the new weights and report both versions) or drain (once every answer in flight has finished, admitting none meanwhile); see docs/sampler.md")
 	return cmd
 }

@@ -171,7 +171,7 @@ func (x *External) Generate(ctx context.Context, req policy.GenerateRequest) (po
 	}
 	res := policy.GenerateResult{TokenIDs: ids, LogProbs: lps, PolicyVersion: x.Version}
 	if c.PolicyVersion != nil {
-		res.PolicyVersion = *c.PolicyVersion
+		res.PolicyVersion, res.LastPolicyVersion = *c.PolicyVersion, c.LastPolicyVersion
 	}
 	finish := ""
 	if c.FinishReason != nil {

@@ -224,6 +224,7 @@ type output struct {
 	finish     string // "stop" or "length"
 	stopReason any    // the stop id or string, when finish is "stop"
 	version    int64
+	last       int64 // LastPolicyVersion, when the generation ran to its end
 	prompt     int
 }
 
@@ -308,7 +309,7 @@ func (s *Server) run(ctx context.Context, e *sampler.Engine, req policy.Generate
 			return output{}, err
 		}
 		text.WriteString(dec.Flush())
-		out.text, out.version = text.String(), res.PolicyVersion
+		out.text, out.version, out.last = text.String(), res.PolicyVersion, res.LastPolicyVersion
 		switch res.Finish {
 		case policy.FinishStop:
 			out.finish, out.stopReason = "stop", res.TokenIDs[len(res.TokenIDs)-1]
@@ -709,7 +710,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	}
 	finish := out.finish
 	version := out.version
-	choice := CompletionChoice{Text: out.text, FinishReason: &finish, StopReason: out.stopReason, PolicyVersion: &version}
+	choice := CompletionChoice{Text: out.text, FinishReason: &finish, StopReason: out.stopReason, PolicyVersion: &version, LastPolicyVersion: out.last}
 	if req.ReturnTokenIDs || req.ReturnTokens {
 		choice.TokenIDs, choice.PromptTokenIDs = out.ids, prompt
 	}

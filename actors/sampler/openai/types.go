@@ -206,17 +206,21 @@ type CompletionResponse struct {
 	Usage   *Usage             `json:"usage,omitempty"`
 }
 
-// CompletionChoice is the one answer. TokenIDs (vLLM's return_token_ids)
-// and PolicyVersion are extensions.
+// CompletionChoice is the one answer. TokenIDs (vLLM's return_token_ids),
+// PolicyVersion and LastPolicyVersion are extensions (policy.GenerateResult:
+// the last is set when the Sampler swapped weights while the answer was in
+// flight and it ran to its end; an answer cut at a stop string reports its
+// first version only).
 type CompletionChoice struct {
-	Index          int                 `json:"index"`
-	Text           string              `json:"text"`
-	Logprobs       *CompletionLogprobs `json:"logprobs"`
-	FinishReason   *string             `json:"finish_reason"`
-	StopReason     any                 `json:"stop_reason,omitempty"`
-	TokenIDs       []int32             `json:"token_ids,omitempty"`
-	PromptTokenIDs []int32             `json:"prompt_token_ids,omitempty"`
-	PolicyVersion  *int64              `json:"policy_version,omitempty"`
+	Index             int                 `json:"index"`
+	Text              string              `json:"text"`
+	Logprobs          *CompletionLogprobs `json:"logprobs"`
+	FinishReason      *string             `json:"finish_reason"`
+	StopReason        any                 `json:"stop_reason,omitempty"`
+	TokenIDs          []int32             `json:"token_ids,omitempty"`
+	PromptTokenIDs    []int32             `json:"prompt_token_ids,omitempty"`
+	PolicyVersion     *int64              `json:"policy_version,omitempty"`
+	LastPolicyVersion int64               `json:"last_policy_version,omitempty"`
 	// Tokens is llama-server's return_tokens output, read by External.
 	Tokens []int32 `json:"tokens,omitempty"`
 }

@@ -560,8 +560,12 @@ type FrontierState struct {
 	// (OutcomesReport.step), last_step_recorded how many it recorded.
 	LastStep         int64 `protobuf:"varint,17,opt,name=last_step,json=lastStep,proto3" json:"last_step,omitempty"`
 	LastStepRecorded int64 `protobuf:"varint,18,opt,name=last_step_recorded,json=lastStepRecorded,proto3" json:"last_step_recorded,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// synthesis_deferred_unix_nano: when the synthesis control began
+	// deferring a request outside the band (0: it is not deferring); after
+	// Params.MaxDeferral it asks anyway.
+	SynthesisDeferredUnixNano int64 `protobuf:"varint,19,opt,name=synthesis_deferred_unix_nano,json=synthesisDeferredUnixNano,proto3" json:"synthesis_deferred_unix_nano,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
 }
 
 func (x *FrontierState) Reset() {
@@ -720,6 +724,13 @@ func (x *FrontierState) GetLastStepRecorded() int64 {
 	return 0
 }
 
+func (x *FrontierState) GetSynthesisDeferredUnixNano() int64 {
+	if x != nil {
+		return x.SynthesisDeferredUnixNano
+	}
+	return 0
+}
+
 var File_persistence_records_v1_frontier_proto protoreflect.FileDescriptor
 
 const file_persistence_records_v1_frontier_proto_rawDesc = "" +
@@ -779,7 +790,7 @@ const file_persistence_records_v1_frontier_proto_rawDesc = "" +
 	"\x0edone_unix_nano\x18\v \x01(\x03R\fdoneUnixNano\x12%\n" +
 	"\x0epolicy_version\x18\f \x01(\x03R\rpolicyVersion\"%\n" +
 	"\tTaskPicks\x12\x18\n" +
-	"\abatches\x18\x01 \x03(\x03R\abatches\"\x88\t\n" +
+	"\abatches\x18\x01 \x03(\x03R\abatches\"\xc9\t\n" +
 	"\rFrontierState\x12%\n" +
 	"\x0epolicy_version\x18\x01 \x01(\x03R\rpolicyVersion\x12\x1b\n" +
 	"\tbatch_seq\x18\x02 \x01(\x03R\bbatchSeq\x12:\n" +
@@ -799,7 +810,8 @@ const file_persistence_records_v1_frontier_proto_rawDesc = "" +
 	"\x04mode\x18\x0f \x01(\tR\x04mode\x12(\n" +
 	"\x10active_unix_nano\x18\x10 \x01(\x03R\x0eactiveUnixNano\x12\x1b\n" +
 	"\tlast_step\x18\x11 \x01(\x03R\blastStep\x12,\n" +
-	"\x12last_step_recorded\x18\x12 \x01(\x03R\x10lastStepRecorded\x1a;\n" +
+	"\x12last_step_recorded\x18\x12 \x01(\x03R\x10lastStepRecorded\x12?\n" +
+	"\x1csynthesis_deferred_unix_nano\x18\x13 \x01(\x03R\x19synthesisDeferredUnixNano\x1a;\n" +
 	"\rCountersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1aX\n" +

@@ -911,8 +911,8 @@ type Turn struct {
 	ToolCalls  []*ToolCall            `protobuf:"bytes,3,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
 	ToolCallId string                 `protobuf:"bytes,4,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
 	Seconds    float64                `protobuf:"fixed64,5,opt,name=seconds,proto3" json:"seconds,omitempty"`
-	// policy_version: of an assistant turn, the policy version that sampled
-	// its first token (a later turn of an episode may be of a newer version
+	// policy_version: of an assistant turn, the oldest policy version that
+	// worked on it (a later turn of an episode may be of a newer version
 	// when the Sampler moved between turns). 0 for other roles.
 	PolicyVersion int64 `protobuf:"varint,6,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
 	// last_policy_version: of an assistant turn that was in flight when the
