@@ -112,6 +112,10 @@ func TestMutualTLSClusterSpawnsRemotely(t *testing.T) {
 	if r, ok := res.(*rtmsg.SpawnReply); !ok || r.Address != a.Address() {
 		t.Fatalf("B spawning on A over mutual TLS answered %v", res)
 	}
+	// A canary counts itself on Started, a moment after the spawn's reply.
+	for deadline := time.Now().Add(10 * time.Second); (ca.spawned.Load() < 1 || cb.spawned.Load() < 1) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
 	if ca.spawned.Load() != 1 || cb.spawned.Load() != 1 {
 		t.Errorf("canaries spawned: A %d, B %d, want 1 each", ca.spawned.Load(), cb.spawned.Load())
 	}
