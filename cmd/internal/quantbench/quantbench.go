@@ -28,15 +28,19 @@ import (
 
 // Options size a run; zero fields take the defaults in brackets.
 type Options struct {
-	Model   string   // a .gguf file or Hugging Face directory
-	Types   []string // quantizations, float32 first [f32 q8_0 q8_0-f32]
-	Rounds  int      // speed rounds; each figure is its best round [3]
-	Decode  int      // decoding steps timed per round [16]
-	Prefill int      // prompt tokens of the prefill [128]
-	Prompts int      // prompts sampled for the mismatch [4]
-	Samples int      // completions per prompt [4]
-	Tokens  int      // most tokens per completion [64]
-	Seed    uint64   // sampling seeds start here [1]
+	Model string // a .gguf file or Hugging Face directory
+	// Types are the quantizations, float32 first [f32 q8_0 q8_0-f32, and
+	// where the CPU has AVX-512 VNNI, q8_0@avx2 q8_0-f32@avx2 beside them].
+	// TYPE@KERNELS serves TYPE with that Q8_0 kernel set (go, avx2,
+	// avx512-vnni) instead of the best this CPU has.
+	Types   []string
+	Rounds  int    // speed rounds; each figure is its best round [3]
+	Decode  int    // decoding steps timed per round [16]
+	Prefill int    // prompt tokens of the prefill [128]
+	Prompts int    // prompts sampled for the mismatch [4]
+	Samples int    // completions per prompt [4]
+	Tokens  int    // most tokens per completion [64]
+	Seed    uint64 // sampling seeds start here [1]
 	// SpeedOnly skips the mismatch: only the speeds are measured (for
 	// timing side by side with another engine, scripts/bench-llamacpp.sh).
 	SpeedOnly bool
@@ -46,6 +50,9 @@ type Options struct {
 func (o *Options) defaults() {
 	if len(o.Types) == 0 {
 		o.Types = []string{model.Float32, "q8_0", "q8_0-f32"}
+		if ks := blas.Q8Kernels(); ks[len(ks)-1] == "avx512-vnni" && blas.Q8Impl() == "avx512-vnni" {
+			o.Types = append(o.Types, "q8_0@avx2", "q8_0-f32@avx2")
+		}
 	}
 	def := func(v *int, d int) {
 		if *v <= 0 {
@@ -116,6 +123,31 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return rep, nil
 }
 
+// useType makes the model serve typ (TYPE or TYPE@KERNELS) and returns
+// the name to report and a function that puts the Q8_0 kernels back.
+func useType(m *model.Model, typ string) (string, func(), error) {
+	base, kernels, pinned := strings.Cut(typ, "@")
+	restore := func() {}
+	if pinned {
+		prev, err := blas.SetQ8Kernels(kernels)
+		if err != nil {
+			return "", nil, fmt.Errorf("quantization %q: %w", typ, err)
+		}
+		restore = func() { _, _ = blas.SetQ8Kernels(prev) }
+	}
+	if m != nil {
+		if err := m.SetQuantization(base); err != nil {
+			restore()
+			return "", nil, err
+		}
+		base = m.Quantization()
+	}
+	if pinned {
+		return base + "@" + kernels, restore, nil
+	}
+	return base, restore, nil
+}
+
 // speeds times every type in turn, round after round, so that load from
 // other processes weighs on all alike; each figure is the best round's.
 func speeds(ctx context.Context, m *model.Model, o Options) ([]Speed, error) {
@@ -130,24 +162,28 @@ func speeds(ctx context.Context, m *model.Model, o Options) ([]Speed, error) {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			if err := m.SetQuantization(typ); err != nil {
+			name, restore, err := useType(m, typ)
+			if err != nil {
 				return nil, err
 			}
 			s := &out[i]
-			s.Type = m.Quantization()
+			s.Type = name
 			s.WeightBytes = m.QuantizedBytes()
 			if s.WeightBytes == 0 {
 				s.WeightBytes = float32Bytes(m)
 			}
 			d1, err := decode(m, dp, 1, o.Decode)
 			if err != nil {
+				restore()
 				return nil, err
 			}
 			d16, err := decode(m, dp, 16, o.Decode)
 			if err != nil {
+				restore()
 				return nil, err
 			}
 			pf, err := prefill(m, prompt)
+			restore()
 			if err != nil {
 				return nil, err
 			}
@@ -248,8 +284,14 @@ func mismatches(ctx context.Context, m *model.Model, o Options) ([]Mismatch, err
 	}
 	var out []Mismatch
 	for _, typ := range o.Types {
-		e, err := sampler.New(sampler.Config{Model: m, Quantization: typ, MaxSequences: 16})
+		name, restore, err := useType(nil, typ)
 		if err != nil {
+			return nil, err
+		}
+		base, _, _ := strings.Cut(typ, "@")
+		e, err := sampler.New(sampler.Config{Model: m, Quantization: base, MaxSequences: 16})
+		if err != nil {
+			restore()
 			return nil, err
 		}
 		type result struct {
@@ -269,6 +311,10 @@ func mismatches(ctx context.Context, m *model.Model, o Options) ([]Mismatch, err
 		wg.Wait()
 		served := e.Quantization()
 		e.Close()
+		restore()
+		if name != base {
+			served += name[len(base):]
+		}
 		var seqs [][]int32
 		for _, r := range results {
 			if r.err != nil {

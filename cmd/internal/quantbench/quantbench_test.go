@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/frognano/frognano/kernels/cpu/blas"
 )
 
 // TestRun measures SmolLM2 (FROGNANO_TEST_GGUF) with the smallest sizes:
@@ -21,7 +23,11 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Speeds) != 3 || len(rep.Mismatches) != 3 {
+	want := 3
+	if blas.Q8Impl() == "avx512-vnni" {
+		want = 5 // q8_0@avx2 and q8_0-f32@avx2 beside the AVX-512 kernels
+	}
+	if len(rep.Speeds) != want || len(rep.Mismatches) != want {
 		t.Fatalf("%d speeds, %d mismatches", len(rep.Speeds), len(rep.Mismatches))
 	}
 	for _, s := range rep.Speeds {
@@ -63,6 +69,19 @@ func TestRunSpeedOnly(t *testing.T) {
 	}
 	if len(rep.Speeds) != 1 || rep.Speeds[0].Type != "q8_0" || len(rep.Mismatches) != 0 {
 		t.Fatalf("speeds %+v, %d mismatches", rep.Speeds, len(rep.Mismatches))
+	}
+	// A type pinned to a kernel set is served with it, reported with it,
+	// and the kernels in use are put back; an unknown set is refused.
+	before := blas.Q8Impl()
+	rep2, err := Run(context.Background(), Options{Model: p, Types: []string{"q8_0@go"}, Rounds: 1, Decode: 2, Prefill: 16, SpeedOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep2.Speeds[0].Type != "q8_0@go" || blas.Q8Impl() != before {
+		t.Fatalf("q8_0@go: type %q, kernels after %q (before %q)", rep2.Speeds[0].Type, blas.Q8Impl(), before)
+	}
+	if _, err := Run(context.Background(), Options{Model: p, Types: []string{"q8_0@avx1024"}, Rounds: 1, Decode: 2, Prefill: 16, SpeedOnly: true}); err == nil || !strings.Contains(err.Error(), "unknown Q8_0 kernels") {
+		t.Fatalf("q8_0@avx1024: %v", err)
 	}
 	if s := rep.Speeds[0]; !(s.Decode1 > 0 && s.Decode16 > 0 && s.PrefillTokens > 0) {
 		t.Errorf("%+v", s)

@@ -3,7 +3,11 @@ package blas
 import (
 	"fmt"
 	"math"
+	"os"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Q8_0 weights: the matrix products of a quantized Sampler (y = x·Wᵀ with W
@@ -21,28 +25,113 @@ import (
 //   - MatMulTQ8F32 keeps x in float32 and widens each weight block to
 //     float32 as it is read.
 //
-// With cgo on amd64 both run AVX2/FMA/F16C kernels written in C (q8_cgo.go,
-// compiled for those features only and chosen at run time from the CPU's);
-// otherwise, and on CPUs without them, the Go loops below. The two agree
-// to float32 rounding: the int8 activations are bit-identical, and only the
-// order of the float32 sums differs.
+// With cgo on amd64 both run kernels written in C (q8_cgo.go, each compiled
+// for its features only and chosen at run time from the CPU's): AVX-512
+// VNNI where the CPU has it, else AVX2/FMA/F16C; otherwise, and on CPUs
+// without them, the Go loops below. All agree to float32 rounding: the
+// int8 activations and the int32 block sums are bit-identical, and only
+// the order of the float32 sums differs. Within one kernel set a row's
+// result does not depend on the rows computed with it (batch invariance).
 const (
 	Q8Block      = 32 // values per block
 	Q8BlockBytes = 34 // bytes per block: half scale + 32 int8
 )
 
-// Q8Impl names the Q8_0 kernels in use: "avx2" or "go".
-func Q8Impl() string {
-	if q8SIMD() {
+// q8Kernels is a set of Q8_0 kernels.
+type q8Kernels int32
+
+const (
+	q8Go     q8Kernels = iota // the Go loops
+	q8AVX2                    // AVX2, FMA, F16C
+	q8AVX512                  // AVX-512 F/BW/DQ/VL and VNNI
+)
+
+func (k q8Kernels) String() string {
+	switch k {
+	case q8AVX2:
 		return "avx2"
+	case q8AVX512:
+		return "avx512-vnni"
 	}
 	return "go"
 }
 
-// q8Scratch holds one product's quantized activations.
+// q8Available are the kernel sets this CPU and build can run, best last.
+func q8Available() []q8Kernels {
+	ks := []q8Kernels{q8Go}
+	if q8HaveAVX2() {
+		ks = append(ks, q8AVX2)
+	}
+	if q8HaveAVX512() {
+		ks = append(ks, q8AVX512)
+	}
+	return ks
+}
+
+// q8Active is the kernel set in use: the best this CPU has, capped by
+// FROGNANO_Q8 ("go", "avx2"; for comparisons) and by FROGNANO_BLAS=go,
+// which keeps every native kernel out; SetQ8Kernels changes it.
+var q8Active atomic.Int32
+
+func init() {
+	avail := q8Available()
+	best := avail[len(avail)-1]
+	if os.Getenv("FROGNANO_BLAS") == "go" {
+		best = q8Go
+	}
+	if v := os.Getenv("FROGNANO_Q8"); v != "" {
+		if k, err := q8Parse(v); err == nil && k < best {
+			best = k
+		}
+	}
+	q8Active.Store(int32(best))
+}
+
+func q8Parse(name string) (q8Kernels, error) {
+	for _, k := range []q8Kernels{q8Go, q8AVX2, q8AVX512} {
+		if name == k.String() || (k == q8AVX512 && name == "avx512") {
+			return k, nil
+		}
+	}
+	return q8Go, fmt.Errorf("blas: unknown Q8_0 kernels %q (go, avx2, avx512-vnni)", name)
+}
+
+func q8Current() q8Kernels { return q8Kernels(q8Active.Load()) }
+
+// Q8Impl names the Q8_0 kernels in use: "avx512-vnni", "avx2" or "go".
+func Q8Impl() string { return q8Current().String() }
+
+// Q8Kernels lists the Q8_0 kernel sets this CPU and build can run, the
+// best last.
+func Q8Kernels() []string {
+	var names []string
+	for _, k := range q8Available() {
+		names = append(names, k.String())
+	}
+	return names
+}
+
+// SetQ8Kernels makes the named kernel set ("go", "avx2", "avx512-vnni")
+// the one in use, for side-by-side benchmarks, and returns the previous
+// one's name. A set this CPU cannot run is an error.
+func SetQ8Kernels(name string) (string, error) {
+	k, err := q8Parse(name)
+	if err != nil {
+		return "", err
+	}
+	if !slices.Contains(q8Available(), k) {
+		return "", fmt.Errorf("blas: this CPU or build cannot run the %s Q8_0 kernels (it has %s)", k, strings.Join(Q8Kernels(), ", "))
+	}
+	return q8Kernels(q8Active.Swap(int32(k))).String(), nil
+}
+
+// q8Scratch holds one product's quantized activations (and for the
+// AVX-512 kernels, the same as unsigned bytes and widened scales).
 type q8Scratch struct {
-	q []int8
-	d []float32
+	q   []int8
+	d   []float32
+	u   []uint8
+	dae []float32
 }
 
 var q8Pool = sync.Pool{New: func() any { return new(q8Scratch) }}
@@ -59,11 +148,11 @@ func checkQ8(op string, c, a []float32, w []byte, m, n, k int) {
 // uses every core when the product is large enough, and is safe for
 // concurrent use.
 func MatMulTQ8(c, a []float32, w []byte, m, n, k int) {
-	matMulTQ8(c, a, w, m, n, k, q8SIMD())
+	matMulTQ8(c, a, w, m, n, k, q8Current())
 }
 
-// matMulTQ8 is MatMulTQ8 with the AVX2 kernels (simd) or the Go loops.
-func matMulTQ8(c, a []float32, w []byte, m, n, k int, simd bool) {
+// matMulTQ8 is MatMulTQ8 with the kernel set ks.
+func matMulTQ8(c, a []float32, w []byte, m, n, k int, ks q8Kernels) {
 	checkQ8("MatMulTQ8", c, a, w, m, n, k)
 	if m == 0 || n == 0 {
 		return
@@ -81,18 +170,33 @@ func matMulTQ8(c, a []float32, w []byte, m, n, k int, simd bool) {
 		s.d = make([]float32, m*nb)
 	}
 	qa, da := s.q[:m*k], s.d[:m*nb]
-	if simd {
+	if ks >= q8AVX2 {
 		q8QuantizeC(a, m, k, qa, da)
 	} else {
 		QuantizeRowsQ8(a, m, k, qa, da)
+	}
+	var ua []uint8
+	var dae []float32
+	if ks == q8AVX512 {
+		if cap(s.u) < m*k {
+			s.u = make([]uint8, m*k)
+		}
+		if cap(s.dae) < 8*m*nb {
+			s.dae = make([]float32, 8*m*nb)
+		}
+		ua, dae = s.u[:m*k], s.dae[:8*m*nb]
+		q8PrepVNNI(m, nb, qa, da, ua, dae)
 	}
 	// A column costs about a fifth of a float32 column: int8 products, 16
 	// to an instruction.
 	forColumns(n, 2*m*k/4, func(j0, j1 int) {
 		wj := w[j0*nb*Q8BlockBytes:]
-		if simd {
+		switch ks {
+		case q8AVX512:
+			q8GemmVNNI(m, j1-j0, nb, ua, dae, wj, c[j0:], n)
+		case q8AVX2:
 			q8GemmC(m, j1-j0, nb, qa, da, wj, c[j0:], n)
-		} else {
+		default:
 			q8GemmGo(m, j1-j0, nb, qa, da, wj, c[j0:], n)
 		}
 	})
@@ -102,10 +206,10 @@ func matMulTQ8(c, a []float32, w []byte, m, n, k int, simd bool) {
 // MatMulTQ8F32 sets c[m,n] = a[m,k]·wᵀ like MatMulTQ8, with a kept in
 // float32: each weight block is widened to float32 as it is read.
 func MatMulTQ8F32(c, a []float32, w []byte, m, n, k int) {
-	matMulTQ8F32(c, a, w, m, n, k, q8SIMD())
+	matMulTQ8F32(c, a, w, m, n, k, q8Current())
 }
 
-func matMulTQ8F32(c, a []float32, w []byte, m, n, k int, simd bool) {
+func matMulTQ8F32(c, a []float32, w []byte, m, n, k int, ks q8Kernels) {
 	checkQ8("MatMulTQ8F32", c, a, w, m, n, k)
 	if m == 0 || n == 0 {
 		return
@@ -129,9 +233,12 @@ func matMulTQ8F32(c, a []float32, w []byte, m, n, k int, simd bool) {
 			for p0 := j0; p0 < j1; p0 += panel {
 				p1 := min(p0+panel, j1)
 				rows := w[p0*nb*Q8BlockBytes : p1*nb*Q8BlockBytes]
-				if simd {
+				switch ks {
+				case q8AVX512:
+					q8Widen512(rows, (p1-p0)*nb, wf)
+				case q8AVX2:
 					q8WidenC(rows, (p1-p0)*nb, wf)
-				} else {
+				default:
 					q8WidenGo(rows, (p1-p0)*nb, wf)
 				}
 				gemm(true, m, p1-p0, k, a, k, wf, k, c[p0:], n)
@@ -142,9 +249,12 @@ func matMulTQ8F32(c, a []float32, w []byte, m, n, k int, simd bool) {
 	}
 	forColumns(n, 2*m*k/2, func(j0, j1 int) {
 		wj := w[j0*nb*Q8BlockBytes:]
-		if simd {
+		switch ks {
+		case q8AVX512:
+			q8GemmF32512(m, j1-j0, k, a, wj, c[j0:], n)
+		case q8AVX2:
 			q8GemmF32C(m, j1-j0, k, a, wj, c[j0:], n)
-		} else {
+		default:
 			q8GemmF32Go(m, j1-j0, k, a, wj, c[j0:], n)
 		}
 	})

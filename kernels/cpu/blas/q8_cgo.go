@@ -189,6 +189,186 @@ static void q8_gemm_f32(int m, int n, int k, const float *a, const uint8_t *w, f
 	}
 }
 
+// The AVX-512 kernels (CPUs with AVX-512 F, BW, DQ, VL and VNNI: Ice Lake
+// and later Xeons, Zen 4 and later). One 512-bit register holds two blocks.
+// vpdpbusd multiplies unsigned bytes by signed bytes and adds each four
+// products to an int32 lane, exactly, in one instruction (AVX2 needs
+// sign, maddubs and madd). The activations are unsigned for it: u = y+128
+// (y XOR 0x80), and the weights' share of the offset, 128·Σw per lane, is
+// taken off by starting each lane's sum at −128·Σw, computed once per
+// weight block and shared by every activation row. The int32 sums are
+// the AVX2 kernel's; only the order of the float32 sums differs.
+static int q8_vnni(void) {
+	__builtin_cpu_init();
+	return q8_simd() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+	       __builtin_cpu_supports("avx512vnni");
+}
+
+// q8_prep_vnni: the int8 activations qa as unsigned u = y+128, and each
+// block's scale da eight times over (dae: two blocks' scales, each over
+// its eight lanes, are one 512-bit load).
+__attribute__((target("avx512f,avx512bw")))
+static void q8_prep_vnni(int m, int nb, const int8_t *qa, const float *da, uint8_t *ua, float *dae) {
+	const size_t n = (size_t)m * nb * 32, blocks = (size_t)m * nb;
+	const __m512i off = _mm512_set1_epi8((char)0x80);
+	size_t t = 0;
+	for (; t + 64 <= n; t += 64)
+		_mm512_storeu_si512((void *)(ua + t), _mm512_xor_si512(_mm512_loadu_si512((const void *)(qa + t)), off));
+	for (; t < n; t++)
+		ua[t] = (uint8_t)qa[t] ^ 0x80;
+	for (size_t b = 0; b < blocks; b++)
+		_mm256_storeu_ps(dae + b * 8, _mm256_set1_ps(da[b]));
+}
+
+// q8v_pair: blocks 2p and 2p+1 of a weight row (the second zero when
+// last is set: an odd block count): q in one register, −128·Σq per lane,
+// and the two scales over their eight lanes each.
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,f16c")))
+static inline void q8v_pair(const uint8_t *blk, int last, __m512i *wq, __m512i *negc, __m512 *dw) {
+	const __m256i q0 = _mm256_loadu_si256((const __m256i *)(blk + 2));
+	const __m256 d0 = _mm256_set1_ps(q8_scale(blk));
+	if (last) {
+		*wq = _mm512_inserti64x4(_mm512_setzero_si512(), q0, 0);
+		*dw = _mm512_insertf32x8(_mm512_setzero_ps(), d0, 0);
+	} else {
+		*wq = _mm512_inserti64x4(_mm512_castsi256_si512(q0), _mm256_loadu_si256((const __m256i *)(blk + 36)), 1);
+		*dw = _mm512_insertf32x8(_mm512_castps256_ps512(d0), _mm256_set1_ps(q8_scale(blk + 34)), 1);
+	}
+	*negc = _mm512_sub_epi32(_mm512_setzero_si512(),
+	                         _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), *wq));
+}
+
+// q8v_row: one activation row's step over a pair of blocks. Every row
+// takes exactly these steps, in a group or alone (batch invariance).
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+static inline __m512 q8v_row(__m512 acc, __m512i wq, __m512i negc, __m512 dw, const uint8_t *u, const float *de, int last) {
+	__m512i x;
+	__m512 d;
+	if (last) {
+		x = _mm512_maskz_loadu_epi8(0xffffffffull, u);
+		d = _mm512_maskz_loadu_ps(0x00ff, de);
+	} else {
+		x = _mm512_loadu_si512((const void *)u);
+		d = _mm512_loadu_ps(de);
+	}
+	const __m512i dot = _mm512_dpbusd_epi32(negc, x, wq);
+	return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, d), acc);
+}
+
+// q8_gemm_vnni: q8_gemm with the AVX-512 VNNI kernel, eight activation
+// rows sharing each pair of weight blocks.
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,f16c")))
+static void q8_gemm_vnni(int m, int n, int nb, const uint8_t *ua, const float *dae, const uint8_t *w, float *c, int ldc) {
+	const int np = (nb + 1) / 2;
+	const size_t rs = (size_t)nb * 32, ds = (size_t)nb * 8; // one row of ua, of dae
+	for (int j = 0; j < n; j++) {
+		const uint8_t *wr = w + (size_t)j * nb * 34;
+		int i = 0;
+		for (; i + 8 <= m; i += 8) {
+			__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+			const uint8_t *u = ua + (size_t)i * rs;
+			const float *de = dae + (size_t)i * ds;
+			for (int p = 0; p < np; p++) {
+				const int last = 2 * p + 1 == nb;
+				__m512i wq, negc;
+				__m512 dw;
+				q8v_pair(wr + (size_t)p * 68, last, &wq, &negc, &dw);
+				const size_t uo = (size_t)p * 64, do_ = (size_t)p * 16;
+				a0 = q8v_row(a0, wq, negc, dw, u + uo, de + do_, last);
+				a1 = q8v_row(a1, wq, negc, dw, u + rs + uo, de + ds + do_, last);
+				a2 = q8v_row(a2, wq, negc, dw, u + 2 * rs + uo, de + 2 * ds + do_, last);
+				a3 = q8v_row(a3, wq, negc, dw, u + 3 * rs + uo, de + 3 * ds + do_, last);
+				a4 = q8v_row(a4, wq, negc, dw, u + 4 * rs + uo, de + 4 * ds + do_, last);
+				a5 = q8v_row(a5, wq, negc, dw, u + 5 * rs + uo, de + 5 * ds + do_, last);
+				a6 = q8v_row(a6, wq, negc, dw, u + 6 * rs + uo, de + 6 * ds + do_, last);
+				a7 = q8v_row(a7, wq, negc, dw, u + 7 * rs + uo, de + 7 * ds + do_, last);
+			}
+			c[(size_t)i * ldc + j] = _mm512_reduce_add_ps(a0);
+			c[(size_t)(i + 1) * ldc + j] = _mm512_reduce_add_ps(a1);
+			c[(size_t)(i + 2) * ldc + j] = _mm512_reduce_add_ps(a2);
+			c[(size_t)(i + 3) * ldc + j] = _mm512_reduce_add_ps(a3);
+			c[(size_t)(i + 4) * ldc + j] = _mm512_reduce_add_ps(a4);
+			c[(size_t)(i + 5) * ldc + j] = _mm512_reduce_add_ps(a5);
+			c[(size_t)(i + 6) * ldc + j] = _mm512_reduce_add_ps(a6);
+			c[(size_t)(i + 7) * ldc + j] = _mm512_reduce_add_ps(a7);
+		}
+		for (; i < m; i++) {
+			__m512 acc = _mm512_setzero_ps();
+			const uint8_t *u = ua + (size_t)i * rs;
+			const float *de = dae + (size_t)i * ds;
+			for (int p = 0; p < np; p++) {
+				const int last = 2 * p + 1 == nb;
+				__m512i wq, negc;
+				__m512 dw;
+				q8v_pair(wr + (size_t)p * 68, last, &wq, &negc, &dw);
+				acc = q8v_row(acc, wq, negc, dw, u + (size_t)p * 64, de + (size_t)p * 16, last);
+			}
+			c[(size_t)i * ldc + j] = _mm512_reduce_add_ps(acc);
+		}
+	}
+}
+
+// q8v_widen: one block's 32 weights as float32 (two registers), times its
+// scale: the same values as q8_widen's.
+__attribute__((target("avx512f,f16c")))
+static inline void q8v_widen(const uint8_t *blk, __m512 *w) {
+	const __m512 d = _mm512_set1_ps(q8_scale(blk));
+	w[0] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2)))));
+	w[1] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 18)))));
+}
+
+__attribute__((target("avx512f,f16c")))
+static void q8_widen_rows_512(const uint8_t *w, int blocks, float *out) {
+	__m512 v[2];
+	for (int b = 0; b < blocks; b++) {
+		q8v_widen(w + (size_t)b * 34, v);
+		_mm512_storeu_ps(out + (size_t)b * 32, v[0]);
+		_mm512_storeu_ps(out + (size_t)b * 32 + 16, v[1]);
+	}
+}
+
+__attribute__((target("avx512f")))
+static inline __m512 q8v_fma2(const __m512 *w, const float *x, __m512 acc) {
+	acc = _mm512_fmadd_ps(w[0], _mm512_loadu_ps(x), acc);
+	return _mm512_fmadd_ps(w[1], _mm512_loadu_ps(x + 16), acc);
+}
+
+// q8_gemm_f32_512: q8_gemm_f32 with 512-bit registers.
+__attribute__((target("avx512f,f16c")))
+static void q8_gemm_f32_512(int m, int n, int k, const float *a, const uint8_t *w, float *c, int ldc) {
+	const int nb = k / 32;
+	__m512 wf[2];
+	for (int j = 0; j < n; j++) {
+		const uint8_t *wr = w + (size_t)j * nb * 34;
+		int i = 0;
+		for (; i + 4 <= m; i += 4) {
+			__m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+			const float *x = a + (size_t)i * k;
+			for (int b = 0; b < nb; b++) {
+				q8v_widen(wr + (size_t)b * 34, wf);
+				acc0 = q8v_fma2(wf, x + b * 32, acc0);
+				acc1 = q8v_fma2(wf, x + k + b * 32, acc1);
+				acc2 = q8v_fma2(wf, x + 2 * (size_t)k + b * 32, acc2);
+				acc3 = q8v_fma2(wf, x + 3 * (size_t)k + b * 32, acc3);
+			}
+			c[(size_t)i * ldc + j] = _mm512_reduce_add_ps(acc0);
+			c[(size_t)(i + 1) * ldc + j] = _mm512_reduce_add_ps(acc1);
+			c[(size_t)(i + 2) * ldc + j] = _mm512_reduce_add_ps(acc2);
+			c[(size_t)(i + 3) * ldc + j] = _mm512_reduce_add_ps(acc3);
+		}
+		for (; i < m; i++) {
+			__m512 acc = _mm512_setzero_ps();
+			const float *x = a + (size_t)i * k;
+			for (int b = 0; b < nb; b++) {
+				q8v_widen(wr + (size_t)b * 34, wf);
+				acc = q8v_fma2(wf, x + b * 32, acc);
+			}
+			c[(size_t)i * ldc + j] = _mm512_reduce_add_ps(acc);
+		}
+	}
+}
+
 #else // not x86-64: q8_simd is false and the Go loops run.
 
 static int q8_simd(void) { return 0; }
@@ -196,27 +376,23 @@ static void q8_quantize(const float *a, int m, int k, int8_t *qa, float *da) {}
 static void q8_gemm(int m, int n, int nb, const int8_t *qa, const float *da, const uint8_t *w, float *c, int ldc) {}
 static void q8_gemm_f32(int m, int n, int k, const float *a, const uint8_t *w, float *c, int ldc) {}
 static void q8_widen_rows(const uint8_t *w, int blocks, float *out) {}
+static int q8_vnni(void) { return 0; }
+static void q8_prep_vnni(int m, int nb, const int8_t *qa, const float *da, uint8_t *ua, float *dae) {}
+static void q8_gemm_vnni(int m, int n, int nb, const uint8_t *ua, const float *dae, const uint8_t *w, float *c, int ldc) {}
+static void q8_widen_rows_512(const uint8_t *w, int blocks, float *out) {}
+static void q8_gemm_f32_512(int m, int n, int k, const float *a, const uint8_t *w, float *c, int ldc) {}
 
 #endif
 */
 import "C"
 
-import (
-	"os"
-	"sync"
-	"unsafe"
-)
+import "unsafe"
 
-// q8SIMD reports whether the AVX2 kernels run: the CPU has AVX2, FMA and
-// F16C, and FROGNANO_BLAS is not "go" (the switch that also keeps OpenBLAS
-// out).
-var q8SIMD = sync.OnceValue(func() bool {
-	return os.Getenv("FROGNANO_BLAS") != "go" && C.q8_simd() != 0
-})
-
-// q8HaveSIMD reports whether this CPU and build could run the AVX2 kernels,
-// whatever FROGNANO_BLAS says (tests compare them with the Go loops).
-func q8HaveSIMD() bool { return C.q8_simd() != 0 }
+// q8HaveAVX2 and q8HaveAVX512 report whether this CPU and build could run
+// the AVX2 and the AVX-512 VNNI kernels, whatever FROGNANO_BLAS and
+// FROGNANO_Q8 say.
+func q8HaveAVX2() bool   { return C.q8_simd() != 0 }
+func q8HaveAVX512() bool { return C.q8_vnni() != 0 }
 
 func q8QuantizeC(a []float32, m, k int, qa []int8, da []float32) {
 	C.q8_quantize((*C.float)(unsafe.Pointer(&a[0])), C.int(m), C.int(k),
@@ -234,5 +410,24 @@ func q8WidenC(w []byte, blocks int, out []float32) {
 
 func q8GemmF32C(m, n, k int, a []float32, w []byte, c []float32, ldc int) {
 	C.q8_gemm_f32(C.int(m), C.int(n), C.int(k), (*C.float)(unsafe.Pointer(&a[0])),
+		(*C.uint8_t)(unsafe.Pointer(&w[0])), (*C.float)(unsafe.Pointer(&c[0])), C.int(ldc))
+}
+
+func q8PrepVNNI(m, nb int, qa []int8, da []float32, ua []uint8, dae []float32) {
+	C.q8_prep_vnni(C.int(m), C.int(nb), (*C.int8_t)(unsafe.Pointer(&qa[0])), (*C.float)(unsafe.Pointer(&da[0])),
+		(*C.uint8_t)(unsafe.Pointer(&ua[0])), (*C.float)(unsafe.Pointer(&dae[0])))
+}
+
+func q8GemmVNNI(m, n, nb int, ua []uint8, dae []float32, w []byte, c []float32, ldc int) {
+	C.q8_gemm_vnni(C.int(m), C.int(n), C.int(nb), (*C.uint8_t)(unsafe.Pointer(&ua[0])), (*C.float)(unsafe.Pointer(&dae[0])),
+		(*C.uint8_t)(unsafe.Pointer(&w[0])), (*C.float)(unsafe.Pointer(&c[0])), C.int(ldc))
+}
+
+func q8Widen512(w []byte, blocks int, out []float32) {
+	C.q8_widen_rows_512((*C.uint8_t)(unsafe.Pointer(&w[0])), C.int(blocks), (*C.float)(unsafe.Pointer(&out[0])))
+}
+
+func q8GemmF32512(m, n, k int, a []float32, w []byte, c []float32, ldc int) {
+	C.q8_gemm_f32_512(C.int(m), C.int(n), C.int(k), (*C.float)(unsafe.Pointer(&a[0])),
 		(*C.uint8_t)(unsafe.Pointer(&w[0])), (*C.float)(unsafe.Pointer(&c[0])), C.int(ldc))
 }

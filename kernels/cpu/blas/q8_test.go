@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/frognano/frognano/kernels/gguf"
@@ -63,21 +64,6 @@ func ref64(a, w []float32, m, n, k int) (ref, mag []float64) {
 
 var q8Shapes = [][3]int{{1, 1, 32}, {1, 7, 64}, {2, 5, 96}, {3, 9, 160}, {4, 33, 576}, {5, 17, 1536}, {16, 100, 576}, {17, 40, 192}}
 
-// q8Impls are the kernels this machine can run.
-func q8Impls() []bool {
-	if q8HaveSIMD() {
-		return []bool{false, true}
-	}
-	return []bool{false}
-}
-
-func implName(simd bool) string {
-	if simd {
-		return "avx2"
-	}
-	return "go"
-}
-
 // TestQuantizeRowsQ8 checks the activation quantizer on hand-computed
 // blocks, and the AVX2 one against it bit for bit.
 func TestQuantizeRowsQ8(t *testing.T) {
@@ -110,7 +96,7 @@ func TestQuantizeRowsQ8(t *testing.T) {
 	if qa[0] != -127 {
 		t.Errorf("q[0] = %d for -1, want -127", qa[0])
 	}
-	if !q8HaveSIMD() {
+	if !q8HaveAVX2() {
 		t.Skip("no AVX2 kernels on this machine or build")
 	}
 	r := rand.New(rand.NewPCG(1, 2))
@@ -175,13 +161,13 @@ func TestMatMulTQ8Golden(t *testing.T) {
 				}
 			}
 		}
-		for _, simd := range q8Impls() {
-			t.Run(fmt.Sprintf("%s/%dx%dx%d", implName(simd), m, n, k), func(t *testing.T) {
+		for _, ks := range q8Available() {
+			t.Run(fmt.Sprintf("%s/%dx%dx%d", ks, m, n, k), func(t *testing.T) {
 				c := make([]float32, m*n)
 				for i := range c {
 					c[i] = float32(math.NaN())
 				}
-				matMulTQ8(c, a, w, m, n, k, simd)
+				matMulTQ8(c, a, w, m, n, k, ks)
 				for i := range c {
 					if d := math.Abs(float64(c[i]) - withQ[i]); !(d <= 1e-5*magQ[i]+1e-30) {
 						t.Fatalf("MatMulTQ8 [%d,%d] = %v, int8-activation reference %v (|Δ| %.3g > %.3g)", i/n, i%n, c[i], withQ[i], d, 1e-5*magQ[i])
@@ -193,7 +179,7 @@ func TestMatMulTQ8Golden(t *testing.T) {
 				for i := range c {
 					c[i] = float32(math.NaN())
 				}
-				matMulTQ8F32(c, a, w, m, n, k, simd)
+				matMulTQ8F32(c, a, w, m, n, k, ks)
 				for i := range c {
 					if d := math.Abs(float64(c[i]) - exact[i]); !(d <= 1e-5*mag[i]+1e-30) {
 						t.Fatalf("MatMulTQ8F32 [%d,%d] = %v, reference %v (|Δ| %.3g)", i/n, i%n, c[i], exact[i], d)
@@ -204,11 +190,13 @@ func TestMatMulTQ8Golden(t *testing.T) {
 	}
 }
 
-// TestQ8AVX2MatchesGo runs both kernels on the same inputs: the int8 sums
-// are the same, so they differ by float32 summation order only.
-func TestQ8AVX2MatchesGo(t *testing.T) {
-	if !q8HaveSIMD() {
-		t.Skip("no AVX2 kernels on this machine or build")
+// TestQ8SIMDMatchesGo runs every native kernel set and the Go loops on the
+// same inputs: the int32 block sums are the same, so they differ by
+// float32 summation order only.
+func TestQ8SIMDMatchesGo(t *testing.T) {
+	native := q8Available()[1:]
+	if len(native) == 0 {
+		t.Skip("no native Q8_0 kernels on this machine or build")
 	}
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, s := range q8Shapes {
@@ -218,16 +206,84 @@ func TestQ8AVX2MatchesGo(t *testing.T) {
 		_, mag := ref64(a, wd, m, n, k)
 		for _, f := range []struct {
 			name string
-			mm   func(c, a []float32, w []byte, m, n, k int, simd bool)
+			mm   func(c, a []float32, w []byte, m, n, k int, ks q8Kernels)
 		}{{"MatMulTQ8", matMulTQ8}, {"MatMulTQ8F32", matMulTQ8F32}} {
-			goC, simdC := make([]float32, m*n), make([]float32, m*n)
-			f.mm(goC, a, w, m, n, k, false)
-			f.mm(simdC, a, w, m, n, k, true)
-			for i := range goC {
-				if d := math.Abs(float64(goC[i] - simdC[i])); d > 2e-6*mag[i] {
-					t.Fatalf("%s %dx%dx%d [%d]: go %v, avx2 %v", f.name, m, n, k, i, goC[i], simdC[i])
+			goC := make([]float32, m*n)
+			f.mm(goC, a, w, m, n, k, q8Go)
+			for _, ks := range native {
+				simdC := make([]float32, m*n)
+				f.mm(simdC, a, w, m, n, k, ks)
+				for i := range goC {
+					if d := math.Abs(float64(goC[i] - simdC[i])); d > 2e-6*mag[i] {
+						t.Fatalf("%s %dx%dx%d [%d]: go %v, %s %v", f.name, m, n, k, i, goC[i], ks, simdC[i])
+					}
 				}
 			}
+		}
+	}
+}
+
+// TestQ8BatchInvariant: with every kernel set, a row's result is the same
+// to the bit whether it is computed alone or with up to 20 other rows (a
+// Sampler's sequence must not change with the batch it is decoded in),
+// for even and odd block counts and for row counts that leave remainders.
+func TestQ8BatchInvariant(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, s := range [][2]int{{7, 64}, {9, 96}, {33, 160}, {40, 576}, {17, 1536}} {
+		n, k := s[0], s[1]
+		w, _ := q8Weights(t, r, n, k)
+		const m = 21
+		a := randAct(r, m*k)
+		for _, ks := range q8Available() {
+			for _, f := range []struct {
+				name string
+				mm   func(c, a []float32, w []byte, m, n, k int, ks q8Kernels)
+				rows []int
+			}{
+				{"MatMulTQ8", matMulTQ8, []int{3, 8, 9, 21}},
+				{"MatMulTQ8F32", matMulTQ8F32, []int{2, 4, 5, 7}}, // below its panel path
+			} {
+				alone := make([]float32, m*n)
+				for i := range m {
+					f.mm(alone[i*n:(i+1)*n], a[i*k:(i+1)*k], w, 1, n, k, ks)
+				}
+				for _, rows := range f.rows {
+					c := make([]float32, rows*n)
+					f.mm(c, a[:rows*k], w, rows, n, k, ks)
+					for i := range c {
+						if c[i] != alone[i] {
+							t.Fatalf("%s %s %dx%dx%d: row %d col %d = %v in a batch of %d, %v alone", f.name, ks, rows, n, k, i/n, i%n, c[i], rows, alone[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestSetQ8Kernels: the kernel set can be switched to any this machine
+// has, and back; an unknown name or one this CPU lacks is an error.
+func TestSetQ8Kernels(t *testing.T) {
+	orig := Q8Impl()
+	t.Cleanup(func() {
+		if _, err := SetQ8Kernels(orig); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for _, name := range Q8Kernels() {
+		if _, err := SetQ8Kernels(name); err != nil {
+			t.Fatalf("SetQ8Kernels(%q): %v", name, err)
+		}
+		if Q8Impl() != name {
+			t.Fatalf("after SetQ8Kernels(%q), Q8Impl() = %q", name, Q8Impl())
+		}
+	}
+	if _, err := SetQ8Kernels("avx1024"); err == nil || !strings.Contains(err.Error(), "unknown") {
+		t.Fatalf("SetQ8Kernels(avx1024): %v", err)
+	}
+	if !q8HaveAVX512() {
+		if _, err := SetQ8Kernels("avx512-vnni"); err == nil || !strings.Contains(err.Error(), "cannot run") {
+			t.Fatalf("SetQ8Kernels(avx512-vnni) without the CPU features: %v", err)
 		}
 	}
 }
@@ -251,7 +307,8 @@ func TestMatMulTQ8Panics(t *testing.T) {
 
 // BenchmarkMatMulTQ8 compares, on SmolLM2-135M's shapes, float32 sgemm with
 // the two Q8_0 products (int8 activations, and float32 activations with
-// widened weights), at 1 and 16 rows (decoding at batch 1 and 16) and 128
+// widened weights), each with every native kernel set this CPU has (AVX2,
+// AVX-512 VNNI), at 1 and 16 rows (decoding at batch 1 and 16) and 128
 // (prefill).
 func BenchmarkMatMulTQ8(b *testing.B) {
 	r := rand.New(rand.NewPCG(7, 8))
@@ -268,15 +325,18 @@ func BenchmarkMatMulTQ8(b *testing.B) {
 		for _, m := range []int{1, 16, 128} {
 			a := randAct(r, m*k)
 			c := make([]float32, m*n)
-			for _, v := range []struct {
+			type arm struct {
 				name  string
 				bytes int
 				run   func()
-			}{
-				{"f32", 4 * n * k, func() { MatMulT(c, a, wf, m, n, k) }},
-				{"q8xq8", len(w), func() { MatMulTQ8(c, a, w, m, n, k) }},
-				{"q8xf32", len(w), func() { MatMulTQ8F32(c, a, w, m, n, k) }},
-			} {
+			}
+			arms := []arm{{"f32", 4 * n * k, func() { MatMulT(c, a, wf, m, n, k) }}}
+			for _, ks := range q8Available()[1:] {
+				arms = append(arms,
+					arm{"q8xq8-" + ks.String(), len(w), func() { matMulTQ8(c, a, w, m, n, k, ks) }},
+					arm{"q8xf32-" + ks.String(), len(w), func() { matMulTQ8F32(c, a, w, m, n, k, ks) }})
+			}
+			for _, v := range arms {
 				b.Run(fmt.Sprintf("%s/m=%d/n=%d/k=%d", v.name, m, n, k), func(b *testing.B) {
 					b.SetBytes(int64(v.bytes))
 					for b.Loop() {
