@@ -44,6 +44,7 @@ const (
 	q8Go     q8Kernels = iota // the Go loops
 	q8AVX2                    // AVX2, FMA, F16C
 	q8AVX512                  // AVX-512 F/BW/DQ/VL and VNNI
+	q8AMX                     // AMX-INT8 tiles for MatMulTQ8, AVX-512 VNNI otherwise
 )
 
 func (k q8Kernels) String() string {
@@ -52,6 +53,8 @@ func (k q8Kernels) String() string {
 		return "avx2"
 	case q8AVX512:
 		return "avx512-vnni"
+	case q8AMX:
+		return "amx"
 	}
 	return "go"
 }
@@ -64,6 +67,9 @@ func q8Available() []q8Kernels {
 	}
 	if q8HaveAVX512() {
 		ks = append(ks, q8AVX512)
+	}
+	if q8HaveAMX() {
+		ks = append(ks, q8AMX)
 	}
 	return ks
 }
@@ -88,17 +94,18 @@ func init() {
 }
 
 func q8Parse(name string) (q8Kernels, error) {
-	for _, k := range []q8Kernels{q8Go, q8AVX2, q8AVX512} {
+	for _, k := range []q8Kernels{q8Go, q8AVX2, q8AVX512, q8AMX} {
 		if name == k.String() || (k == q8AVX512 && name == "avx512") {
 			return k, nil
 		}
 	}
-	return q8Go, fmt.Errorf("blas: unknown Q8_0 kernels %q (go, avx2, avx512-vnni)", name)
+	return q8Go, fmt.Errorf("blas: unknown Q8_0 kernels %q (go, avx2, avx512-vnni, amx)", name)
 }
 
 func q8Current() q8Kernels { return q8Kernels(q8Active.Load()) }
 
-// Q8Impl names the Q8_0 kernels in use: "avx512-vnni", "avx2" or "go".
+// Q8Impl names the Q8_0 kernels in use: "amx", "avx512-vnni", "avx2" or
+// "go".
 func Q8Impl() string { return q8Current().String() }
 
 // Q8Kernels lists the Q8_0 kernel sets this CPU and build can run, the
@@ -111,7 +118,7 @@ func Q8Kernels() []string {
 	return names
 }
 
-// SetQ8Kernels makes the named kernel set ("go", "avx2", "avx512-vnni")
+// SetQ8Kernels makes the named kernel set ("go", "avx2", "avx512-vnni", "amx")
 // the one in use, for side-by-side benchmarks, and returns the previous
 // one's name. A set this CPU cannot run is an error.
 func SetQ8Kernels(name string) (string, error) {
@@ -125,6 +132,14 @@ func SetQ8Kernels(name string) (string, error) {
 	return q8Kernels(q8Active.Swap(int32(k))).String(), nil
 }
 
+// q8AMXMinRows: with fewer activation rows than this the AMX kernel set
+// runs the VNNI kernel (a tile of 16 rows mostly empty costs more than it
+// gives: BenchmarkMatMulTQ8). The two sum a block's float32 terms in a
+// different order, so a row's result is the same to the bit in any batch
+// of fewer rows than this, and in any batch of at least this many, but
+// not across the two.
+const q8AMXMinRows = 16
+
 // q8Scratch holds one product's quantized activations (and for the
 // AVX-512 kernels, the same as unsigned bytes and widened scales).
 type q8Scratch struct {
@@ -132,6 +147,8 @@ type q8Scratch struct {
 	d   []float32
 	u   []uint8
 	dae []float32
+	pb  []int8
+	dyt []float32
 }
 
 var q8Pool = sync.Pool{New: func() any { return new(q8Scratch) }}
@@ -175,9 +192,12 @@ func matMulTQ8(c, a []float32, w []byte, m, n, k int, ks q8Kernels) {
 	} else {
 		QuantizeRowsQ8(a, m, k, qa, da)
 	}
+	if ks == q8AMX && (nb > q8AMXMaxBlocks || m < q8AMXMinRows) {
+		ks = q8AVX512
+	}
 	var ua []uint8
 	var dae []float32
-	if ks == q8AVX512 {
+	if ks == q8AVX512 || ks == q8AMX && n%16 != 0 {
 		if cap(s.u) < m*k {
 			s.u = make([]uint8, m*k)
 		}
@@ -186,6 +206,29 @@ func matMulTQ8(c, a []float32, w []byte, m, n, k int, ks q8Kernels) {
 		}
 		ua, dae = s.u[:m*k], s.dae[:8*m*nb]
 		q8PrepVNNI(m, nb, qa, da, ua, dae)
+	}
+	if ks == q8AMX {
+		// Whole tiles of 16 columns with AMX, split among the cores; the
+		// n%16 columns left with VNNI (which kernel a column takes
+		// depends on n alone).
+		groups := (m + 15) / 16
+		if cap(s.pb) < groups*nb*512 {
+			s.pb = make([]int8, groups*nb*512)
+		}
+		if cap(s.dyt) < groups*nb*16 {
+			s.dyt = make([]float32, groups*nb*16)
+		}
+		pb, dyt := s.pb[:groups*nb*512], s.dyt[:groups*nb*16]
+		q8PrepAMX(m, nb, qa, da, pb, dyt)
+		tiles := n / 16
+		forColumns(tiles, 16*2*m*k/16, func(t0, t1 int) {
+			q8GemmAMX(m, t1-t0, nb, pb, dyt, w[t0*16*nb*Q8BlockBytes:], c[t0*16:], n)
+		})
+		if j0 := tiles * 16; j0 < n {
+			q8GemmVNNI(m, n-j0, nb, ua, dae, w[j0*nb*Q8BlockBytes:], c[j0:], n)
+		}
+		q8Pool.Put(s)
+		return
 	}
 	// A column costs about a fifth of a float32 column: int8 products, 16
 	// to an instruction.
@@ -210,6 +253,9 @@ func MatMulTQ8F32(c, a []float32, w []byte, m, n, k int) {
 }
 
 func matMulTQ8F32(c, a []float32, w []byte, m, n, k int, ks q8Kernels) {
+	if ks == q8AMX { // int8 tiles need int8 activations: the AVX-512 kernels
+		ks = q8AVX512
+	}
 	checkQ8("MatMulTQ8F32", c, a, w, m, n, k)
 	if m == 0 || n == 0 {
 		return

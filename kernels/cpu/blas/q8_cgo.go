@@ -369,6 +369,139 @@ static void q8_gemm_f32_512(int m, int n, int k, const float *a, const uint8_t *
 	}
 }
 
+// The AMX kernel (Sapphire Rapids and later Xeons: AMX-TILE and
+// AMX-INT8, and the kernel's permission to use the tile registers). One
+// tdpbssd multiplies 16 weight rows by 16 activation rows over one block
+// of 32 values, each of the 256 int32 sums exact, as the other kernels'
+// block sums are. The weights are the A tile straight from their blocks
+// (16 rows of 32 bytes, the row stride of a weight row); the activations,
+// quantized per product anyway, are packed in the layout the B tile wants
+// (q8_prep_amx). Each block's int32 tile is stored and scaled in float32:
+// lane i of weight row r's accumulator gets fma(sum, dw[r]·dy[i], acc), one
+// block after another, so a row's result does not depend on the rows
+// computed with it. Columns are done in tiles of 16; the n%16 columns left
+// over take the VNNI kernel, which depends on n only, never on m.
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static int q8_amx_state = -1; // -1 not asked yet, 0 no, 1 yes
+
+static int q8_amx(void) {
+	if (q8_amx_state >= 0)
+		return q8_amx_state;
+	unsigned a, b, c, d;
+	int ok = q8_vnni() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 24 & 1) && (d >> 25 & 1);
+	if (ok) {
+		unsigned lo, hi;
+		__asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+		ok = (lo >> 17 & 3) == 3; // the OS saves the tile state
+	}
+	if (ok) // ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA: process-wide
+		ok = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+	q8_amx_state = ok;
+	return ok;
+}
+
+struct q8_tilecfg {
+	uint8_t palette, start_row, reserved[14];
+	uint16_t colsb[16];
+	uint8_t rows[16];
+};
+
+// q8_prep_amx: the activations as B tiles, for each group g of 16 rows
+// (zeros past m) and block b: 8 rows of 64 bytes, row t holding for each
+// activation row i its values 4t…4t+3 of the block; and the scales of
+// each group and block over the 16 lanes (dyt[(g·nb + b)·16 + i]).
+static void q8_prep_amx(int m, int nb, const int8_t *qa, const float *da, int8_t *pb, float *dyt) {
+	const int groups = (m + 15) / 16;
+	const size_t k = (size_t)nb * 32;
+	memset(pb, 0, (size_t)groups * nb * 512);
+	memset(dyt, 0, (size_t)groups * nb * 16 * sizeof(float));
+	for (int i = 0; i < m; i++) {
+		const int g = i / 16, l = i % 16;
+		for (int b = 0; b < nb; b++) {
+			int8_t *tile = pb + ((size_t)g * nb + b) * 512;
+			const int8_t *x = qa + (size_t)i * k + (size_t)b * 32;
+			for (int t = 0; t < 8; t++)
+				memcpy(tile + t * 64 + l * 4, x + t * 4, 4);
+			dyt[((size_t)g * nb + b) * 16 + l] = da[(size_t)i * nb + b];
+		}
+	}
+}
+
+// q8_gemm_amx: c[i·ldc + j] for i < m and j < tiles·16, the weight rows
+// taken 16 at a time; nb ≤ Q8_AMX_MAX_BLOCKS.
+#define Q8_AMX_MAX_BLOCKS 1024
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,f16c,amx-tile,amx-int8")))
+static void q8_gemm_amx(int m, int tiles, int nb, const int8_t *pb, const float *dyt, const uint8_t *w, float *c, int ldc) {
+	struct q8_tilecfg cfg;
+	memset(&cfg, 0, sizeof cfg);
+	cfg.palette = 1;
+	// Two blocks in flight: A tiles 0 and 3 (16 weight rows × one block),
+	// B tiles 1 and 4 (the block of 16 activation rows), C tiles 2 and 5
+	// (16 × 16 int32), so that one block's tile work overlaps the other's
+	// float32 scaling.
+	for (int x = 0; x < 2; x++) {
+		cfg.rows[3 * x] = 16, cfg.colsb[3 * x] = 32;
+		cfg.rows[3 * x + 1] = 8, cfg.colsb[3 * x + 1] = 64;
+		cfg.rows[3 * x + 2] = 16, cfg.colsb[3 * x + 2] = 64;
+	}
+	_tile_loadconfig(&cfg);
+	const int groups = (m + 15) / 16;
+	const size_t wstride = (size_t)nb * 34;
+	const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(ldc));
+	int32_t cbuf[2][256] __attribute__((aligned(64)));
+	float dw[nb * 16]; // dw[b·16 + r]: block b's scale of weight row r (nb ≤ Q8_AMX_MAX_BLOCKS)
+	for (int t = 0; t < tiles; t++) {
+		const uint8_t *wt = w + (size_t)t * 16 * wstride;
+		for (int r = 0; r < 16; r++)
+			for (int b = 0; b < nb; b++)
+				dw[b * 16 + r] = q8_scale(wt + (size_t)r * wstride + (size_t)b * 34);
+		for (int g = 0; g < groups; g++) {
+			__m512 acc[16];
+			for (int r = 0; r < 16; r++)
+				acc[r] = _mm512_setzero_ps();
+			const int8_t *pg = pb + (size_t)g * nb * 512;
+			const float *dg = dyt + (size_t)g * nb * 16;
+			// Software-pipelined: block b+1's tile work (into the other
+			// tile set and buffer) is issued before block b's sums, stored
+			// an iteration earlier, are read and scaled.
+#define Q8_AMX_TILES(A, B, C, blk, buf)                                   \
+	do {                                                              \
+		_tile_loadd(A, wt + (size_t)(blk) * 34 + 2, wstride);      \
+		_tile_loadd(B, pg + (size_t)(blk) * 512, 64);              \
+		_tile_zero(C);                                            \
+		_tile_dpbssd(C, A, B);                                    \
+		_tile_stored(C, buf, 64);                                 \
+	} while (0)
+			Q8_AMX_TILES(0, 1, 2, 0, cbuf[0]);
+			for (int b = 0; b < nb; b++) {
+				if (b + 1 < nb) {
+					if ((b + 1) & 1)
+						Q8_AMX_TILES(3, 4, 5, b + 1, cbuf[1]);
+					else
+						Q8_AMX_TILES(0, 1, 2, b + 1, cbuf[0]);
+				}
+				const int32_t *cb = cbuf[b & 1];
+				const __m512 dy = _mm512_loadu_ps(dg + (size_t)b * 16);
+				const float *dwb = dw + b * 16;
+				for (int r = 0; r < 16; r++) {
+					const __m512 s = _mm512_mul_ps(_mm512_set1_ps(dwb[r]), dy);
+					acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)(cb + r * 16))), s, acc[r]);
+				}
+			}
+#undef Q8_AMX_TILES
+			const int rows = m - g * 16 < 16 ? m - g * 16 : 16;
+			const __mmask16 keep = (__mmask16)((1u << rows) - 1);
+			float *cg = c + (size_t)g * 16 * ldc + (size_t)t * 16;
+			for (int r = 0; r < 16; r++)
+				_mm512_mask_i32scatter_ps(cg + r, keep, idx, acc[r], 4);
+		}
+	}
+	_tile_release();
+}
+
 #else // not x86-64: q8_simd is false and the Go loops run.
 
 static int q8_simd(void) { return 0; }
@@ -381,6 +514,9 @@ static void q8_prep_vnni(int m, int nb, const int8_t *qa, const float *da, uint8
 static void q8_gemm_vnni(int m, int n, int nb, const uint8_t *ua, const float *dae, const uint8_t *w, float *c, int ldc) {}
 static void q8_widen_rows_512(const uint8_t *w, int blocks, float *out) {}
 static void q8_gemm_f32_512(int m, int n, int k, const float *a, const uint8_t *w, float *c, int ldc) {}
+static int q8_amx(void) { return 0; }
+static void q8_prep_amx(int m, int nb, const int8_t *qa, const float *da, int8_t *pb, float *dyt) {}
+static void q8_gemm_amx(int m, int tiles, int nb, const int8_t *pb, const float *dyt, const uint8_t *w, float *c, int ldc) {}
 
 #endif
 */
@@ -393,6 +529,25 @@ import "unsafe"
 // FROGNANO_Q8 say.
 func q8HaveAVX2() bool   { return C.q8_simd() != 0 }
 func q8HaveAVX512() bool { return C.q8_vnni() != 0 }
+
+// q8HaveAMX reports whether this CPU has AMX-TILE and AMX-INT8 and the
+// kernel lets this process use the tile registers (asked once, for the
+// whole process).
+func q8HaveAMX() bool { return C.q8_amx() != 0 }
+
+func q8PrepAMX(m, nb int, qa []int8, da []float32, pb []int8, dyt []float32) {
+	C.q8_prep_amx(C.int(m), C.int(nb), (*C.int8_t)(unsafe.Pointer(&qa[0])), (*C.float)(unsafe.Pointer(&da[0])),
+		(*C.int8_t)(unsafe.Pointer(&pb[0])), (*C.float)(unsafe.Pointer(&dyt[0])))
+}
+
+// q8AMXMaxBlocks bounds the blocks per row the AMX kernel takes (its
+// scales live on the C stack); longer rows take the VNNI kernel.
+const q8AMXMaxBlocks = C.Q8_AMX_MAX_BLOCKS
+
+func q8GemmAMX(m, tiles, nb int, pb []int8, dyt []float32, w []byte, c []float32, ldc int) {
+	C.q8_gemm_amx(C.int(m), C.int(tiles), C.int(nb), (*C.int8_t)(unsafe.Pointer(&pb[0])), (*C.float)(unsafe.Pointer(&dyt[0])),
+		(*C.uint8_t)(unsafe.Pointer(&w[0])), (*C.float)(unsafe.Pointer(&c[0])), C.int(ldc))
+}
 
 func q8QuantizeC(a []float32, m, k int, qa []int8, da []float32) {
 	C.q8_quantize((*C.float)(unsafe.Pointer(&a[0])), C.int(m), C.int(k),

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -62,7 +63,7 @@ func ref64(a, w []float32, m, n, k int) (ref, mag []float64) {
 	return ref, mag
 }
 
-var q8Shapes = [][3]int{{1, 1, 32}, {1, 7, 64}, {2, 5, 96}, {3, 9, 160}, {4, 33, 576}, {5, 17, 1536}, {16, 100, 576}, {17, 40, 192}}
+var q8Shapes = [][3]int{{1, 1, 32}, {1, 7, 64}, {2, 5, 96}, {3, 9, 160}, {4, 33, 576}, {5, 17, 1536}, {16, 100, 576}, {17, 40, 192}, {20, 35, 96}, {33, 48, 160}}
 
 // TestQuantizeRowsQ8 checks the activation quantizer on hand-computed
 // blocks, and the AVX2 one against it bit for bit.
@@ -226,7 +227,8 @@ func TestQ8SIMDMatchesGo(t *testing.T) {
 // TestQ8BatchInvariant: with every kernel set, a row's result is the same
 // to the bit whether it is computed alone or with up to 20 other rows (a
 // Sampler's sequence must not change with the batch it is decoded in),
-// for even and odd block counts and for row counts that leave remainders.
+// for even and odd block counts and for row counts that leave remainders;
+// with AMX, within each side of q8AMXMinRows.
 func TestQ8BatchInvariant(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, s := range [][2]int{{7, 64}, {9, 96}, {33, 160}, {40, 576}, {17, 1536}} {
@@ -247,12 +249,28 @@ func TestQ8BatchInvariant(t *testing.T) {
 				for i := range m {
 					f.mm(alone[i*n:(i+1)*n], a[i*k:(i+1)*k], w, 1, n, k, ks)
 				}
-				for _, rows := range f.rows {
+				rows := f.rows
+				if ks == q8AMX && f.name == "MatMulTQ8" {
+					// Batches of 16 or more against the 21-row batch.
+					f.mm(alone, a, w, m, n, k, ks)
+					rows = []int{3, 8, 9, 16, 17, 20}
+				}
+				for _, rows := range rows {
 					c := make([]float32, rows*n)
 					f.mm(c, a[:rows*k], w, rows, n, k, ks)
+					if ks == q8AMX && f.name == "MatMulTQ8" && rows < q8AMXMinRows {
+						alone1 := make([]float32, rows*n)
+						for i := range rows {
+							f.mm(alone1[i*n:(i+1)*n], a[i*k:(i+1)*k], w, 1, n, k, ks)
+						}
+						if !slices.Equal(c, alone1) {
+							t.Fatalf("%s %s %dx%dx%d: a batch of %d differs from its rows alone", f.name, ks, rows, n, k, rows)
+						}
+						continue
+					}
 					for i := range c {
 						if c[i] != alone[i] {
-							t.Fatalf("%s %s %dx%dx%d: row %d col %d = %v in a batch of %d, %v alone", f.name, ks, rows, n, k, i/n, i%n, c[i], rows, alone[i])
+							t.Fatalf("%s %s %dx%dx%d: row %d col %d = %v in a batch of %d, %v alone (or in the batch of %d)", f.name, ks, rows, n, k, i/n, i%n, c[i], rows, alone[i], m)
 						}
 					}
 				}
