@@ -256,56 +256,51 @@ static inline __m512 q8v_row(__m512 acc, __m512i wq, __m512i negc, __m512 dw, co
 	return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, d), acc);
 }
 
-// q8_gemm_vnni: q8_gemm with the AVX-512 VNNI kernel, eight activation
-// rows sharing each pair of weight blocks.
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,f16c")))
-static void q8_gemm_vnni(int m, int n, int nb, const uint8_t *ua, const float *dae, const uint8_t *w, float *c, int ldc) {
+// q8v_rows: rows i0…i0+R-1 of c's column j, R ≤ 8 activation rows sharing
+// each pair of weight blocks (R a constant where it is inlined).
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,f16c"), always_inline))
+static inline void q8v_rows(const int R, int nb, const uint8_t *u, const float *de, const uint8_t *wr, float *c, int ldc) {
 	const int np = (nb + 1) / 2;
 	const size_t rs = (size_t)nb * 32, ds = (size_t)nb * 8; // one row of ua, of dae
+	__m512 acc[8];
+#pragma GCC unroll 8
+	for (int t = 0; t < R; t++)
+		acc[t] = _mm512_setzero_ps();
+	for (int p = 0; p < np; p++) {
+		const int last = 2 * p + 1 == nb;
+		__m512i wq, negc;
+		__m512 dw;
+		q8v_pair(wr + (size_t)p * 68, last, &wq, &negc, &dw);
+	#pragma GCC unroll 8
+	for (int t = 0; t < R; t++)
+			acc[t] = q8v_row(acc[t], wq, negc, dw, u + t * rs + (size_t)p * 64, de + t * ds + (size_t)p * 16, last);
+	}
+#pragma GCC unroll 8
+	for (int t = 0; t < R; t++)
+		c[(size_t)t * ldc] = _mm512_reduce_add_ps(acc[t]);
+}
+
+// q8_gemm_vnni: q8_gemm with the AVX-512 VNNI kernel, up to eight
+// activation rows sharing each pair of weight blocks. Every row takes the
+// same steps whatever the size of its group.
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,f16c")))
+static void q8_gemm_vnni(int m, int n, int nb, const uint8_t *ua, const float *dae, const uint8_t *w, float *c, int ldc) {
+	const size_t rs = (size_t)nb * 32, ds = (size_t)nb * 8;
 	for (int j = 0; j < n; j++) {
 		const uint8_t *wr = w + (size_t)j * nb * 34;
 		int i = 0;
-		for (; i + 8 <= m; i += 8) {
-			__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-			const uint8_t *u = ua + (size_t)i * rs;
-			const float *de = dae + (size_t)i * ds;
-			for (int p = 0; p < np; p++) {
-				const int last = 2 * p + 1 == nb;
-				__m512i wq, negc;
-				__m512 dw;
-				q8v_pair(wr + (size_t)p * 68, last, &wq, &negc, &dw);
-				const size_t uo = (size_t)p * 64, do_ = (size_t)p * 16;
-				a0 = q8v_row(a0, wq, negc, dw, u + uo, de + do_, last);
-				a1 = q8v_row(a1, wq, negc, dw, u + rs + uo, de + ds + do_, last);
-				a2 = q8v_row(a2, wq, negc, dw, u + 2 * rs + uo, de + 2 * ds + do_, last);
-				a3 = q8v_row(a3, wq, negc, dw, u + 3 * rs + uo, de + 3 * ds + do_, last);
-				a4 = q8v_row(a4, wq, negc, dw, u + 4 * rs + uo, de + 4 * ds + do_, last);
-				a5 = q8v_row(a5, wq, negc, dw, u + 5 * rs + uo, de + 5 * ds + do_, last);
-				a6 = q8v_row(a6, wq, negc, dw, u + 6 * rs + uo, de + 6 * ds + do_, last);
-				a7 = q8v_row(a7, wq, negc, dw, u + 7 * rs + uo, de + 7 * ds + do_, last);
-			}
-			c[(size_t)i * ldc + j] = _mm512_reduce_add_ps(a0);
-			c[(size_t)(i + 1) * ldc + j] = _mm512_reduce_add_ps(a1);
-			c[(size_t)(i + 2) * ldc + j] = _mm512_reduce_add_ps(a2);
-			c[(size_t)(i + 3) * ldc + j] = _mm512_reduce_add_ps(a3);
-			c[(size_t)(i + 4) * ldc + j] = _mm512_reduce_add_ps(a4);
-			c[(size_t)(i + 5) * ldc + j] = _mm512_reduce_add_ps(a5);
-			c[(size_t)(i + 6) * ldc + j] = _mm512_reduce_add_ps(a6);
-			c[(size_t)(i + 7) * ldc + j] = _mm512_reduce_add_ps(a7);
+		for (; i + 8 <= m; i += 8)
+			q8v_rows(8, nb, ua + i * rs, dae + i * ds, wr, c + (size_t)i * ldc + j, ldc);
+		if (i + 4 <= m) {
+			q8v_rows(4, nb, ua + i * rs, dae + i * ds, wr, c + (size_t)i * ldc + j, ldc);
+			i += 4;
 		}
-		for (; i < m; i++) {
-			__m512 acc = _mm512_setzero_ps();
-			const uint8_t *u = ua + (size_t)i * rs;
-			const float *de = dae + (size_t)i * ds;
-			for (int p = 0; p < np; p++) {
-				const int last = 2 * p + 1 == nb;
-				__m512i wq, negc;
-				__m512 dw;
-				q8v_pair(wr + (size_t)p * 68, last, &wq, &negc, &dw);
-				acc = q8v_row(acc, wq, negc, dw, u + (size_t)p * 64, de + (size_t)p * 16, last);
-			}
-			c[(size_t)i * ldc + j] = _mm512_reduce_add_ps(acc);
+		if (i + 2 <= m) {
+			q8v_rows(2, nb, ua + i * rs, dae + i * ds, wr, c + (size_t)i * ldc + j, ldc);
+			i += 2;
 		}
+		if (i < m)
+			q8v_rows(1, nb, ua + i * rs, dae + i * ds, wr, c + (size_t)i * ldc + j, ldc);
 	}
 }
 

@@ -251,9 +251,10 @@ func TestQ8BatchInvariant(t *testing.T) {
 				}
 				rows := f.rows
 				if ks == q8AMX && f.name == "MatMulTQ8" {
-					// Batches of 16 or more against the 21-row batch.
+					// Batches of q8AMXMinRows or more against the 21-row batch,
+					// smaller ones against their rows alone.
 					f.mm(alone, a, w, m, n, k, ks)
-					rows = []int{3, 8, 9, 16, 17, 20}
+					rows = []int{3, 8, 11, 12, 16, 17, 20}
 				}
 				for _, rows := range rows {
 					c := make([]float32, rows*n)
@@ -340,7 +341,7 @@ func BenchmarkMatMulTQ8(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, m := range []int{1, 16, 128} {
+		for _, m := range []int{1, 4, 8, 12, 16, 128} {
 			a := randAct(r, m*k)
 			c := make([]float32, m*n)
 			type arm struct {
