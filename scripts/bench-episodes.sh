@@ -4,7 +4,9 @@
 # run's tasks at hint levels 4 and 3, synthesized once by the OLD build), the
 # same seed and settings, 6 GRPO steps of 2 tasks x 4 episodes, no warm start, no
 # held-out evaluation; each arm on a copy of that store, in the order
-# old, new, new with a Q8_0 sampler, old, new.
+# old, new, new with a Q8_0 sampler (the best Q8_0 kernels this CPU has),
+# new with a Q8_0 sampler on the AVX2 kernels (FROGNANO_Q8=avx2: what the
+# newer kernels add, side by side), old, new.
 #
 # CPU is the run process's user+sys time (/usr/bin/time) plus its sandboxes':
 # every sandbox lives in the cgroup of the containerd namespace this script
@@ -57,12 +59,13 @@ echo "== $(date -u +%FT%TZ) old=$old new=$new load=$(cut -d' ' -f1-3 /proc/loada
 if [ ! -d prep/db ]; then
 	measure prep "$old" "$work/prep" --seed 1 --tasks 6 --hint-levels 4,3 --steps 0 --warm-start-epochs 0 --eval-tasks 0
 fi
-for arm in old new new-q8 old2 new2; do
+for arm in old new new-q8 new-q8-avx2 old2 new2; do
 	rm -rf "d-$arm"
 	cp -a prep "d-$arm"
 	case $arm in
 	old*) measure "$arm" "$old" "$work/d-$arm" "${common[@]}" ;;
 	new-q8) FROGNANO_POLICY_QUANTIZATION=q8_0 measure "$arm" "$new" "$work/d-$arm" "${common[@]}" ;;
+	new-q8-avx2) FROGNANO_POLICY_QUANTIZATION=q8_0 FROGNANO_Q8=avx2 measure "$arm" "$new" "$work/d-$arm" "${common[@]}" ;;
 	new*) measure "$arm" "$new" "$work/d-$arm" "${common[@]}" ;;
 	esac
 	rm -rf "d-$arm"

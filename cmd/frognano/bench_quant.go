@@ -26,11 +26,11 @@ prompts at temperature 1 from a Sampler engine serving each type, scores the
 same tokens with the float32 Learner's Trainer, and reports mean and max
 |Δ log p| and the share of tokens GRPO's TV mask (δ = 0.2) would drop.
 
-The Q8_0 products run the best kernels this CPU has (AVX-512 VNNI, else
-AVX2, else Go loops). TYPE@KERNELS pins a type to a kernel set (go, avx2,
-avx512-vnni) for that arm alone; on a CPU with AVX-512 VNNI the default
-types add q8_0@avx2 and q8_0-f32@avx2, so both kernel sets are measured
-side by side in one run.
+The Q8_0 products run the best kernels this CPU has (AMX, else AVX-512
+VNNI, else AVX2, else Go loops). TYPE@KERNELS pins a type to a kernel set
+(go, avx2, avx512-vnni, amx) for that arm alone; on a CPU with kernels
+newer than AVX2 the default types add q8_0@avx2 and q8_0-f32@avx2, so both
+are measured side by side in one run.
 
   frognano bench quant
   frognano bench quant --rounds 5 --prompts 8 --samples 8
@@ -60,7 +60,7 @@ side by side in one run.
 	f := cmd.Flags()
 	f.StringVar(&name, "model", modelstore.Default, "model store name, .gguf or Hugging Face path")
 	f.StringVar(&models, "models", "", "model store directory (default: see frognano model ls)")
-	f.StringSliceVar(&opt.Types, "types", nil, "weights to compare, TYPE or TYPE@KERNELS (default f32,q8_0,q8_0-f32, and q8_0@avx2,q8_0-f32@avx2 on an AVX-512 VNNI CPU)")
+	f.StringSliceVar(&opt.Types, "types", nil, "weights to compare, TYPE or TYPE@KERNELS (default f32,q8_0,q8_0-f32, and q8_0@avx2,q8_0-f32@avx2 on a CPU with AVX-512 VNNI or AMX)")
 	f.IntVar(&opt.Rounds, "rounds", 3, "speed rounds; each figure is its best")
 	f.IntVar(&opt.Decode, "decode", 16, "decoding steps timed per round")
 	f.IntVar(&opt.Prefill, "prefill", 128, "prompt tokens of the timed prefill")

@@ -13,6 +13,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -30,7 +31,8 @@ import (
 type Options struct {
 	Model string // a .gguf file or Hugging Face directory
 	// Types are the quantizations, float32 first [f32 q8_0 q8_0-f32, and
-	// where the CPU has AVX-512 VNNI, q8_0@avx2 q8_0-f32@avx2 beside them].
+	// where the kernels in use are newer than AVX2 (AVX-512 VNNI, AMX),
+	// q8_0@avx2 q8_0-f32@avx2 beside them].
 	// TYPE@KERNELS serves TYPE with that Q8_0 kernel set (go, avx2,
 	// avx512-vnni) instead of the best this CPU has.
 	Types   []string
@@ -50,7 +52,7 @@ type Options struct {
 func (o *Options) defaults() {
 	if len(o.Types) == 0 {
 		o.Types = []string{model.Float32, "q8_0", "q8_0-f32"}
-		if ks := blas.Q8Kernels(); ks[len(ks)-1] == "avx512-vnni" && blas.Q8Impl() == "avx512-vnni" {
+		if q := blas.Q8Impl(); q != "avx2" && q != "go" && slices.Contains(blas.Q8Kernels(), "avx2") {
 			o.Types = append(o.Types, "q8_0@avx2", "q8_0-f32@avx2")
 		}
 	}

@@ -24,8 +24,8 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := 3
-	if blas.Q8Impl() == "avx512-vnni" {
-		want = 5 // q8_0@avx2 and q8_0-f32@avx2 beside the AVX-512 kernels
+	if q := blas.Q8Impl(); q == "avx512-vnni" || q == "amx" {
+		want = 5 // q8_0@avx2 and q8_0-f32@avx2 beside the newer kernels
 	}
 	if len(rep.Speeds) != want || len(rep.Mismatches) != want {
 		t.Fatalf("%d speeds, %d mismatches", len(rep.Speeds), len(rep.Mismatches))

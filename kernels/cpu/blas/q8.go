@@ -31,7 +31,10 @@ import (
 // without them, the Go loops below. All agree to float32 rounding: the
 // int8 activations and the int32 block sums are bit-identical, and only
 // the order of the float32 sums differs. Within one kernel set a row's
-// result does not depend on the rows computed with it (batch invariance).
+// result of MatMulTQ8 does not depend on the rows computed with it (batch
+// invariance; with AMX, within each side of q8AMXMinRows), nor one of
+// MatMulTQ8F32 below q8PanelMinRows rows (from there it multiplies by
+// widened panels with sgemm).
 const (
 	Q8Block      = 32 // values per block
 	Q8BlockBytes = 34 // bytes per block: half scale + 32 int8
@@ -80,15 +83,26 @@ func q8Available() []q8Kernels {
 var q8Active atomic.Int32
 
 func init() {
-	avail := q8Available()
-	best := avail[len(avail)-1]
+	limit := q8AMX
 	if os.Getenv("FROGNANO_BLAS") == "go" {
-		best = q8Go
+		limit = q8Go
 	}
 	if v := os.Getenv("FROGNANO_Q8"); v != "" {
-		if k, err := q8Parse(v); err == nil && k < best {
-			best = k
+		if k, err := q8Parse(v); err == nil {
+			limit = k
 		}
+	}
+	// The best set up to the limit; AMX's permission is asked of the kernel
+	// only when AMX may run (it changes what the process's signal stacks
+	// must hold).
+	best := q8Go
+	switch {
+	case limit >= q8AMX && q8HaveAMX():
+		best = q8AMX
+	case limit >= q8AVX512 && q8HaveAVX512():
+		best = q8AVX512
+	case limit >= q8AVX2 && q8HaveAVX2():
+		best = q8AVX2
 	}
 	q8Active.Store(int32(best))
 }
@@ -221,8 +235,8 @@ func matMulTQ8(c, a []float32, w []byte, m, n, k int, ks q8Kernels) {
 		pb, dyt := s.pb[:groups*nb*512], s.dyt[:groups*nb*16]
 		q8PrepAMX(m, nb, qa, da, pb, dyt)
 		tiles := n / 16
-		forColumns(tiles, 16*2*m*k/16, func(t0, t1 int) {
-			q8GemmAMX(m, t1-t0, nb, pb, dyt, w[t0*16*nb*Q8BlockBytes:], c[t0*16:], n)
+		forColumns(tiles*16, 2*m*k/16, func(j0, j1 int) { // j0, j1: multiples of 16
+			q8GemmAMX(m, (j1-j0)/16, nb, pb, dyt, w[j0*nb*Q8BlockBytes:], c[j0:], n)
 		})
 		if j0 := tiles * 16; j0 < n {
 			q8GemmVNNI(m, n-j0, nb, ua, dae, w[j0*nb*Q8BlockBytes:], c[j0:], n)

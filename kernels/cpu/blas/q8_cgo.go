@@ -3,6 +3,12 @@
 package blas
 
 /*
+// Batch invariance rests on the compiler fusing no product and sum on its
+// own (GCC's default -ffp-contract=fast may, and cgo does not let a
+// package turn it off): in these kernels every product feeds the
+// multiplicand of an explicit FMA, never a sum, so there is nothing to
+// fuse (checked: GCC 12's code is the same with -ffp-contract=off). Keep it
+// so.
 #include <stdint.h>
 #include <string.h>
 
@@ -376,26 +382,39 @@ static void q8_gemm_f32_512(int m, int n, int k, const float *a, const uint8_t *
 // block after another, so a row's result does not depend on the rows
 // computed with it. Columns are done in tiles of 16; the n%16 columns left
 // over take the VNNI kernel, which depends on n only, never on m.
+// Linux only (the permission is Linux's arch_prctl), and compilers that
+// know the AMX intrinsics (GCC 11, clang 12); elsewhere the stubs below.
+#if defined(__linux__) && (__GNUC__ >= 11 || __clang_major__ >= 12)
+#define Q8_HAVE_AMX 1
 #include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+// q8_amx_cpu: the CPU has AMX-TILE and AMX-INT8 (and the VNNI kernels'
+// features, for the rows and columns AMX leaves), and the OS saves the
+// tile state. It asks for nothing.
+static int q8_amx_cpu(void) {
+	unsigned a, b, c, d;
+	if (!q8_vnni() || !__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d >> 24 & 1) || !(d >> 25 & 1))
+		return 0;
+	unsigned lo, hi;
+	__asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+	return (lo >> 17 & 3) == 3;
+}
+
 static int q8_amx_state = -1; // -1 not asked yet, 0 no, 1 yes
 
+// q8_amx: q8_amx_cpu, and this process may use the tile registers: asked
+// of the kernel once (ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, for the
+// whole process; it fails, and the VNNI kernels run, where a thread's
+// signal stack is too small for the tile state).
 static int q8_amx(void) {
-	if (q8_amx_state >= 0)
-		return q8_amx_state;
-	unsigned a, b, c, d;
-	int ok = q8_vnni() && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 24 & 1) && (d >> 25 & 1);
-	if (ok) {
-		unsigned lo, hi;
-		__asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-		ok = (lo >> 17 & 3) == 3; // the OS saves the tile state
-	}
-	if (ok) // ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA: process-wide
-		ok = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-	q8_amx_state = ok;
-	return ok;
+	int st = __atomic_load_n(&q8_amx_state, __ATOMIC_RELAXED);
+	if (st >= 0)
+		return st;
+	st = q8_amx_cpu() && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+	__atomic_store_n(&q8_amx_state, st, __ATOMIC_RELAXED);
+	return st;
 }
 
 struct q8_tilecfg {
@@ -426,8 +445,8 @@ static void q8_prep_amx(int m, int nb, const int8_t *qa, const float *da, int8_t
 }
 
 // q8_gemm_amx: c[i·ldc + j] for i < m and j < tiles·16, the weight rows
-// taken 16 at a time; nb ≤ Q8_AMX_MAX_BLOCKS.
-#define Q8_AMX_MAX_BLOCKS 1024
+// taken 16 at a time; nb·34·15 must fit an int (Q8_AMX_MAX_BLOCKS).
+#define Q8_AMX_MAX_BLOCKS (1 << 20)
 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,f16c,amx-tile,amx-int8")))
 static void q8_gemm_amx(int m, int tiles, int nb, const int8_t *pb, const float *dyt, const uint8_t *w, float *c, int ldc) {
 	struct q8_tilecfg cfg;
@@ -447,12 +466,12 @@ static void q8_gemm_amx(int m, int tiles, int nb, const int8_t *pb, const float 
 	const size_t wstride = (size_t)nb * 34;
 	const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(ldc));
 	int32_t cbuf[2][256] __attribute__((aligned(64)));
-	float dw[nb * 16]; // dw[b·16 + r]: block b's scale of weight row r (nb ≤ Q8_AMX_MAX_BLOCKS)
+	float dwb[16] __attribute__((aligned(64))); // block b's scales of the 16 weight rows
+	// Offsets of the 16 weight rows' first bytes: a gather of 32 bits there
+	// reads a block's half scale and its first two values (in bounds).
+	const __m512i rowoff = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32((int)wstride));
 	for (int t = 0; t < tiles; t++) {
 		const uint8_t *wt = w + (size_t)t * 16 * wstride;
-		for (int r = 0; r < 16; r++)
-			for (int b = 0; b < nb; b++)
-				dw[b * 16 + r] = q8_scale(wt + (size_t)r * wstride + (size_t)b * 34);
 		for (int g = 0; g < groups; g++) {
 			__m512 acc[16];
 			for (int r = 0; r < 16; r++)
@@ -480,7 +499,8 @@ static void q8_gemm_amx(int m, int tiles, int nb, const int8_t *pb, const float 
 				}
 				const int32_t *cb = cbuf[b & 1];
 				const __m512 dy = _mm512_loadu_ps(dg + (size_t)b * 16);
-				const float *dwb = dw + b * 16;
+				const __m512i h = _mm512_i32gather_epi32(rowoff, (const void *)(wt + (size_t)b * 34), 1);
+				_mm512_store_ps(dwb, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
 				for (int r = 0; r < 16; r++) {
 					const __m512 s = _mm512_mul_ps(_mm512_set1_ps(dwb[r]), dy);
 					acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512((const void *)(cb + r * 16))), s, acc[r]);
@@ -497,6 +517,13 @@ static void q8_gemm_amx(int m, int tiles, int nb, const int8_t *pb, const float 
 	_tile_release();
 }
 
+#else // no AMX: the VNNI kernels run where AMX would
+#define Q8_AMX_MAX_BLOCKS 0
+static int q8_amx(void) { return 0; }
+static void q8_prep_amx(int m, int nb, const int8_t *qa, const float *da, int8_t *pb, float *dyt) {}
+static void q8_gemm_amx(int m, int tiles, int nb, const int8_t *pb, const float *dyt, const uint8_t *w, float *c, int ldc) {}
+#endif // AMX
+
 #else // not x86-64: q8_simd is false and the Go loops run.
 
 static int q8_simd(void) { return 0; }
@@ -509,6 +536,7 @@ static void q8_prep_vnni(int m, int nb, const int8_t *qa, const float *da, uint8
 static void q8_gemm_vnni(int m, int n, int nb, const uint8_t *ua, const float *dae, const uint8_t *w, float *c, int ldc) {}
 static void q8_widen_rows_512(const uint8_t *w, int blocks, float *out) {}
 static void q8_gemm_f32_512(int m, int n, int k, const float *a, const uint8_t *w, float *c, int ldc) {}
+#define Q8_AMX_MAX_BLOCKS 0
 static int q8_amx(void) { return 0; }
 static void q8_prep_amx(int m, int nb, const int8_t *qa, const float *da, int8_t *pb, float *dyt) {}
 static void q8_gemm_amx(int m, int tiles, int nb, const int8_t *pb, const float *dyt, const uint8_t *w, float *c, int ldc) {}

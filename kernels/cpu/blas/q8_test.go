@@ -63,7 +63,7 @@ func ref64(a, w []float32, m, n, k int) (ref, mag []float64) {
 	return ref, mag
 }
 
-var q8Shapes = [][3]int{{1, 1, 32}, {1, 7, 64}, {2, 5, 96}, {3, 9, 160}, {4, 33, 576}, {5, 17, 1536}, {16, 100, 576}, {17, 40, 192}, {20, 35, 96}, {33, 48, 160}}
+var q8Shapes = [][3]int{{1, 1, 32}, {1, 7, 64}, {2, 5, 96}, {3, 9, 160}, {4, 33, 576}, {5, 17, 1536}, {16, 100, 576}, {17, 40, 192}, {20, 35, 96}, {33, 48, 160}, {12, 32, 32}, {13, 48, 64}, {15, 33, 96}, {16, 293, 512}}
 
 // TestQuantizeRowsQ8 checks the activation quantizer on hand-computed
 // blocks, and the AVX2 one against it bit for bit.
@@ -218,6 +218,55 @@ func TestQ8SIMDMatchesGo(t *testing.T) {
 					if d := math.Abs(float64(goC[i] - simdC[i])); d > 2e-6*mag[i] {
 						t.Fatalf("%s %dx%dx%d [%d]: go %v, %s %v", f.name, m, n, k, i, goC[i], ks, simdC[i])
 					}
+				}
+			}
+		}
+	}
+}
+
+// TestQ8RawBlocks: weight blocks of arbitrary bytes, including -128 (which
+// ggml's quantizer never writes but a file may hold) and whole blocks of
+// it, give every kernel set the Go loops' result to float32 rounding: the
+// int32 block sums stay exact.
+func TestQ8RawBlocks(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, s := range [][3]int{{1, 17, 64}, {5, 16, 96}, {16, 40, 160}, {21, 33, 576}} {
+		m, n, k := s[0], s[1], s[2]
+		nb := k / Q8Block
+		w := make([]byte, n*nb*Q8BlockBytes)
+		for i := range w {
+			w[i] = byte(r.Uint32())
+		}
+		mag := make([]float64, m*n) // Σ|a||w| per result, for the tolerance
+		a := randAct(r, m*k)
+		for j := range n {
+			for b := range nb {
+				blk := w[(j*nb+b)*Q8BlockBytes:]
+				blk[0], blk[1] = 0x00, 0x3c // scale 1.0: the sums are what is tested
+				if (j+b)%5 == 0 {
+					for t := range Q8Block {
+						blk[2+t] = 0x80
+					}
+				}
+			}
+		}
+		for i := range m {
+			for j := range n {
+				for b := range nb {
+					for t := range Q8Block {
+						mag[i*n+j] += math.Abs(float64(a[i*k+b*Q8Block+t]) * float64(int8(w[(j*nb+b)*Q8BlockBytes+2+t])))
+					}
+				}
+			}
+		}
+		goC := make([]float32, m*n)
+		matMulTQ8(goC, a, w, m, n, k, q8Go)
+		for _, ks := range q8Available()[1:] {
+			c := make([]float32, m*n)
+			matMulTQ8(c, a, w, m, n, k, ks)
+			for i := range c {
+				if d := math.Abs(float64(c[i] - goC[i])); d > 2e-6*mag[i]+1e-30 {
+					t.Fatalf("%s %dx%dx%d [%d,%d]: %v, go %v", ks, m, n, k, i/n, i%n, c[i], goC[i])
 				}
 			}
 		}
