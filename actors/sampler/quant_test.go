@@ -139,8 +139,16 @@ func TestQuantizedServing(t *testing.T) {
 		}
 	}
 	t.Logf("Q8_0 engine vs float32 learner over %d sampled tokens: mean |Δ log p| %.3g, max %.3g", n, sum/float64(n), worst)
-	if worst > 0.5 || worst <= lpTol {
-		t.Errorf("max |Δ log p| against the float32 learner %.3g: want within (%g, 0.5]", worst, lpTol)
+	// Quantization noise, not garbage: the mean is the steady measure
+	// (0.051–0.062 over 2,048 tokens for every kernel set, `frognano bench
+	// quant`); the largest single token's |Δ| has a tail (0.53–0.70 over
+	// those 2,048 tokens, 0.36–0.81 over these 96 depending on the kernel
+	// set, whose float32 summation order moves int8 rounding boundaries
+	// and so which tokens are sampled). On the same tokens the kernel sets
+	// are alike: TestSmolLM2Q8Logits's |Δ log p(top)| mean 0.0527 (AVX2),
+	// 0.052 (VNNI), 0.0512 (AMX).
+	if mean := sum / float64(n); mean > 0.15 || worst > 1.5 || worst <= lpTol {
+		t.Errorf("|Δ log p| against the float32 learner: mean %.3g (want ≤ 0.15), max %.3g (want within (%g, 1.5])", mean, worst, lpTol)
 	}
 
 	// The published weights quantized, replayed token by token as the
