@@ -147,12 +147,12 @@ func SetQ8Kernels(name string) (string, error) {
 }
 
 // q8AMXMinRows: with fewer activation rows than this the AMX kernel set
-// runs the VNNI kernel (a tile of 16 rows with 8 of them empty costs more
-// than VNNI on 8 rows; at 12 the tile is ahead: BenchmarkMatMulTQ8). The two sum a block's float32 terms in a
-// different order, so a row's result is the same to the bit in any batch
-// of fewer rows than this, and in any batch of at least this many, but
-// not across the two.
-const q8AMXMinRows = 12
+// runs the VNNI kernel (a tile of 16 rows holding one or two costs more
+// than VNNI on them; from 4 rows the tile is ahead: BenchmarkMatMulTQ8).
+// The two sum a block's float32 terms in a different order, so a row's
+// result is the same to the bit in any batch of fewer rows than this, and
+// in any batch of at least this many, but not across the two.
+const q8AMXMinRows = 4
 
 // q8Scratch holds one product's quantized activations (and for the
 // AVX-512 kernels, the same as unsigned bytes and widened scales).
