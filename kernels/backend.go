@@ -102,3 +102,25 @@ type Backend interface {
 	// into each sequence's KV cache this way.
 	Copy(dst, src Tensor)
 }
+
+// PrefixAttention is what a Backend implements when it can attend over a
+// cache held in two places: a prefix that several sequences share (the
+// prompt of a group of episodes, computed once and held by one sequence's
+// cache) and each sequence's own positions after it. kernels/model lets
+// caches share a prefix only on a backend that implements it; elsewhere
+// they copy it.
+type PrefixAttention interface {
+	// AttentionPrefix is Attention over the nb rows of kb and vb, which
+	// every query row sees, followed by the s rows of k and v: query row
+	// i sits at position nb+s-t+i and sees keys 0..nb+s-t+i of the two
+	// parts taken as one. It equals Attention over the concatenations up
+	// to the order of summation in the products.
+	AttentionPrefix(dst, q, kb, vb, k, v Tensor, nHeads, nKVHeads int)
+	// AttentionPrefixGroup is AttentionPrefix for several sequences'
+	// one-row queries over one shared prefix (the decoding step of a
+	// group's sequences): member i's query q[i] sees all of kb, vb and
+	// all of its own k[i], v[i] (at least one row), and its output goes
+	// to dst[i]. It equals AttentionPrefix member by member up to the
+	// order of summation; the prefix is read once for all of them.
+	AttentionPrefixGroup(dst, q []Tensor, kb, vb Tensor, k, v []Tensor, nHeads, nKVHeads int)
+}

@@ -52,10 +52,12 @@
 // episode's next turn, whose prompt extends the previous turn's, so reads
 // only its new tokens. A request sharing a prompt prefix with a running
 // sequence (the G episodes of a group start together with one prompt)
-// copies that sequence's keys and values as they are computed instead
-// (prefix.go). Stats.ReusedTokens counts the prompt tokens read from kept
-// caches, Stats.CopiedTokens those copied from running sequences,
-// Stats.PromptTokens those computed.
+// takes that sequence's keys and values as they are computed instead
+// (prefix.go): it reads them where they are when the backend can
+// (kernels/model's SharePrefix), and copies them otherwise.
+// Stats.ReusedTokens counts the prompt tokens read from kept caches,
+// Stats.CopiedTokens those taken from running sequences (SharedTokens the
+// ones of them read in place), Stats.PromptTokens those computed.
 //
 // # Quantized weights
 //
@@ -133,6 +135,11 @@ type Config struct {
 	// running sequence to copy that sequence's keys and values instead of
 	// computing them (default DefaultShareRunning; negative never copies).
 	ShareRunning int
+	// CopyShared makes a request that follows a running sequence copy the
+	// shared positions into its own cache even where the backend could
+	// read them in place (see prefix.go): what every backend did before,
+	// kept for side-by-side comparisons.
+	CopyShared bool
 	// Quantization is the weights the engine's matrix products read:
 	// model.Float32 ("f32"), or "q8_0" (int8 blocks read directly by the
 	// CPU kernels, docs/quantized-sampling.md); "" keeps the model's
@@ -182,6 +189,7 @@ type Engine struct {
 	prefilled atomic.Int64
 	reused    atomic.Int64
 	copied    atomic.Int64
+	sharedPos atomic.Int64
 	kept      atomic.Int32
 	keptBytes atomic.Int64
 	swapsDone atomic.Int64
@@ -285,7 +293,8 @@ type Stats struct {
 	GeneratedTokens int64 // sampled tokens, all requests
 	PromptTokens    int64 // prompt tokens computed (prefilled)
 	ReusedTokens    int64 // prompt tokens found in kept caches, not computed
-	CopiedTokens    int64 // prompt tokens copied from running sequences, not computed
+	CopiedTokens    int64 // prompt tokens taken from running sequences, not computed
+	SharedTokens    int64 // of those, the ones read in place (kernels/model's SharePrefix), not copied
 	Steps           int64 // forward passes
 	PrefixCaches    int   // caches kept for reuse now
 	PrefixBytes     int64 // their memory, by capacity
@@ -298,7 +307,8 @@ func (e *Engine) Stats() Stats {
 	return Stats{
 		Version: e.version.Load(), Running: int(e.running.Load()), Waiting: int(e.waiting.Load()),
 		GeneratedTokens: e.generated.Load(), PromptTokens: e.prefilled.Load(), ReusedTokens: e.reused.Load(), CopiedTokens: e.copied.Load(),
-		Steps: e.steps.Load(), PrefixCaches: int(e.kept.Load()), PrefixBytes: e.keptBytes.Load(),
+		SharedTokens: e.sharedPos.Load(),
+		Steps:        e.steps.Load(), PrefixCaches: int(e.kept.Load()), PrefixBytes: e.keptBytes.Load(),
 		Swaps: e.swapsDone.Load(), AcrossSwaps: e.crossed.Load(),
 	}
 }
@@ -523,6 +533,8 @@ func (e *Engine) end(s *sequence, reason policy.FinishReason, err error) {
 	// a request taking it over would mix versions unannounced.
 	if s.cache != nil && (err == nil || errors.Is(err, s.ctx.Err())) && !s.crossed {
 		e.keep(s)
+	} else if s.cache != nil {
+		s.cache.Release()
 	}
 	s.cache, s.held = nil, nil
 	e.ended = append(e.ended, s)
@@ -533,6 +545,7 @@ func (e *Engine) end(s *sequence, reason policy.FinishReason, err error) {
 func (e *Engine) keep(s *sequence) {
 	n := s.cache.Len()
 	if !e.pool.enabled() || n == 0 {
+		s.cache.Release()
 		return
 	}
 	held := append(s.held[:0], s.req.PromptIDs[:s.fed]...)
@@ -737,7 +750,11 @@ func (e *Engine) copyFromLeads() {
 			continue
 		}
 		if n := min(s.share, a.fed); n > s.fed {
-			s.cache.CopyPrefix(a.cache, n)
+			if e.cfg.CopyShared {
+				s.cache.CopyPrefix(a.cache, n)
+			} else if s.cache.SharePrefix(a.cache, n) {
+				e.sharedPos.Add(int64(n - s.fed))
+			}
 			e.copied.Add(int64(n - s.fed))
 			s.fed = n
 		}

@@ -34,13 +34,24 @@ import (
 // Sharing with running sequences: the G episodes of a group start at once
 // with one prompt, before any of them has ended and left a cache in the
 // pool. A request whose prompt shares at least ShareRunning tokens with a
-// running sequence's follows it: its cache copies that sequence's keys and
-// values for the shared prompt positions as they are computed (it waits,
-// out of the prefill, while its lead reads them), and computes only the
-// rest. Copying a position costs a few kilobytes of memory traffic per
-// layer; computing it, a pass through the whole model. Stats.CopiedTokens
-// counts the positions copied. If the lead ends first, the follower
-// computes what it had not copied.
+// running sequence's follows it: it takes that sequence's keys and values
+// for the shared prompt positions as they are computed (it waits, out of
+// the prefill, while its lead reads them), and computes only the rest.
+// Where the backend attends over a prefix held by another cache
+// (kernels.PrefixAttention: the CPU backend), the follower's cache reads
+// the lead's positions in place (model.Cache.SharePrefix): no copy, no
+// memory of its own for the prompt, and the group's decoding steps read
+// one prompt's keys and values, one after another, from the core's cache
+// rather than G copies from memory. Elsewhere it copies them, a few
+// kilobytes of memory traffic per position and layer; computing them
+// would be a pass through the whole model. Stats.CopiedTokens counts the
+// positions taken, SharedTokens those read in place. If the lead ends
+// first, the follower computes what it had not taken.
+//
+// A cache others read from is pinned (model.Cache.Pinned): kept in the
+// pool, it is taken over only by a request that keeps at least the pinned
+// positions, and never recycled, until its followers let go of it: every
+// cache the engine or the pool drops is Released.
 
 // DefaultShareRunning is the default fewest shared prompt tokens worth
 // following a running sequence for.
@@ -91,12 +102,13 @@ func (p *prefixPool) size(c *model.Cache) int64 { return int64(c.Cap()) * p.perP
 // the limits.
 func (p *prefixPool) put(c *model.Cache, tokens []int32) {
 	if !p.enabled() || c.Len() == 0 || c.Len() != len(tokens) || p.size(c) > p.maxBytes {
+		c.Release()
 		return
 	}
 	p.entries = append(p.entries, keptCache{cache: c, tokens: tokens})
 	p.bytes += p.size(c)
 	for len(p.entries) > p.maxCount || p.bytes > p.maxBytes {
-		p.remove(0)
+		p.remove(0).cache.Release()
 	}
 }
 
@@ -139,6 +151,9 @@ func (p *prefixPool) take(prompt []int32, need, alloc int) (*model.Cache, []int3
 		}
 		n := commonPrefix(k.tokens, prompt)
 		n = min(n, len(prompt)-1) // at least one token runs, to give logits
+		if n < k.cache.Pinned() {
+			continue // running sequences read its positions beyond n
+		}
 		if n > shared {
 			best, shared = i, n
 		}
@@ -151,7 +166,7 @@ func (p *prefixPool) take(prompt []int32, need, alloc int) (*model.Cache, []int3
 	}
 	if full {
 		for i, k := range p.entries {
-			if k.cache.Cap() >= need {
+			if k.cache.Cap() >= need && k.cache.Pinned() == 0 {
 				p.remove(i)
 				k.cache.Reset()
 				return k.cache, k.tokens[:0], 0
@@ -163,6 +178,9 @@ func (p *prefixPool) take(prompt []int32, need, alloc int) (*model.Cache, []int3
 
 // clear drops every kept cache.
 func (p *prefixPool) clear() {
+	for _, k := range p.entries {
+		k.cache.Release()
+	}
 	clear(p.entries)
 	p.entries = p.entries[:0]
 	p.bytes = 0

@@ -470,6 +470,7 @@ func TestShareRunning(t *testing.T) {
 	compute := newEngine(t, Config{MaxStepTokens: 128, ShareRunning: -1})
 	got := runGroup(t, share, prompt, 4, 12, 7)
 	want := runGroup(t, compute, prompt, 4, 12, 7)
+	out0 := got
 	for i := range got {
 		if !slices.Equal(got[i].TokenIDs, want[i].TokenIDs) {
 			t.Fatalf("episode %d: sharing %v, computing %v", i, got[i].TokenIDs, want[i].TokenIDs)
@@ -482,6 +483,30 @@ func TestShareRunning(t *testing.T) {
 	s, c := share.Stats(), compute.Stats()
 	if s.CopiedTokens != 3*(n-1) || s.PromptTokens != n+3 {
 		t.Errorf("sharing: %d prompt tokens computed, %d copied; want %d and %d", s.PromptTokens, s.CopiedTokens, n+3, 3*(n-1))
+	}
+	if m.CanShare() && s.SharedTokens != s.CopiedTokens {
+		t.Errorf("sharing on the CPU: %d of %d positions taken from the lead read in place", s.SharedTokens, s.CopiedTokens)
+	}
+	// The same group again: its caches come from the pool, where the
+	// first lead's cache is pinned by the followers' caches beside it,
+	// and it still samples what computing samples.
+	got = runGroup(t, share, prompt, 4, 12, 17)
+	want = runGroup(t, compute, prompt, 4, 12, 17)
+	for i := range got {
+		if !slices.Equal(got[i].TokenIDs, want[i].TokenIDs) {
+			t.Fatalf("second group, episode %d: sharing %v, computing %v", i, got[i].TokenIDs, want[i].TokenIDs)
+		}
+	}
+	// And copying rather than reading in place samples the same.
+	copying := newEngine(t, Config{MaxStepTokens: 128, CopyShared: true})
+	got = runGroup(t, copying, prompt, 4, 12, 7)
+	for i := range got {
+		if !slices.Equal(got[i].TokenIDs, out0[i].TokenIDs) {
+			t.Fatalf("episode %d: copying %v, sharing %v", i, got[i].TokenIDs, out0[i].TokenIDs)
+		}
+	}
+	if st := copying.Stats(); st.CopiedTokens != 3*(n-1) || st.SharedTokens != 0 {
+		t.Errorf("copying: %d positions taken from the lead, %d of them in place; want %d and 0", st.CopiedTokens, st.SharedTokens, 3*(n-1))
 	}
 	if c.CopiedTokens != 0 || c.PromptTokens != 4*n {
 		t.Errorf("computing: %d prompt tokens computed, %d copied; want %d and 0", c.PromptTokens, c.CopiedTokens, 4*n)
@@ -557,17 +582,18 @@ func TestShareRunningLeadCancelled(t *testing.T) {
 
 // BenchmarkGroupPrompt plays groups of four episodes of one 1500-token
 // prompt (32 sampled tokens each), as a GRPO step starts them, on an
-// engine that copies running sequences' shared prompts and on one that
-// computes every prompt. Each iteration's task differs, so the kept caches
+// engine whose followers read the lead's prompt positions in place, on
+// one that copies them, and on one that computes every prompt. Each iteration's task differs, so the kept caches
 // of earlier groups share only the system prompt.
 func BenchmarkGroupPrompt(b *testing.B) {
 	m := smollm2(b)
 	for _, mode := range []struct {
 		name  string
 		share int
-	}{{"share", 0}, {"compute", -1}} {
+		copy  bool
+	}{{"share", 0, false}, {"share-copying", 0, true}, {"compute", -1, false}} {
 		b.Run(mode.name, func(b *testing.B) {
-			e := newEngine(b, Config{ShareRunning: mode.share})
+			e := newEngine(b, Config{ShareRunning: mode.share, CopyShared: mode.copy})
 			lines := taskLines(b, m, 1500)
 			iter := 0
 			for b.Loop() {

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"github.com/frognano/frognano/kernels"
 	"math/rand/v2"
 	"testing"
 
@@ -159,6 +160,80 @@ func BenchmarkCausalSoftmaxRow(b *testing.B) {
 				simd.SoftmaxCausal(s, 1, n, n, 0.125)
 			} else {
 				causalSoftmax(s, n, 0.125)
+			}
+		}
+	})
+}
+
+// BenchmarkAttentionGroup is one decoding step of a GRPO group's four
+// sequences over a 1,024-token prompt and 128 tokens of their own each,
+// through 30 layers (SmolLM2-135M's), so the caches exceed the processor's:
+// "copies" gives each sequence its own copy of the prompt's keys and
+// values (Attention over its whole cache), "shared" has the four read one
+// copy (AttentionPrefix), as caches that share a prefix do, and "grouped"
+// reads it once for the four (AttentionPrefixGroup), as a decoding step
+// of caches that share a prefix does.
+func BenchmarkAttentionGroup(b *testing.B) {
+	const seqs, prompt, own, layers = 4, 1024, 128, 30
+	be, r := New(), rand.New(rand.NewPCG(9, 9))
+	kv := nKV * headDim
+	q := make([]*tensor.Tensor, seqs)
+	out := make([]*tensor.Tensor, seqs)
+	for i := range q {
+		q[i], out[i] = randTensor(r, 1, nHeads*headDim), tensor.New(1, nHeads*headDim)
+	}
+	type layer struct {
+		kb, vb *tensor.Tensor   // the prompt, once
+		k, v   []*tensor.Tensor // per sequence: its own positions
+		kc, vc []*tensor.Tensor // per sequence: a whole copy
+	}
+	ls := make([]layer, layers)
+	for l := range ls {
+		L := &ls[l]
+		L.kb, L.vb = randTensor(r, prompt, kv), randTensor(r, prompt, kv)
+		for range seqs {
+			k, v := randTensor(r, own, kv), randTensor(r, own, kv)
+			L.k, L.v = append(L.k, k), append(L.v, v)
+			kc, vc := tensor.New(prompt+own, kv), tensor.New(prompt+own, kv)
+			copy(kc.Data(), L.kb.Data())
+			copy(kc.Data()[prompt*kv:], k.Data())
+			copy(vc.Data(), L.vb.Data())
+			copy(vc.Data()[prompt*kv:], v.Data())
+			L.kc, L.vc = append(L.kc, kc), append(L.vc, vc)
+		}
+	}
+	b.Run("copies", func(b *testing.B) {
+		for b.Loop() {
+			for l := range ls {
+				for i := range seqs {
+					be.Attention(out[i], q[i], ls[l].kc[i], ls[l].vc[i], nHeads, nKV)
+				}
+			}
+		}
+	})
+	b.Run("shared", func(b *testing.B) {
+		for b.Loop() {
+			for l := range ls {
+				for i := range seqs {
+					be.AttentionPrefix(out[i], q[i], ls[l].kb, ls[l].vb, ls[l].k[i], ls[l].v[i], nHeads, nKV)
+				}
+			}
+		}
+	})
+	dst, qs := make([]kernels.Tensor, seqs), make([]kernels.Tensor, seqs)
+	for i := range seqs {
+		dst[i], qs[i] = out[i], q[i]
+	}
+	ks, vs := make([][]kernels.Tensor, layers), make([][]kernels.Tensor, layers)
+	for l := range ls {
+		for i := range seqs {
+			ks[l], vs[l] = append(ks[l], ls[l].k[i]), append(vs[l], ls[l].v[i])
+		}
+	}
+	b.Run("grouped", func(b *testing.B) {
+		for b.Loop() {
+			for l := range ls {
+				be.AttentionPrefixGroup(dst, qs, ls[l].kb, ls[l].vb, ks[l], vs[l], nHeads, nKV)
 			}
 		}
 	})

@@ -22,6 +22,7 @@ import (
 type Backend struct{}
 
 var _ kernels.Backend = Backend{}
+var _ kernels.PrefixAttention = Backend{}
 
 // New returns the CPU backend.
 func New() Backend { return Backend{} }

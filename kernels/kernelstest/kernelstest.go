@@ -7,6 +7,7 @@
 package kernelstest
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -25,6 +26,8 @@ func Run(t *testing.T, b kernels.Backend, dir string) {
 	t.Run("RMSNorm", s.rmsNorm)
 	t.Run("RoPE", s.rope)
 	t.Run("Attention", s.attention)
+	t.Run("AttentionPrefix", s.attentionPrefix)
+	t.Run("AttentionPrefixGroup", s.attentionPrefixGroup)
 	t.Run("KVCache", s.kvCache)
 	t.Run("SwiGLU", s.swiGLU)
 	t.Run("Softmax", s.softmax)
@@ -263,6 +266,80 @@ func (s *suite) attention(t *testing.T) {
 			dst := s.garbage(want.Shape()...)
 			s.b.Attention(dst, s.upT(q), s.upT(k), s.upT(v), int(heads[0]), int(heads[1]))
 			s.check(t, "dst", dst, want.Data(), fp32Sum(q.Cols()/int(heads[0])))
+		})
+	}
+}
+
+// attentionPrefix checks a backend's AttentionPrefix, where it has one,
+// against the golden attention cases: the keys and values split into a
+// prefix of nb rows and the rest at every nb the queries allow (the rest
+// must hold the t query positions), each split giving the unsplit output.
+func (s *suite) attentionPrefix(t *testing.T) {
+	pa, ok := s.b.(kernels.PrefixAttention)
+	if !ok {
+		t.Skip("backend has no AttentionPrefix")
+	}
+	g := s.golden(t, "attention")
+	for _, c := range g.Cases() {
+		t.Run(c, func(t *testing.T) {
+			q, k, v, want := get(t, g, c, "q"), get(t, g, c, "k"), get(t, g, c, "v"), get(t, g, c, "out")
+			heads := Ints(get(t, g, c, "heads"))
+			rows, keys, kc := q.Rows(), k.Rows(), k.Cols()
+			splits := []int{0, 1, (keys - rows) / 2, keys - rows}
+			for _, nb := range splits {
+				if nb < 0 || nb > keys-rows {
+					continue
+				}
+				kb, vb := s.up(k.Data()[:nb*kc], nb, kc), s.up(v.Data()[:nb*kc], nb, kc)
+				kr, vr := s.up(k.Data()[nb*kc:], keys-nb, kc), s.up(v.Data()[nb*kc:], keys-nb, kc)
+				dst := s.garbage(want.Shape()...)
+				pa.AttentionPrefix(dst, s.upT(q), kb, vb, kr, vr, int(heads[0]), int(heads[1]))
+				s.check(t, fmt.Sprintf("dst, prefix of %d of %d keys", nb, keys), dst, want.Data(), fp32Sum(q.Cols()/int(heads[0])))
+			}
+		})
+	}
+	// One query that must see every prefix key: a prefix whose last key
+	// alone matches it takes the whole weight.
+	dst := s.garbage(1, 1)
+	pa.AttentionPrefix(dst, s.up([]float32{1}, 1, 1), s.up([]float32{0, 0, 40}, 3, 1), s.up([]float32{1, 2, 7}, 3, 1),
+		s.up([]float32{0}, 1, 1), s.up([]float32{5}, 1, 1), 1, 1)
+	s.check(t, "prefix key dominates", dst, []float32{7}, FP32)
+}
+
+// attentionPrefixGroup checks AttentionPrefixGroup against AttentionPrefix
+// member by member: random queries, a shared prefix (empty or not) and own
+// keys of different lengths, for one to five members and grouped heads.
+func (s *suite) attentionPrefixGroup(t *testing.T) {
+	pa, ok := s.b.(kernels.PrefixAttention)
+	if !ok {
+		t.Skip("backend has no AttentionPrefix")
+	}
+	r := rand.New(rand.NewPCG(5, 5))
+	rnd := func(rows, cols int) kernels.Tensor {
+		x := make([]float32, rows*cols)
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+		return s.up(x, rows, cols)
+	}
+	for _, c := range []struct{ members, nb, nh, kv, hd int }{
+		{1, 7, 2, 1, 4}, {3, 0, 4, 2, 8}, {4, 40, 9, 3, 16}, {5, 33, 14, 2, 8}, {2, 1, 3, 3, 5},
+	} {
+		t.Run(fmt.Sprintf("%d members, prefix %d, %d/%d heads of %d", c.members, c.nb, c.nh, c.kv, c.hd), func(t *testing.T) {
+			kc := c.kv * c.hd
+			kb, vb := rnd(c.nb, kc), rnd(c.nb, kc)
+			var dst, q, k, v []kernels.Tensor
+			for i := range c.members {
+				own := 1 + (i*7)%11
+				dst, q = append(dst, s.garbage(1, c.nh*c.hd)), append(q, rnd(1, c.nh*c.hd))
+				k, v = append(k, rnd(own, kc)), append(v, rnd(own, kc))
+			}
+			pa.AttentionPrefixGroup(dst, q, kb, vb, k, v, c.nh, c.kv)
+			for i := range c.members {
+				want := s.garbage(1, c.nh*c.hd)
+				pa.AttentionPrefix(want, q[i], kb, vb, k[i], v[i], c.nh, c.kv)
+				s.check(t, fmt.Sprintf("member %d", i), dst[i], s.down(want), fp32Sum(c.nb+k[i].Shape()[0]))
+			}
 		})
 	}
 }

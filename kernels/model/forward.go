@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/frognano/frognano/kernels"
 	"github.com/frognano/frognano/kernels/tensor"
@@ -29,6 +30,66 @@ type Runner struct {
 	all      bool
 	cur      views
 	ids, pos []int32
+
+	// groups are the batch's decoding sequences that read one cache's
+	// prefix (prefixGroups), attended together; grouped marks them.
+	groups  []prefixGroup
+	grouped []bool
+	gDst    []kernels.Tensor // scratch for one group's call
+	gQ      []kernels.Tensor
+	gK      []kernels.Tensor
+	gV      []kernels.Tensor
+}
+
+// prefixGroup is sequences (indices into the batch) decoding one token
+// each over the first nb positions of root: caches that share them
+// (SharePrefix) and root itself, if it decodes in the batch.
+type prefixGroup struct {
+	root    *Cache
+	nb      int
+	members []int
+}
+
+// prefixGroups finds the batch's groups of at least two decoding
+// sequences over one shared prefix, on a backend with
+// kernels.PrefixAttention.
+func (r *Runner) prefixGroups(caches []*Cache, tokens [][]int32) {
+	r.groups = r.groups[:0]
+	r.grouped = slices.Grow(r.grouped[:0], len(caches))[:len(caches)]
+	clear(r.grouped)
+	if !r.m.CanShare() {
+		return
+	}
+	for i, c := range caches {
+		if len(tokens[i]) != 1 || c.nb == 0 {
+			continue
+		}
+		g := slices.IndexFunc(r.groups, func(g prefixGroup) bool { return g.root == c.base && g.nb == c.nb })
+		if g < 0 {
+			g = len(r.groups)
+			r.groups = append(r.groups, prefixGroup{root: c.base, nb: c.nb})
+		}
+		r.groups[g].members = append(r.groups[g].members, i)
+	}
+	// A root decoding in the batch joins the first group over its
+	// prefix: its own positions from nb on are its part.
+	for i, c := range caches {
+		if len(tokens[i]) != 1 || c.nb != 0 {
+			continue
+		}
+		for g := range r.groups {
+			if r.groups[g].root == c && c.n >= r.groups[g].nb {
+				r.groups[g].members = append(r.groups[g].members, i)
+				break
+			}
+		}
+	}
+	r.groups = slices.DeleteFunc(r.groups, func(g prefixGroup) bool { return len(g.members) < 2 })
+	for _, g := range r.groups {
+		for _, i := range g.members {
+			r.grouped[i] = true
+		}
+	}
 }
 
 type views struct {
@@ -79,6 +140,7 @@ func (r *Runner) Forward(caches []*Cache, tokens [][]int32, all bool) (Logits, e
 		return Logits{}, err
 	}
 	r.prepare(caches, tokens, all)
+	r.prefixGroups(caches, tokens)
 	b, c, w, s := r.b, r.m.Config, &r.m.w, &r.cur
 
 	b.Embedding(s.x, w.TokenEmbedding, r.ids)
@@ -140,9 +202,32 @@ func (r *Runner) attention(a *Attention, l int, caches []*Cache, tokens [][]int3
 	b.RoPE(s.k, s.k, r.pos, c.HeadDim, c.RopeTheta)
 	for i, cache := range caches {
 		n0, n1 := cache.n, cache.n+len(tokens[i])
+		b.Copy(b.Slice(cache.k[l], n0, n1), s.seqK[i])
+		b.Copy(b.Slice(cache.v[l], n0, n1), s.seqV[i])
+	}
+	for _, g := range r.groups {
+		r.gDst, r.gQ, r.gK, r.gV = r.gDst[:0], r.gQ[:0], r.gK[:0], r.gV[:0]
+		for _, i := range g.members {
+			n1 := caches[i].n + 1
+			r.gDst, r.gQ = append(r.gDst, s.seqAtt[i]), append(r.gQ, s.seqQ[i])
+			r.gK = append(r.gK, b.Slice(caches[i].k[l], g.nb, n1))
+			r.gV = append(r.gV, b.Slice(caches[i].v[l], g.nb, n1))
+		}
+		bk, bv := g.root.k[l], g.root.v[l]
+		b.(kernels.PrefixAttention).AttentionPrefixGroup(r.gDst, r.gQ, b.Slice(bk, 0, g.nb), b.Slice(bv, 0, g.nb), r.gK, r.gV, c.Heads, c.KVHeads)
+	}
+	for i, cache := range caches {
+		if r.grouped[i] {
+			continue
+		}
+		n1 := cache.n + len(tokens[i])
 		kc, vc := cache.k[l], cache.v[l]
-		b.Copy(b.Slice(kc, n0, n1), s.seqK[i])
-		b.Copy(b.Slice(vc, n0, n1), s.seqV[i])
+		if nb := cache.nb; nb > 0 {
+			bk, bv := cache.base.k[l], cache.base.v[l]
+			b.(kernels.PrefixAttention).AttentionPrefix(s.seqAtt[i], s.seqQ[i], b.Slice(bk, 0, nb), b.Slice(bv, 0, nb),
+				b.Slice(kc, nb, n1), b.Slice(vc, nb, n1), c.Heads, c.KVHeads)
+			continue
+		}
 		b.Attention(s.seqAtt[i], s.seqQ[i], b.Slice(kc, 0, n1), b.Slice(vc, 0, n1), c.Heads, c.KVHeads)
 	}
 	a.O.Forward(b, s.o, s.att)

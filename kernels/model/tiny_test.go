@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -384,4 +385,123 @@ func TestCopyPrefix(t *testing.T) {
 			f()
 		}()
 	}
+}
+
+// TestSharePrefix: caches that share another's prompt positions (without
+// copying them) continue like caches that computed them, decoded in one
+// batch with their source, which goes on writing its own later positions;
+// the source is pinned while shared; a share of a share reads the first
+// source; and copying from a sharing cache copies the shared positions too.
+func TestSharePrefix(t *testing.T) {
+	s := tinySpecs["qwen3"]
+	path, _ := s.WriteGGUF(t, s.RandomWeights(12), modeltest.GGUFOptions{})
+	m := mustLoad(t, path)
+	if !m.CanShare() {
+		t.Fatal("the CPU backend cannot share prefixes")
+	}
+	r := m.NewRunner()
+	src := m.NewCache(len(tinyIDs))
+	if _, err := r.Forward([]*Cache{src}, [][]int32{tinyIDs[:12]}, false); err != nil {
+		t.Fatal(err)
+	}
+	a, b := m.NewCache(len(tinyIDs)), m.NewCache(len(tinyIDs))
+	if !a.SharePrefix(src, 5) || !a.SharePrefix(src, 10) {
+		t.Fatal("a fresh cache did not share")
+	}
+	if a.Len() != 10 || a.Shared() != 10 || src.Pinned() != 10 {
+		t.Fatalf("after sharing 10: Len %d, Shared %d, source pinned %d", a.Len(), a.Shared(), src.Pinned())
+	}
+	if !b.SharePrefix(a, 8) || b.base != src {
+		t.Fatal("a share of a share did not read the first source")
+	}
+	f := m.NewCache(len(tinyIDs))
+	f.SharePrefix(src, 8)
+	// One batch: the source decodes its own next position while a, b and
+	// f read its first ones (b, f and the source decode as one group).
+	v := m.Config.VocabSize
+	full := forwardAll(t, m, tinyIDs)
+	l, err := r.Forward([]*Cache{src, a, b, f}, [][]int32{tinyIDs[12:13], tinyIDs[10:14], tinyIDs[8:9], tinyIDs[8:9]}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, at := range []int{12, 13, 8, 8} {
+		if msg := kernelstest.Mismatch(l.Row(i), full[at*v:(at+1)*v], tinyTol); msg != "" {
+			t.Errorf("sequence %d, position %d: %s", i, at, msg)
+		}
+	}
+	if len(r.groups) != 1 || len(r.groups[0].members) != 3 {
+		t.Errorf("groups of the first batch: %+v, want one of b, f and the source", r.groups)
+	}
+	// The next step: a and the source decode as one group (over 10
+	// positions), b and f as another (over 8).
+	l, err = r.Forward([]*Cache{src, a, b, f}, [][]int32{tinyIDs[13:14], tinyIDs[14:15], tinyIDs[9:10], tinyIDs[9:10]}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, at := range []int{13, 14, 9, 9} {
+		if msg := kernelstest.Mismatch(l.Row(i), full[at*v:(at+1)*v], tinyTol); msg != "" {
+			t.Errorf("second step: sequence %d, position %d: %s", i, at, msg)
+		}
+	}
+	if len(r.groups) != 2 {
+		t.Errorf("groups of the second batch: %+v, want two", r.groups)
+	}
+	f.Release()
+	if a.Len() != 15 || a.Shared() != 10 {
+		t.Errorf("a: Len %d, Shared %d after its own positions", a.Len(), a.Shared())
+	}
+	// A cache with positions of its own copies rather than sharing.
+	e := m.NewCache(len(tinyIDs))
+	if _, err := r.Forward([]*Cache{e}, [][]int32{tinyIDs[:2]}, false); err != nil {
+		t.Fatal(err)
+	}
+	if e.SharePrefix(src, 14) || e.Len() != 14 || e.Shared() != 0 {
+		t.Errorf("a cache holding positions of its own: Len %d, Shared %d after SharePrefix (want a copy)", e.Len(), e.Shared())
+	}
+	// Copying from a sharing cache brings the positions it reads from its
+	// source too.
+	c := m.NewCache(len(tinyIDs))
+	c.CopyPrefix(a, 15)
+	if l, err = r.Forward([]*Cache{c}, [][]int32{tinyIDs[15:]}, true); err != nil {
+		t.Fatal(err)
+	}
+	if msg := kernelstest.Mismatch(l.Data, full[15*v:], tinyTol); msg != "" {
+		t.Errorf("copied from a sharing cache: %s", msg)
+	}
+	// The source may not forget what others read, until they let go.
+	mustPanic(t, "Truncate below the pinned positions", func() { src.Truncate(9) })
+	mustPanic(t, "Reset of a pinned cache", func() { src.Reset() })
+	src.Truncate(10)
+	a.Truncate(6) // a reads 6 now: still shared
+	if a.Shared() != 6 || src.Pinned() != 8 {
+		t.Errorf("after truncating a to 6: a shares %d, source pinned %d (b reads 8)", a.Shared(), src.Pinned())
+	}
+	b.Release()
+	a.Reset()
+	if src.Pinned() != 0 || b.Len() != 0 || a.Shared() != 0 {
+		t.Errorf("after letting go: source pinned %d, b holds %d, a shares %d", src.Pinned(), b.Len(), a.Shared())
+	}
+	src.Reset()
+	// A follower dropped without Release stops pinning once collected.
+	d := m.NewCache(len(tinyIDs))
+	if _, err := r.Forward([]*Cache{src}, [][]int32{tinyIDs[:4]}, false); err != nil {
+		t.Fatal(err)
+	}
+	d.SharePrefix(src, 3)
+	d = nil
+	runtime.GC()
+	if p := src.Pinned(); p != 0 {
+		t.Errorf("a collected follower still pins %d positions", p)
+	}
+	mustPanic(t, "a prefix from itself", func() { src.SharePrefix(src, 2) })
+}
+
+func mustPanic(t *testing.T, what string, f func()) {
+	t.Helper()
+	defer func() {
+		if recover() == nil {
+			t.Errorf("%s did not panic", what)
+		}
+	}()
+	f()
 }
