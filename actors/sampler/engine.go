@@ -557,6 +557,10 @@ func (e *Engine) keep(s *sequence) {
 	if len(held) != n {
 		panic(fmt.Sprintf("sampler: a cache of %d positions with %d known tokens", n, len(held)))
 	}
+	// A kept cache holds its own positions: one that read its lead's
+	// prompt in place copies it now, so the lead's cache is neither kept
+	// alive nor pinned by the pool, whose limits count only its entries.
+	s.cache.Own()
 	e.pool.put(s.cache, held)
 	e.poolChanged()
 }

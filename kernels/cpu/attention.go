@@ -130,6 +130,10 @@ func causalSoftmax(row []float32, n int, scale float64) {
 	clear(row[n:])
 }
 
+// groupThreads is the cores AttentionPrefixGroup slices its members for
+// (a variable so that tests can ask for more than the machine has).
+var groupThreads = blas.Threads
+
 // AttentionPrefixGroup is AttentionPrefix for several one-row queries that
 // share the prefix kb, vb (the decoding steps of a group's sequences): it
 // equals calling AttentionPrefix(dst[i], q[i], kb, vb, k[i], v[i], …) for
@@ -185,7 +189,7 @@ func (Backend) AttentionPrefixGroup(dst, q []kernels.Tensor, kb, vb kernels.Tens
 	group := nHeads / nKVHeads
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	ld := nb + longest
-	parts := max(1, min(m, (blas.Threads()+nKVHeads-1)/nKVHeads))
+	parts := max(1, min(m, (groupThreads()+nKVHeads-1)/nKVHeads))
 	per := (m + parts - 1) / parts
 	parts = (m + per - 1) / per
 	items := nKVHeads * parts

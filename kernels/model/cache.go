@@ -70,12 +70,33 @@ func (c *Cache) Truncate(n int) {
 // Reset empties the cache for a new sequence. It must not be pinned.
 func (c *Cache) Reset() { c.Truncate(0) }
 
-// Release drops the cache's share of another cache's prefix (see
-// SharePrefix), which that cache may then change; call it on a cache that
-// is dropped while it still holds its positions. The cache is empty after.
+// Release lets go of the cache, which its owner is about to drop: it stops
+// sharing another cache's prefix (which that cache may then change) and is
+// emptied, unless other caches still read its own first positions (it is
+// pinned): then it keeps them, and only positions after them could ever
+// be written again.
 func (c *Cache) Release() {
+	if c.base != nil {
+		c.unshare(0)
+		c.n = 0
+		return
+	}
+	if c.Pinned() == 0 {
+		c.n = 0
+	}
+}
+
+// Own copies the prefix the cache reads from another cache into its own
+// memory and stops sharing it, so that the other cache is no longer kept
+// alive or pinned by this one (a cache put aside for later reuse does
+// this). It does nothing to a cache that shares no prefix.
+func (c *Cache) Own() {
+	if c.base == nil {
+		return
+	}
+	root, nb := c.base, c.nb
+	c.copyRows(root, 0, nb)
 	c.unshare(0)
-	c.n = 0
 }
 
 // Shared is how many of the cache's positions are read from the cache it
@@ -127,12 +148,12 @@ func (m *Model) CanShare() bool {
 // whether it shared. The conditions on n are CopyPrefix's.
 func (c *Cache) SharePrefix(src *Cache, n int) bool {
 	c.checkPrefix(src, n)
-	if n == c.n {
-		return c.base != nil
-	}
 	root, limit := src, src.n
 	if src.base != nil {
 		root, limit = src.base, src.nb
+	}
+	if n == c.n {
+		return c.base != nil && c.base == root
 	}
 	if !c.m.CanShare() || n > limit || c.n != c.nb || (c.base != nil && c.base != root) || root == c {
 		c.CopyPrefix(src, n)

@@ -67,7 +67,12 @@ func (r *Runner) prefixGroups(caches []*Cache, tokens [][]int32) {
 		g := slices.IndexFunc(r.groups, func(g prefixGroup) bool { return g.root == c.base && g.nb == c.nb })
 		if g < 0 {
 			g = len(r.groups)
-			r.groups = append(r.groups, prefixGroup{root: c.base, nb: c.nb})
+			if g < cap(r.groups) {
+				r.groups = r.groups[:g+1] // reuses the element's members
+			} else {
+				r.groups = append(r.groups, prefixGroup{})
+			}
+			r.groups[g].root, r.groups[g].nb, r.groups[g].members = c.base, c.nb, r.groups[g].members[:0]
 		}
 		r.groups[g].members = append(r.groups[g].members, i)
 	}
@@ -84,12 +89,21 @@ func (r *Runner) prefixGroups(caches []*Cache, tokens [][]int32) {
 			}
 		}
 	}
-	r.groups = slices.DeleteFunc(r.groups, func(g prefixGroup) bool { return len(g.members) < 2 })
-	for _, g := range r.groups {
-		for _, i := range g.members {
+	kept := 0
+	for g := range r.groups {
+		if len(r.groups[g].members) < 2 {
+			continue
+		}
+		r.groups[kept], r.groups[g] = r.groups[g], r.groups[kept] // members' buffers swap too
+		for _, i := range r.groups[kept].members {
 			r.grouped[i] = true
 		}
+		kept++
 	}
+	for g := kept; g < len(r.groups); g++ {
+		r.groups[g].root = nil // holds no cache alive
+	}
+	r.groups = r.groups[:kept]
 }
 
 type views struct {
@@ -164,6 +178,9 @@ func (r *Runner) Forward(caches []*Cache, tokens [][]int32, all bool) (Logits, e
 	for i, cache := range caches {
 		cache.n += len(tokens[i])
 	}
+	for g := range r.groups {
+		r.groups[g].root = nil
+	}
 
 	if all {
 		w.OutputNorm.Forward(b, s.h, s.x, c.NormEps)
@@ -215,6 +232,8 @@ func (r *Runner) attention(a *Attention, l int, caches []*Cache, tokens [][]int3
 		}
 		bk, bv := g.root.k[l], g.root.v[l]
 		b.(kernels.PrefixAttention).AttentionPrefixGroup(r.gDst, r.gQ, b.Slice(bk, 0, g.nb), b.Slice(bv, 0, g.nb), r.gK, r.gV, c.Heads, c.KVHeads)
+		clear(r.gK) // views of caches the runner must not keep alive
+		clear(r.gV)
 	}
 	for i, cache := range caches {
 		if r.grouped[i] {

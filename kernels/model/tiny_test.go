@@ -476,6 +476,22 @@ func TestSharePrefix(t *testing.T) {
 	if a.Shared() != 6 || src.Pinned() != 8 {
 		t.Errorf("after truncating a to 6: a shares %d, source pinned %d (b reads 8)", a.Shared(), src.Pinned())
 	}
+	// A cache put aside owns its positions: Own copies what it read.
+	b.Own()
+	if b.Shared() != 0 || src.Pinned() != 6 {
+		t.Errorf("after b.Own: b shares %d, source pinned %d (a reads 6)", b.Shared(), src.Pinned())
+	}
+	if l, err = r.Forward([]*Cache{b}, [][]int32{tinyIDs[b.Len():]}, true); err != nil {
+		t.Fatal(err)
+	}
+	if msg := kernelstest.Mismatch(l.Data, full[10*v:], tinyTol); msg != "" {
+		t.Errorf("after Own: %s", msg)
+	}
+	// A released source that others still read keeps those positions.
+	src.Release()
+	if src.Len() != 10 {
+		t.Errorf("a pinned source released: holds %d positions, want its 10", src.Len())
+	}
 	b.Release()
 	a.Reset()
 	if src.Pinned() != 0 || b.Len() != 0 || a.Shared() != 0 {
