@@ -59,13 +59,14 @@ echo "== $(date -u +%FT%TZ) old=$old new=$new load=$(cut -d' ' -f1-3 /proc/loada
 if [ ! -d prep/db ]; then
 	measure prep "$old" "$work/prep" --seed 1 --tasks 6 --hint-levels 4,3 --steps 0 --warm-start-epochs 0 --eval-tasks 0
 fi
-for arm in old new new-q8 new-q8-avx2 old2 new2; do
+for arm in ${ARMS:-old new new-q8 new-q8-avx2 old2 new2}; do
 	rm -rf "d-$arm"
 	cp -a prep "d-$arm"
 	case $arm in
+	old-q8*) FROGNANO_POLICY_QUANTIZATION=q8_0 measure "$arm" "$old" "$work/d-$arm" "${common[@]}" ;;
 	old*) measure "$arm" "$old" "$work/d-$arm" "${common[@]}" ;;
-	new-q8) FROGNANO_POLICY_QUANTIZATION=q8_0 measure "$arm" "$new" "$work/d-$arm" "${common[@]}" ;;
-	new-q8-avx2) FROGNANO_POLICY_QUANTIZATION=q8_0 FROGNANO_Q8=avx2 measure "$arm" "$new" "$work/d-$arm" "${common[@]}" ;;
+	new-q8-avx2*) FROGNANO_POLICY_QUANTIZATION=q8_0 FROGNANO_Q8=avx2 measure "$arm" "$new" "$work/d-$arm" "${common[@]}" ;;
+	new-q8*) FROGNANO_POLICY_QUANTIZATION=q8_0 measure "$arm" "$new" "$work/d-$arm" "${common[@]}" ;;
 	new*) measure "$arm" "$new" "$work/d-$arm" "${common[@]}" ;;
 	esac
 	rm -rf "d-$arm"

@@ -134,6 +134,21 @@ func causalSoftmax(row []float32, n int, scale float64) {
 // (a variable so that tests can ask for more than the machine has).
 var groupThreads = blas.Threads
 
+// memberParts is how many parts AttentionPrefixGroup slices its m members
+// into, so that its kvHeads·parts items keep every one of the threads busy:
+// the fewest parts that make the items a multiple of the threads (3 kv
+// heads on 2 cores: 2 parts, 6 items, rather than 3 items, one core idle
+// a third of the time), else enough for one item per thread. Each part
+// reads the prefix again, from the cache the cores share.
+func memberParts(m, kvHeads, threads int) int {
+	for p := 1; p <= min(m, threads); p++ {
+		if kvHeads*p%threads == 0 {
+			return p
+		}
+	}
+	return max(1, min(m, (threads+kvHeads-1)/kvHeads))
+}
+
 // AttentionPrefixGroup is AttentionPrefix for several one-row queries that
 // share the prefix kb, vb (the decoding steps of a group's sequences): it
 // equals calling AttentionPrefix(dst[i], q[i], kb, vb, k[i], v[i], …) for
@@ -189,7 +204,7 @@ func (Backend) AttentionPrefixGroup(dst, q []kernels.Tensor, kb, vb kernels.Tens
 	group := nHeads / nKVHeads
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	ld := nb + longest
-	parts := max(1, min(m, (groupThreads()+nKVHeads-1)/nKVHeads))
+	parts := memberParts(m, nKVHeads, groupThreads())
 	per := (m + parts - 1) / parts
 	parts = (m + per - 1) / per
 	items := nKVHeads * parts

@@ -39,3 +39,18 @@ func TestAttentionPrefixGroupSplit(t *testing.T) {
 		})
 	}
 }
+
+func TestMemberParts(t *testing.T) {
+	for _, c := range []struct{ m, kv, threads, want int }{
+		{4, 3, 2, 2},  // SmolLM2 on two cores: 6 items
+		{4, 2, 2, 1},  // Qwen2.5 on two cores: 2 items
+		{1, 3, 2, 1},  // one member cannot be split
+		{8, 3, 16, 6}, // no multiple of 16 within reach: one item per thread
+		{4, 3, 16, 4}, // at most one part per member
+		{4, 2, 4, 2},
+	} {
+		if got := memberParts(c.m, c.kv, c.threads); got != c.want {
+			t.Errorf("memberParts(%d members, %d kv heads, %d threads) = %d, want %d", c.m, c.kv, c.threads, got, c.want)
+		}
+	}
+}
