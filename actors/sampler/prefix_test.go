@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -604,6 +605,39 @@ func BenchmarkGroupPrompt(b *testing.B) {
 			b.ReportMetric(float64(iter)/b.Elapsed().Seconds(), "groups/s")
 			b.ReportMetric(float64(st.PromptTokens)/float64(iter), "computed-prompt-tokens/group")
 			b.ReportMetric(float64(st.CopiedTokens)/float64(iter), "copied-prompt-tokens/group")
+		})
+	}
+}
+
+// BenchmarkStepDecode plays a GRPO step as `frognano run` starts one: two
+// groups of four episodes, each group on its own 3,000-token prompt, up to
+// 128 sampled tokens each, on Q8_0 weights; the episodes of a group share
+// their prompt's positions read in place ("share", the default on the CPU)
+// or copied ("copy"). Every iteration's tasks differ. The decoding steps,
+// eight sequences over long caches, are where the two differ.
+func BenchmarkStepDecode(b *testing.B) {
+	m := smollm2(b)
+	lines := taskLines(b, m, 3000)
+	for _, mode := range []struct {
+		name string
+		copy bool
+	}{{"share", false}, {"copy", true}} {
+		b.Run(mode.name, func(b *testing.B) {
+			e := newEngine(b, Config{CopyShared: mode.copy, Quantization: "q8_0"})
+			iter := 0
+			for b.Loop() {
+				var wg sync.WaitGroup
+				for g := range 2 {
+					wg.Go(func() {
+						runGroup(b, e, chatPrompt(b, m, taskText(2*iter+g, lines)), 4, 128, uint64(iter))
+					})
+				}
+				wg.Wait()
+				iter++
+			}
+			st := e.Stats()
+			b.ReportMetric(float64(st.GeneratedTokens)/float64(iter), "sampled-tokens/step")
+			b.ReportMetric(float64(st.SharedTokens)/float64(iter), "shared-prompt-tokens/step")
 		})
 	}
 }

@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/frognano/frognano/kernels"
 	"github.com/frognano/frognano/kernels/cpu/blas"
@@ -180,7 +181,6 @@ func (Backend) AttentionPrefixGroup(dst, q []kernels.Tensor, kb, vb kernels.Tens
 	mustMatrix(op, "vb", vbs, nb, kc)
 	ds, qs, ks, vs := make([][]float32, m), make([][]float32, m), make([][]float32, m), make([][]float32, m)
 	own := make([]int, m)
-	longest := 0
 	for i := range m {
 		di, qi, ki, vi := host(dst[i]), host(q[i]), host(k[i]), host(v[i])
 		own[i] = ki.Rows()
@@ -196,19 +196,27 @@ func (Backend) AttentionPrefixGroup(dst, q []kernels.Tensor, kb, vb kernels.Tens
 			mustNotOverlap(op, di, host(dst[j]))
 		}
 		ds[i], qs[i], ks[i], vs[i] = di.Data(), qi.Data(), ki.Data(), vi.Data()
-		longest = max(longest, own[i])
 	}
 	if hd == 0 {
 		return
 	}
+	decodeGroup(ds, qs, ks, vs, own, kbs.Data(), vbs.Data(), nb, nHeads, nKVHeads, hd)
+}
+
+// decodeGroup is AttentionPrefixGroup after validation: member i's one
+// query row qs[i] over the nb rows of kbd, vbd and its own[i] rows of
+// ks[i], vs[i], into ds[i]; rows are nHeads·hd (queries, outputs) and
+// nKVHeads·hd (keys, values) long.
+func decodeGroup(ds, qs, ks, vs [][]float32, own []int, kbd, vbd []float32, nb, nHeads, nKVHeads, hd int) {
+	m := len(qs)
+	kc := nKVHeads * hd
 	group := nHeads / nKVHeads
 	scale := float32(1 / math.Sqrt(float64(hd)))
-	ld := nb + longest
+	ld := nb + slices.Max(own)
 	parts := memberParts(m, nKVHeads, groupThreads())
 	per := (m + parts - 1) / parts
 	parts = (m + per - 1) / per
 	items := nKVHeads * parts
-	kbd, vbd := kbs.Data(), vbs.Data()
 	forStrided(items, per*group*ld*(4*hd+costExp), func(w, nw int) {
 		rowsMax := per * group
 		qbuf := make([]float32, rowsMax*hd)
@@ -224,11 +232,11 @@ func (Backend) AttentionPrefixGroup(dst, q []kernels.Tensor, kb, vb kernels.Tens
 				copy(qbuf[r*hd:(r+group)*hd], qs[i][g*group*hd:(g+1)*group*hd])
 			}
 			if nb > 0 {
-				blas.Gemm(true, rows, nb, hd, qbuf, hd, kbd[kvOff:], kc, p, ld)
+				scores(p, ld, qbuf, hd, rows, kbd[kvOff:], kc, nb, hd)
 			}
 			for i := lo; i < hi; i++ {
 				r := (i - lo) * group
-				blas.Gemm(true, group, own[i], hd, qbuf[r*hd:], hd, ks[i][kvOff:], kc, p[r*ld+nb:], ld)
+				scores(p[r*ld+nb:], ld, qbuf[r*hd:], hd, group, ks[i][kvOff:], kc, own[i], hd)
 				for j := r; j < r+group; j++ {
 					row := p[j*ld : (j+1)*ld]
 					if simd.On() {
@@ -239,13 +247,25 @@ func (Backend) AttentionPrefixGroup(dst, q []kernels.Tensor, kb, vb kernels.Tens
 				}
 			}
 			if nb > 0 {
-				blas.Gemm(false, rows, hd, nb, p, ld, vbd[kvOff:], kc, obuf, hd)
+				weigh(obuf, hd, p, ld, rows, vbd[kvOff:], kc, nb, hd, false)
 			}
 			for i := lo; i < hi; i++ {
 				r := (i - lo) * group
-				blas.GemmFull(false, false, nb > 0, group, hd, own[i], p[r*ld+nb:], ld, vs[i][kvOff:], kc, obuf[r*hd:], hd)
+				weigh(obuf[r*hd:], hd, p[r*ld+nb:], ld, group, vs[i][kvOff:], kc, own[i], hd, nb > 0)
 				copy(ds[i][g*group*hd:(g+1)*group*hd], obuf[r*hd:(r+group)*hd])
 			}
 		}
 	})
+}
+
+// scores sets the rows×n matrix p (rows ldp apart) to q·kᵀ: q is rows×hd,
+// k is n×hd, with their leading dimensions.
+func scores(p []float32, ldp int, q []float32, ldq, rows int, k []float32, ldk, n, hd int) {
+	blas.Gemm(true, rows, n, hd, q, ldq, k, ldk, p, ldp)
+}
+
+// weigh sets the rows×hd matrix o to p·v, or adds it to o with acc: p is
+// rows×n, v is n×hd.
+func weigh(o []float32, ldo int, p []float32, ldp, rows int, v []float32, ldv, n, hd int, acc bool) {
+	blas.GemmFull(false, false, acc, rows, hd, n, p, ldp, v, ldv, o, ldo)
 }
