@@ -1,6 +1,7 @@
 package blas
 
 import (
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -35,10 +36,12 @@ type planKey struct {
 
 // plan is one shape's trials and, once made, its choice.
 type plan struct {
-	choice atomic.Int32 // 0 while trying, planSplit or planWhole after
-	mu     sync.Mutex
-	calls  [2]int             // calls each way so far, the untimed first included
-	timed  [2][]time.Duration // the timed calls each way, in order
+	choice  atomic.Int32 // 0 while trying, planSplit or planWhole after
+	mu      sync.Mutex
+	calls   [2]int             // calls each way so far, the untimed first included
+	checked int                // the bits check: checkNow, checkRunning or checkSame
+	differs bool               // the whole call's bits differed from the split's
+	timed   [2][]time.Duration // the timed calls each way, in order
 }
 
 const (
@@ -100,6 +103,31 @@ func product(split func(), transA, transB, accumulate bool, m, n, k int, a []flo
 		way = 1
 	}
 	p.mu.Unlock()
+	if way == 1 {
+		// The first whole call checks that the two ways give the same
+		// bits, as they do where each element's sum runs in one order
+		// either way. Some library builds on some processors do not
+		// (OpenBLAS 0.3.34's sgemm on an AMD Zen 3 rounds a column
+		// differently by where it sits in the call): then the shape is
+		// split for good, so that a product never depends on whether the
+		// cores were free. Until the check has passed, other calls split.
+		switch p.check() {
+		case checkNow:
+			same := sameBits(c, ldc, m, n, whole, split)
+			p.mu.Lock()
+			if same {
+				p.checked = checkSame
+			} else {
+				p.differs = true
+				p.choice.Store(planSplit)
+			}
+			p.mu.Unlock()
+			return
+		case checkRunning:
+			split()
+			return
+		}
+	}
 	start := time.Now()
 	var counted bool
 	if way == 1 {
@@ -129,6 +157,55 @@ func product(split func(), transA, transB, accumulate bool, m, n, k int, a []flo
 			p.choice.Store(planSplit)
 		}
 	}
+}
+
+// The bits check's states (plan.checked).
+const (
+	checkNow     = 0 // not begun: the caller runs it
+	checkRunning = 1
+	checkSame    = 2
+)
+
+// check returns the bits check's state, claiming the check for the caller
+// (checkNow) if it has not begun.
+func (p *plan) check() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.checked
+	if st == checkNow {
+		p.checked = checkRunning
+	}
+	return st
+}
+
+// sameBits computes the m×n product in c (ldc apart) both ways, whole (if
+// the cores are free) and then split, leaving the split result in c, and
+// reports whether the whole call gave the same bits or could not run.
+func sameBits(c []float32, ldc, m, n int, whole func() bool, split func()) bool {
+	rows := func(dst, src []float32, ld int) {
+		for i := range m {
+			copy(dst[i*ld:i*ld+n], src[i*ldc:i*ldc+n])
+		}
+	}
+	orig, got := make([]float32, m*n), make([]float32, m*n)
+	rows(orig, c, n)
+	if !whole() {
+		split()
+		return true
+	}
+	rows(got, c, n)
+	for i := range m {
+		copy(c[i*ldc:i*ldc+n], orig[i*n:(i+1)*n])
+	}
+	split()
+	for i := range m {
+		for j := range n {
+			if math.Float32bits(c[i*ldc+j]) != math.Float32bits(got[i*n+j]) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // wholeWins counts the pairs of neighbouring trials in which the whole
@@ -164,6 +241,7 @@ type Plan struct {
 	M, N, K    int  // as the product's function takes them
 	Whole      bool // one sgemm of the parallel instance; else split in Go
 	Decided    bool // false while its trials run
+	BitsDiffer bool // decided split because a whole call's bits differed from a split one's
 	Pairs      int  // timed pairs so far
 	WholeWins  int  // pairs in which the whole call was the faster
 }
@@ -175,7 +253,7 @@ func Plans() []Plan {
 		key, p := k.(planKey), v.(*plan)
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		pl := Plan{Accumulate: key.ac, Whole: p.choice.Load() == planWhole, Decided: p.choice.Load() != 0,
+		pl := Plan{Accumulate: key.ac, Whole: p.choice.Load() == planWhole, Decided: p.choice.Load() != 0, BitsDiffer: p.differs,
 			Pairs: min(len(p.timed[0]), len(p.timed[1])), WholeWins: wholeWins(p.timed)}
 		switch key.op {
 		case 'T':
