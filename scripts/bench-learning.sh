@@ -18,7 +18,8 @@
 # Needs bin/frognano (make build), containerd and the model (make model).
 # Environment: FROGNANO (the binary, default bin/frognano), MODEL (default smollm2-135m),
 # TRAIN_LAYERS (0: every layer; N: the top N, run --train-layers), LR (2e-5), WARM_LR (3e-4),
-# PARALLEL (episodes at once, 16), SEED (1), EVAL_K (3),
+# PARALLEL (episodes at once, 16), SEED (1), GROUP (episodes per task, 4), TASKS_PER_STEP (4),
+# EVAL_K (3), EVAL_HINTS (hint levels of the held-out tasks played, 3,4),
 # EVAL_EVERY (5), POOL_H4 / POOL_H3 (tasks per training environment at hint
 # levels 4 and 3: 6 and 3), WARM_TASKS (96), WARM_EPOCHS (2), EVAL_TASKS (36), ARMS
 # ("frontier uniform"), PREPARE_ONLY (set: register and synthesize only).
@@ -80,10 +81,10 @@ for arm in ${ARMS:-frontier uniform}; do
   (
     $F --data-dir "$d" run --run "bench-$arm-$stamp" --model "$model" --seed "$seed" --sampler "$arm" \
       --env six==1.16.0 --tasks 0 --budget "$budget" --steps 1000 \
-      --tasks-per-step 4 --group 4 --lr "${LR:-2e-5}" --parallel "${PARALLEL:-16}" --train-layers "${TRAIN_LAYERS:-0}" \
+      --tasks-per-step "${TASKS_PER_STEP:-4}" --group "${GROUP:-4}" --lr "${LR:-2e-5}" --parallel "${PARALLEL:-16}" --train-layers "${TRAIN_LAYERS:-0}" \
       --warm-start-epochs "${WARM_EPOCHS:-2}" --warm-start-tasks "${WARM_TASKS:-96}" --warm-start-batch 8 --warm-start-envs "$warm" \
       --warm-start-lr "${WARM_LR:-3e-4}" \
-      --eval-tasks "${EVAL_TASKS:-36}" --eval-k "${EVAL_K:-3}" --eval-hints 3,4 --eval-every "${EVAL_EVERY:-5}"
+      --eval-tasks "${EVAL_TASKS:-36}" --eval-k "${EVAL_K:-3}" --eval-hints "${EVAL_HINTS:-3,4}" --eval-every "${EVAL_EVERY:-5}"
     $F --data-dir "$d" runs show "bench-$arm-$stamp" --json "/tmp/bench-$arm-$stamp.json" >/dev/null
   ) >"/tmp/bench-$arm-$stamp.log" 2>&1 &
   pids+=($!)
