@@ -350,7 +350,8 @@ func TestSynthesisControl(t *testing.T) {
 	p := Params{TargetFrontier: 10, MaxRequestTasks: 4, Operators: []string{"off_by_one", "remove_branch"}, SpecBackoff: 5, RequestTimeout: time.Hour}
 	e := f.open(t, p)
 	// A model that finds hint 2 easy, hint 0 hard, two bugs harder still.
-	e.state.Model.Weights = map[string]float64{"bias": 0, "hint=2": 2.5, "hint=1": 0.3, "hint=0": -0.3, "bugs=2": -1.5, "bugs=3": -3, "op=remove_branch": -0.2}
+	// (Hint levels 3 and 4 no easier than 2.)
+	e.state.Model.Weights = map[string]float64{"bias": -0.3, "hint>=1": 0.6, "hint>=2": 2.2, "bugs>=2": -1.5, "bugs>=3": -1.5, "op=remove_branch": -0.2}
 	recs, err := e.PlanSynthesis(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -455,7 +456,7 @@ func TestSynthesisDeferredWhileUntriedAsNear(t *testing.T) {
 	// predicted higher than any setting, hint 0 ones lower than the best.
 	p := Params{TargetFrontier: 10, MaxRequestTasks: 4, Operators: []string{"off_by_one"}, HintLevels: []int{0, 1}, Bugs: []int{1}, RequestTimeout: time.Hour}
 	e := f.open(t, p)
-	e.state.Model.Weights = map[string]float64{"bias": -4, "hint=2": 1, "hint=1": 0.5}
+	e.state.Model.Weights = map[string]float64{"bias": -4, "hint>=1": 0.5, "hint>=2": 0.5}
 	recs, err := e.PlanSynthesis(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -811,5 +812,100 @@ func TestSnapshotSplitsBandsByHintLevel(t *testing.T) {
 	}
 	if len(active) != 2 || active[1] != 2 || active[3] != 1 {
 		t.Errorf("active tasks by hint level %v, want two at level 1 and one at level 3", active)
+	}
+}
+
+// TestFailingPolicyGetsEasierTasks replays what a learning run of a weak
+// policy saw (docs/learning.md, 2026-12-07): a pool of tasks at hint
+// levels 3 and 4 with one bug, every episode failed but one at level 4.
+// The difficulty model must then predict no setting with less hint or more
+// bugs as easier than what was played, and synthesis must ask for the
+// easiest setting (hint 4, one bug) — with one-hot levels it asked for
+// hint 0 and two or three bugs, the levels it had never seen fail. Once
+// the policy solves level 4 nearly always, synthesis moves to harder
+// settings.
+func TestFailingPolicyGetsEasierTasks(t *testing.T) {
+	ctx := context.Background()
+	var pool []*records.Task
+	for i := range 12 {
+		pool = append(pool, task(fmt.Sprintf("h4-%d", i), "six", "off_by_one", 1, 4), task(fmt.Sprintf("h3-%d", i), "six", "negate_condition", 1, 3))
+	}
+	f := newFixture(t, pool...)
+	p := Params{TargetFrontier: 10, MaxRequestTasks: 4, Operators: []string{"off_by_one", "negate_condition"}, MaxDeferral: time.Nanosecond, RequestTimeout: time.Hour}
+	e := f.open(t, p)
+	for round := range 4 {
+		for i := range 12 {
+			r4 := []float64{0, 0, 0, 0, 0, 0, 0, 0}
+			if i == 0 && round == 0 {
+				r4[0] = 1
+			}
+			if _, err := e.Record(ctx, outcomes(fmt.Sprintf("h4-%d", i), 0, r4...)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.Record(ctx, outcomes(fmt.Sprintf("h3-%d", i), 0, 0, 0, 0, 0, 0, 0, 0, 0)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	at := func(op string, bugs, hint int) float64 {
+		return predict(e.State().GetModel(), FeaturesOf(task("x", "six", op, bugs, hint)))
+	}
+	for _, op := range []string{"off_by_one", "negate_condition"} {
+		for hint := range 4 {
+			if at(op, 1, hint) > at(op, 1, hint+1)+1e-12 {
+				t.Errorf("%s: hint %d predicted %.4f, above hint %d's %.4f", op, hint, at(op, 1, hint), hint+1, at(op, 1, hint+1))
+			}
+		}
+		for bugs := 2; bugs <= 3; bugs++ {
+			if at(op, bugs, 4) > at(op, 1, 4)+1e-12 {
+				t.Errorf("%s: %d bugs predicted %.4f, above one bug's %.4f", op, bugs, at(op, bugs, 4), at(op, 1, 4))
+			}
+		}
+	}
+	f.clock = f.clock.Add(time.Minute) // past MaxDeferral
+	recs, err := e.PlanSynthesis(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 {
+		t.Fatalf("planned %d requests, want 1", len(recs))
+	}
+	if s := recs[0].GetSpec(); s.GetHintLevel() != 4 || s.GetBugs() != 1 {
+		t.Errorf("a policy that solves nothing got %s (predicted %.3f): want hint 4, one bug", SpecKey(s), recs[0].GetPredicted())
+	}
+	if err := e.Delivered(ctx, recs[0].GetId(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The policy now solves hint 4 nearly always (new tasks: the failed
+	// ones are retired as hopeless).
+	var more []*records.Task
+	for i := range 12 {
+		more = append(more, task(fmt.Sprintf("g4-%d", i), "six", "off_by_one", 1, 4))
+	}
+	if err := f.mem.Tasks().PutMany(ctx, more); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 30 {
+		for i := range 12 {
+			if _, err := e.Record(ctx, outcomes(fmt.Sprintf("g4-%d", i), 1, 1, 1, 1, 1, 1, 1, 1, 0)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got := at("off_by_one", 1, 4); got < 0.7 {
+		t.Fatalf("hint 4 predicted %.3f after the policy solved it", got)
+	}
+	recs, err = e.PlanSynthesis(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 {
+		t.Fatalf("planned %d requests after the policy improved, want 1", len(recs))
+	}
+	if s := recs[0].GetSpec(); s.GetHintLevel() == 4 && s.GetBugs() == 1 {
+		t.Errorf("after the policy mastered hint 4 it got %s (predicted %.3f) again: want a harder setting", SpecKey(s), recs[0].GetPredicted())
 	}
 }

@@ -65,11 +65,35 @@ type feature struct {
 	value float64
 }
 
-// vector is the model's input: a bias, one-hot categorical features (the
-// operators share a total weight of one) and the numeric features.
+// The hint level and the number of bugs are ordered: more hint never makes
+// a task harder, and more bugs never make it easier. They enter the model
+// as steps ("hint>=k" is 1 for every level from k up, "bugs>=k" for every
+// count from k up) whose weights learn clamps to one sign (nonnegative for
+// hints, nonpositive for bugs), so that a level is always predicted at least
+// as easy as every level with less hint or more bugs. One-hot levels would
+// not be: a level never played keeps its prior weight while the levels
+// played are pushed down by failures, so when a policy solves nothing the
+// least-played settings (no hint, three bugs) look easiest, and synthesis
+// asks for the hardest tasks it can make (measured: docs/learning.md,
+// 2026-12-07).
+const (
+	hintStep = "hint>="
+	bugsStep = "bugs>="
+	maxHint  = 4 // the easiest hint level (harness.HintSearch)
+	maxBugs  = 4 // bug counts from here up share one setting
+)
+
+// vector is the model's input: a bias, the hint and bug steps, one-hot
+// categorical features (the operators share a total weight of one) and the
+// numeric features. Features of value 0 are left out.
 func (f Features) vector() []feature {
-	v := []feature{{"bias", 1}, {"env=" + f.Environment, 1}, {fmt.Sprintf("bugs=%d", min(f.Bugs, 4)), 1},
-		{fmt.Sprintf("hint=%d", f.HintLevel), 1}, {"mode=" + f.Mode, 1}}
+	v := []feature{{"bias", 1}, {"env=" + f.Environment, 1}, {"mode=" + f.Mode, 1}}
+	for k := 1; k <= min(f.HintLevel, maxHint); k++ {
+		v = append(v, feature{fmt.Sprintf("%s%d", hintStep, k), 1})
+	}
+	for k := 2; k <= min(f.Bugs, maxBugs); k++ {
+		v = append(v, feature{fmt.Sprintf("%s%d", bugsStep, k), 1})
+	}
 	for _, op := range f.Operators {
 		v = append(v, feature{"op=" + op, 1 / float64(len(f.Operators))})
 	}

@@ -3,6 +3,7 @@ package frontier
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	records "github.com/frognano/frognano/persistence/records/v1"
 )
@@ -62,7 +63,7 @@ func learn(m *records.DifficultyModel, f Features, successes, episodes, weight, 
 	g := weight * (successes - episodes*p)
 	for _, x := range f.vector() {
 		w := m.Weights[x.name]
-		m.Weights[x.name] = w + rate*(g*x.value-l2*w)
+		m.Weights[x.name] = signed(x.name, w+rate*(g*x.value-l2*w))
 		m.Evidence[x.name] += episodes * weight
 	}
 	for i, x := range f.numeric() {
@@ -72,4 +73,17 @@ func learn(m *records.DifficultyModel, f Features, successes, episodes, weight, 
 		m.NumericMeans[key] += (x - m.NumericMeans[key]) / n
 	}
 	m.Updates++
+}
+
+// signed keeps an ordered feature's weight on its side of zero (see
+// Features.vector): a hint step's is never negative, a bug step's never
+// positive.
+func signed(name string, w float64) float64 {
+	switch {
+	case strings.HasPrefix(name, hintStep):
+		return max(w, 0)
+	case strings.HasPrefix(name, bugsStep):
+		return min(w, 0)
+	}
+	return w
 }

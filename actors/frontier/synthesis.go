@@ -102,6 +102,7 @@ func (e *Estimator) rankSpecs(st *records.FrontierState, envs []string, perSpec 
 		rec    *records.SynthesisRecord
 		inBand bool
 		score  float64
+		ease   int // hint level less bugs: ties outside the band go toward it
 		key    string
 	}
 	centre := (e.p.BandLow + e.p.BandHigh) / 2
@@ -121,7 +122,7 @@ func (e *Estimator) rankSpecs(st *records.FrontierState, envs []string, perSpec 
 							continue
 						}
 						p := predict(st.Model, specFeatures(spec, st.Model))
-						s := scored{rec: &records.SynthesisRecord{Spec: spec, Predicted: p}, key: key}
+						s := scored{rec: &records.SynthesisRecord{Spec: spec, Predicted: p}, key: key, ease: hint - bugs}
 						s.inBand = p >= e.p.BandLow && p <= e.p.BandHigh
 						if s.inBand {
 							s.score = math.Abs(p - centre)
@@ -146,6 +147,15 @@ func (e *Estimator) rankSpecs(st *records.FrontierState, envs []string, perSpec 
 		}
 		if c := cmp.Compare(x.score, y.score); c != 0 {
 			return c
+		}
+		// Settings predicted alike outside the band (a model that has seen
+		// only failures predicts every hint level at or below the one
+		// played alike): below it the easier first, above it the harder.
+		if !x.inBand && x.ease != y.ease {
+			if x.rec.GetPredicted() < e.p.BandLow {
+				return cmp.Compare(y.ease, x.ease)
+			}
+			return cmp.Compare(x.ease, y.ease)
 		}
 		return cmp.Compare(x.key, y.key)
 	})
