@@ -831,9 +831,35 @@ func TestFailingPolicyGetsEasierTasks(t *testing.T) {
 		pool = append(pool, task(fmt.Sprintf("h4-%d", i), "six", "off_by_one", 1, 4), task(fmt.Sprintf("h3-%d", i), "six", "negate_condition", 1, 3))
 	}
 	f := newFixture(t, pool...)
-	p := Params{TargetFrontier: 10, MaxRequestTasks: 4, Operators: []string{"off_by_one", "negate_condition"}, MaxDeferral: time.Nanosecond, RequestTimeout: time.Hour}
+	p := Params{TargetFrontier: 100, MaxRequestTasks: 4, Operators: []string{"off_by_one", "negate_condition"}, MaxDeferral: time.Nanosecond, RequestTimeout: time.Hour}
 	e := f.open(t, p)
+	// Before any outcome every setting is predicted alike (in the band):
+	// the first request is for the easiest.
+	first, err := e.PlanSynthesis(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first) != 1 || first[0].GetSpec().GetHintLevel() != 4 || first[0].GetSpec().GetBugs() != 1 {
+		t.Fatalf("first request of an untrained model: %v, want hint 4, one bug", first)
+	}
+	fs := first[0].GetSpec()
+	var made []string
+	for i := range 4 {
+		id := fmt.Sprintf("s-%d", i)
+		if err := f.mem.Tasks().PutMany(ctx, []*records.Task{task(id, fs.GetEnvironment(), fs.GetOperators()[0], int(fs.GetBugs()), int(fs.GetHintLevel()))}); err != nil {
+			t.Fatal(err)
+		}
+		made = append(made, id)
+	}
+	if err := e.Delivered(ctx, first[0].GetId(), made, nil); err != nil {
+		t.Fatal(err)
+	}
 	for round := range 4 {
+		for _, id := range made {
+			if _, err := e.Record(ctx, outcomes(id, 0, 0, 0, 0, 0, 0, 0, 0, 0)); err != nil {
+				t.Fatal(err)
+			}
+		}
 		for i := range 12 {
 			r4 := []float64{0, 0, 0, 0, 0, 0, 0, 0}
 			if i == 0 && round == 0 {

@@ -148,14 +148,17 @@ func (e *Estimator) rankSpecs(st *records.FrontierState, envs []string, perSpec 
 		if c := cmp.Compare(x.score, y.score); c != 0 {
 			return c
 		}
-		// Settings predicted alike outside the band (a model that has seen
-		// only failures predicts every hint level at or below the one
-		// played alike): below it the easier first, above it the harder.
-		if !x.inBand && x.ease != y.ease {
-			if x.rec.GetPredicted() < e.p.BandLow {
-				return cmp.Compare(y.ease, x.ease)
+		// Settings ranked alike: above the band the harder first; in it
+		// and below it the easier first. A model that has seen only
+		// failures predicts every hint level at or below the one played
+		// alike, and one that has seen nothing predicts every setting
+		// alike, in the band: a new policy is more often too weak than too
+		// strong.
+		if x.ease != y.ease {
+			if !x.inBand && x.rec.GetPredicted() > e.p.BandHigh {
+				return cmp.Compare(x.ease, y.ease)
 			}
-			return cmp.Compare(x.ease, y.ease)
+			return cmp.Compare(y.ease, x.ease)
 		}
 		return cmp.Compare(x.key, y.key)
 	})
