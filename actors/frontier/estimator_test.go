@@ -830,6 +830,9 @@ func TestFailingPolicyGetsEasierTasks(t *testing.T) {
 	for i := range 12 {
 		pool = append(pool, task(fmt.Sprintf("h4-%d", i), "six", "off_by_one", 1, 4), task(fmt.Sprintf("h3-%d", i), "six", "negate_condition", 1, 3))
 	}
+	for _, t := range pool {
+		t.Difficulty.FailingTests = 4 // more than a setting never made would assume
+	}
 	f := newFixture(t, pool...)
 	p := Params{TargetFrontier: 100, MaxRequestTasks: 4, Operators: []string{"off_by_one", "negate_condition"}, MaxDeferral: time.Nanosecond, RequestTimeout: time.Hour}
 	e := f.open(t, p)
@@ -885,6 +888,21 @@ func TestFailingPolicyGetsEasierTasks(t *testing.T) {
 		for bugs := 2; bugs <= 3; bugs++ {
 			if at(op, bugs, 4) > at(op, 1, 4)+1e-12 {
 				t.Errorf("%s: %d bugs predicted %.4f, above one bug's %.4f", op, bugs, at(op, bugs, 4), at(op, 1, 4))
+			}
+		}
+	}
+	// So are the settings synthesis ranks, whose numeric features are the
+	// pool's means: a bug count never made borrows those of one bug.
+	spec := func(op string, bugs, hint int) float64 {
+		s := &records.SynthesisSpec{Environment: "six", Operators: []string{op}, Bugs: int32(bugs), HintLevel: int32(hint), Mode: "agent"}
+		return predict(e.State().GetModel(), specFeatures(s, e.State().GetModel()))
+	}
+	for _, op := range []string{"off_by_one", "negate_condition"} {
+		for hint := range 5 {
+			for bugs := 2; bugs <= 3; bugs++ {
+				if spec(op, bugs, hint) > spec(op, bugs-1, hint)+1e-12 {
+					t.Errorf("setting %s hint %d: %d bugs predicted %.4f, above %d bugs' %.4f", op, hint, bugs, spec(op, bugs, hint), bugs-1, spec(op, bugs-1, hint))
+				}
 			}
 		}
 	}

@@ -29,6 +29,12 @@ type Features struct {
 // numericNames are the numeric features, fed to the model as log(1+x).
 var numericNames = []string{"log_edits", "log_files", "log_lines", "log_failing", "log_distance"}
 
+// harderWithMore are the numeric features whose growth never makes a task
+// easier (more edits, files, lines touched, a test farther from the bug):
+// learn keeps their weights nonpositive. The number of failing tests is
+// left free (more failures also say more about the bug).
+var harderWithMore = []string{"log_edits", "log_files", "log_lines", "log_distance"}
+
 // FeaturesOf reads a task's difficulty features. A task without operators
 // takes its provenance's operator; bugs is the number of operators listed
 // (one per planted bug).
@@ -126,10 +132,21 @@ func specFeatures(s *records.SynthesisSpec, m *records.DifficultyModel) Features
 	if f.Mode == "" {
 		f.Mode = "agent"
 	}
+	// A bug count no task has had yet borrows the means of the nearest
+	// smaller count that has (at least fallback): a setting never made
+	// must not look easier than one made already for having fewer edits,
+	// lines or failing tests on paper.
 	mean := func(name string, fallback int) int {
-		key := fmt.Sprintf("bugs=%d/%s", min(bugs, 4), name)
-		if m.GetNumericCounts()[key] > 0 {
-			return int(math.Round(math.Expm1(m.GetNumericMeans()[key])))
+		for b := min(bugs, maxBugs); b >= 1; b-- {
+			key := fmt.Sprintf("bugs=%d/%s", b, name)
+			if m.GetNumericCounts()[key] == 0 {
+				continue
+			}
+			v := int(math.Round(math.Expm1(m.GetNumericMeans()[key])))
+			if b < min(bugs, maxBugs) {
+				v = max(v, fallback)
+			}
+			return v
 		}
 		return fallback
 	}

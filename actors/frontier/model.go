@@ -3,6 +3,7 @@ package frontier
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	records "github.com/frognano/frognano/persistence/records/v1"
@@ -76,13 +77,13 @@ func learn(m *records.DifficultyModel, f Features, successes, episodes, weight, 
 }
 
 // signed keeps an ordered feature's weight on its side of zero (see
-// Features.vector): a hint step's is never negative, a bug step's never
-// positive.
+// Features.vector): a hint step's is never negative, a bug step's and
+// those of harderWithMore never positive.
 func signed(name string, w float64) float64 {
 	switch {
 	case strings.HasPrefix(name, hintStep):
 		return max(w, 0)
-	case strings.HasPrefix(name, bugsStep):
+	case strings.HasPrefix(name, bugsStep), slices.Contains(harderWithMore, name):
 		return min(w, 0)
 	}
 	return w
