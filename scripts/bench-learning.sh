@@ -22,7 +22,8 @@
 # EVAL_K (3), EVAL_HINTS (hint levels of the held-out tasks played, 3,4),
 # EVAL_EVERY (5), POOL_H4 / POOL_H3 (tasks per training environment at hint
 # levels 4 and 3: 6 and 3), WARM_TASKS (96), WARM_EPOCHS (2), EVAL_TASKS (36), ARMS
-# ("frontier uniform"), PREPARE_ONLY (set: register and synthesize only).
+# ("frontier uniform"), PREPARE_ONLY (set: register and synthesize only), MEMORY_LIMIT
+# (each arm's node.memory_limit; default 90% of the machine shared by the arms).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 budget=${1:-60m}
@@ -66,6 +67,11 @@ $F --data-dir "$data" tasks ls | tail -n +2 | wc -l | xargs echo "tasks in the p
 [ -n "${PREPARE_ONLY:-}" ] && exit 0
 
 warm=$(IFS=,; echo "${envs[*]}")
+# Each arm's heap is kept under its share of the machine (node.memory_limit):
+# without a limit the Go collector lets a heap grow to twice what is live,
+# and two Qwen2.5-Coder-0.5B arms then did not fit in 24 GB.
+arms=(${ARMS:-frontier uniform})
+share=$((90 / ${#arms[@]}))
 stamp=$(date +%Y%m%d-%H%M)
 pids=()
 for arm in ${ARMS:-frontier uniform}; do
@@ -79,7 +85,7 @@ for arm in ${ARMS:-frontier uniform}; do
   rm -rf "$d"
   cp -a --sparse=always "$data" "$d"
   (
-    $F --data-dir "$d" run --run "bench-$arm-$stamp" --model "$model" --seed "$seed" --sampler "$arm" \
+    FROGNANO_NODE_MEMORY_LIMIT="${MEMORY_LIMIT:-$share%}" $F --data-dir "$d" run --run "bench-$arm-$stamp" --model "$model" --seed "$seed" --sampler "$arm" \
       --env six==1.16.0 --tasks 0 --budget "$budget" --steps 1000 \
       --tasks-per-step "${TASKS_PER_STEP:-4}" --group "${GROUP:-4}" --lr "${LR:-2e-5}" --parallel "${PARALLEL:-16}" --train-layers "${TRAIN_LAYERS:-0}" \
       --warm-start-epochs "${WARM_EPOCHS:-2}" --warm-start-tasks "${WARM_TASKS:-96}" --warm-start-batch 8 --warm-start-envs "$warm" \

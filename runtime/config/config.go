@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -69,6 +70,63 @@ type Node struct {
 	// included; nodes of one cluster share it. It is required when HTTPAddr
 	// is not a loopback address.
 	APIToken string `yaml:"api_token"`
+	// MemoryLimit is the Go runtime's soft limit on this process's memory
+	// (runtime/debug.SetMemoryLimit): the garbage collector works harder
+	// as the heap nears it, instead of letting the heap grow to twice what
+	// is live between collections, which for a model and its caches of a
+	// few GB is gigabytes that nothing uses. A size ("12GiB", "800MiB",
+	// with GOMEMLIMIT's suffixes B, KiB, MiB, GiB, TiB), a share of the
+	// memory this process may use ("45%": of MemTotal, lowered to its
+	// cgroup's limit), or "off". Empty means GOMEMLIMIT when that is set,
+	// else DefaultMemoryShare. It is a soft limit: a live heap above it is
+	// kept, not killed.
+	MemoryLimit string `yaml:"memory_limit"`
+}
+
+// DefaultMemoryShare is node.memory_limit's default: the share of the
+// memory a process may use that its heap is kept under.
+const DefaultMemoryShare = "90%"
+
+// ParseMemoryLimit reads a node.memory_limit value for a process that may
+// use total bytes: the limit in bytes, or 0 for "off". Empty is
+// DefaultMemoryShare.
+func ParseMemoryLimit(s string, total uint64) (int64, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		s = DefaultMemoryShare
+	}
+	if s == "off" {
+		return 0, nil
+	}
+	if pct, ok := strings.CutSuffix(s, "%"); ok {
+		f, err := strconv.ParseFloat(pct, 64)
+		if err != nil || math.IsNaN(f) || f <= 0 || f > 100 {
+			return 0, fmt.Errorf("node.memory_limit: %q is not a share between 0%% and 100%%", s)
+		}
+		if total == 0 {
+			return 0, fmt.Errorf("node.memory_limit: %q is a share, and this process's memory is unknown: give a size", s)
+		}
+		return int64(float64(total) * f / 100), nil
+	}
+	units := []struct {
+		suffix string
+		mult   float64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}}
+	for _, u := range units {
+		num, ok := strings.CutSuffix(s, u.suffix)
+		if !ok {
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f <= 0 || f*u.mult >= math.MaxInt64 {
+			break
+		}
+		if f*u.mult < 1<<20 {
+			return 0, fmt.Errorf("node.memory_limit: %q is under 1 MiB, too little to run in", s)
+		}
+		return int64(f * u.mult), nil
+	}
+	return 0, fmt.Errorf("node.memory_limit: %q is not a size (12GiB, 800MiB: suffixes B, KiB, MiB, GiB, TiB), a share (90%%) or off", s)
 }
 
 // Remote secures actor remoting (node.remote_addr, gRPC) with mutual TLS:
@@ -418,6 +476,11 @@ func (c *Config) Validate() error {
 		}
 	}
 	if err := c.checkToken(); err != nil {
+		errs = append(errs, err)
+	}
+	// A share is checked against a nominal size here; Start resolves it
+	// against the memory the process may really use.
+	if _, err := ParseMemoryLimit(c.Node.MemoryLimit, 1<<40); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.checkRemoteTLS(); err != nil {

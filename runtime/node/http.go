@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"time"
 
@@ -149,6 +150,14 @@ func (n *Node) serveHTTP() {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(b)
 	}))
+	// Profiles of the running process (net/http/pprof), behind the same
+	// token as every other path: where the heap goes during a run is a
+	// question `go tool pprof http://HOST:PORT/debug/pprof/heap` answers.
+	own("/debug/pprof/", http.HandlerFunc(pprof.Index))
+	own("/debug/pprof/cmdline", http.HandlerFunc(pprof.Cmdline))
+	own("/debug/pprof/profile", http.HandlerFunc(pprof.Profile))
+	own("/debug/pprof/symbol", http.HandlerFunc(pprof.Symbol))
+	own("/debug/pprof/trace", http.HandlerFunc(pprof.Trace))
 	for _, h := range n.handlers {
 		max := h.MaxBody
 		if max <= 0 {

@@ -83,7 +83,7 @@ func TestTokenGuardsEveryAPIPath(t *testing.T) {
 			t.Errorf("probe %s without a token = %d %s", open, code, body)
 		}
 	}
-	for _, path := range []string{InfoPath, "/metrics", membership.Path, "/no/such/path", "/healthz/"} {
+	for _, path := range []string{InfoPath, "/metrics", membership.Path, "/no/such/path", "/healthz/", "/debug/pprof/", "/debug/pprof/heap", "/debug/pprof/cmdline"} {
 		for _, tok := range []string{"", "wrong-token-0123456789abcdef", testToken + "x", strings.ToLower(testToken[:5])} {
 			code, body, h := do(t, "GET", base+path, tok, nil)
 			if code != http.StatusUnauthorized || !strings.HasPrefix(h.Get("WWW-Authenticate"), "Bearer") {
@@ -109,6 +109,13 @@ func TestTokenGuardsEveryAPIPath(t *testing.T) {
 	}
 	if code, body, _ := do(t, "GET", base+"/metrics", testToken, nil); code != 200 || !strings.Contains(body, "frognano_cluster_members 1") {
 		t.Errorf("GET /metrics with the token = %d %.200s", code, body)
+	}
+	// A heap profile, with the token: gzipped protobuf (magic 1f 8b).
+	if code, body, _ := do(t, "GET", base+"/debug/pprof/heap", testToken, nil); code != 200 || !strings.HasPrefix(body, "\x1f\x8b") {
+		t.Errorf("GET /debug/pprof/heap with the token = %d, %d bytes starting %q", code, len(body), body[:min(len(body), 8)])
+	}
+	if code, _, h := do(t, "POST", base+"/debug/pprof/heap", testToken, nil); code != http.StatusMethodNotAllowed || h.Get("Allow") == "" {
+		t.Errorf("POST /debug/pprof/heap = %d (Allow %q), want 405", code, h.Get("Allow"))
 	}
 }
 

@@ -232,6 +232,9 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 		ContainerdNamespace: cfg.Containerd.Namespace,
 		Logger:              log.With("component", "capabilities"),
 	})
+	if err := applyMemoryLimit(cfg.Node.MemoryLimit, os.Getenv("GOMEMLIMIT"), n.caps.GetMemoryBytes(), log); err != nil {
+		return nil, err
+	}
 
 	policy := supervise.Policy{
 		MaxRestarts: cfg.Supervision.MaxRestarts,
