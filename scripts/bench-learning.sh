@@ -23,7 +23,9 @@
 # EVAL_EVERY (5), POOL_H4 / POOL_H3 (tasks per training environment at hint
 # levels 4 and 3: 6 and 3), WARM_TASKS (96), WARM_EPOCHS (2), EVAL_TASKS (36), ARMS
 # ("frontier uniform"), PREPARE_ONLY (set: register and synthesize only), MEMORY_LIMIT
-# (each arm's node.memory_limit; default 90% of the machine shared by the arms).
+# (each arm's node.memory_limit; default 90% of the machine shared by the arms), SHARE_START
+# (default 1: the start point is played once, before the arms, and read back by both;
+# empty: each arm plays its own).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 budget=${1:-60m}
@@ -67,12 +69,27 @@ $F --data-dir "$data" tasks ls | tail -n +2 | wc -l | xargs echo "tasks in the p
 [ -n "${PREPARE_ONLY:-}" ] && exit 0
 
 warm=$(IFS=,; echo "${envs[*]}")
+stamp=$(date +%Y%m%d-%H%M)
+# The start point: the base model on the held-out selection, the same
+# policy, tasks and episode seeds for every arm, so it is played once here,
+# in the shared store, by a run of no steps; each arm reads its episodes
+# back (run --start-from) rather than playing them again side by side.
+start="bench-start-$stamp"
+if [ -n "${SHARE_START-1}" ] && [ "${EVAL_TASKS:-36}" -gt 0 ]; then
+  $F --data-dir "$data" run --run "$start" --model "$model" --seed "$seed" --env six==1.16.0 --tasks 0 --steps 0 \
+    --tasks-per-step "${TASKS_PER_STEP:-4}" --group "${GROUP:-4}" --lr "${LR:-2e-5}" --parallel "${PARALLEL:-16}" \
+    --eval-tasks "${EVAL_TASKS:-36}" --eval-k "${EVAL_K:-3}" --eval-hints "${EVAL_HINTS:-3,4}" >"/tmp/bench-start-$stamp.log" 2>&1 ||
+    { echo "the start point failed: see /tmp/bench-start-$stamp.log" >&2; exit 1; }
+  grep "held-out (start" "/tmp/bench-start-$stamp.log" | tail -n 1
+  startflag=(--start-from "$start")
+else
+  startflag=()
+fi
 # Each arm's heap is kept under its share of the machine (node.memory_limit):
 # without a limit the Go collector lets a heap grow to twice what is live,
 # and two Qwen2.5-Coder-0.5B arms then did not fit in 24 GB.
 arms=(${ARMS:-frontier uniform})
 share=$((90 / ${#arms[@]}))
-stamp=$(date +%Y%m%d-%H%M)
 pids=()
 for arm in ${ARMS:-frontier uniform}; do
   d="$data-$arm"
@@ -90,7 +107,8 @@ for arm in ${ARMS:-frontier uniform}; do
       --tasks-per-step "${TASKS_PER_STEP:-4}" --group "${GROUP:-4}" --lr "${LR:-2e-5}" --parallel "${PARALLEL:-16}" --train-layers "${TRAIN_LAYERS:-0}" \
       --warm-start-epochs "${WARM_EPOCHS:-2}" --warm-start-tasks "${WARM_TASKS:-96}" --warm-start-batch 8 --warm-start-envs "$warm" \
       --warm-start-lr "${WARM_LR:-3e-4}" \
-      --eval-tasks "${EVAL_TASKS:-36}" --eval-k "${EVAL_K:-3}" --eval-hints "${EVAL_HINTS:-3,4}" --eval-every "${EVAL_EVERY:-5}"
+      --eval-tasks "${EVAL_TASKS:-36}" --eval-k "${EVAL_K:-3}" --eval-hints "${EVAL_HINTS:-3,4}" --eval-every "${EVAL_EVERY:-5}" \
+      "${startflag[@]}"
     $F --data-dir "$d" runs show "bench-$arm-$stamp" --json "/tmp/bench-$arm-$stamp.json" >/dev/null
   ) >"/tmp/bench-$arm-$stamp.log" 2>&1 &
   pids+=($!)

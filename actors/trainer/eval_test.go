@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"context"
 	"fmt"
 	"image/png"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/frognano/frognano/persistence"
 	records "github.com/frognano/frognano/persistence/records/v1"
 )
 
@@ -113,5 +115,47 @@ func TestPlotCurve(t *testing.T) {
 		if b := img.Bounds(); b.Dx() < 1000 || b.Dy() < 1000 {
 			t.Fatalf("a %v image", b)
 		}
+	}
+}
+
+// TestStartFrom: a run takes another run's start episodes only when both
+// measure the same policy on the same selection; the ids it reads back are
+// every start attempt of that run.
+func TestStartFrom(t *testing.T) {
+	ctx := context.Background()
+	store := persistence.NewMemory().Runs()
+	tr := &Trainer{runs: &Runs{Store: store}}
+	s := Settings{Model: "qwen2.5-coder-0.5b", Mode: "patch", EvalTasks: 20, EvalK: 8, EvalHints: []int{4}, Sampler: SamplerFrontier, LR: 1e-5}
+	src := s
+	src.Sampler, src.LR, src.EvalK, src.Seed = SamplerUniform, 3e-5, 4, 9 // what does not change a start episode may differ
+	if err := store.Put(ctx, &records.Run{Id: "arm-a", ConfigYaml: src.Encode(), Metrics: map[string]float64{MetricEvalAttempts: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	me := &records.Run{Id: "arm-b"}
+	s.StartFrom = "arm-a"
+	ids, err := tr.startFrom(ctx, me, s)
+	if err != nil || strings.Join(ids, " ") != "arm-a/eval/start-0.1 arm-a/eval/start-0.2" {
+		t.Fatalf("startFrom = %q, %v", ids, err)
+	}
+	for name, change := range map[string]func(*Settings){
+		"model":      func(s *Settings) { s.Model = "smollm2-135m" },
+		"mode":       func(s *Settings) { s.Mode = "agent" },
+		"hints":      func(s *Settings) { s.EvalHints = []int{3, 4} },
+		"tasks":      func(s *Settings) { s.EvalTasks = 12 },
+		"turn limit": func(s *Settings) { s.MaxTurnTokens = 64 },
+	} {
+		other := s
+		change(&other)
+		if _, err := tr.startFrom(ctx, me, other); err == nil || !strings.Contains(err.Error(), "start_from") {
+			t.Errorf("%s differs: startFrom = %v, want an error", name, err)
+		}
+	}
+	s.StartFrom = "no-such-run"
+	if _, err := tr.startFrom(ctx, me, s); err == nil || !strings.Contains(err.Error(), "no-such-run") {
+		t.Errorf("a missing run: %v", err)
+	}
+	s.StartFrom = "arm-b"
+	if _, err := tr.startFrom(ctx, me, s); err == nil || !strings.Contains(err.Error(), "itself") {
+		t.Errorf("a run from itself: %v", err)
 	}
 }

@@ -127,6 +127,14 @@ type Settings struct {
 	// trained on. 0: synchronous steps (every group of the current
 	// version).
 	MaxStaleness int `json:"max_staleness,omitempty"`
+	// StartFrom names another run of the same store whose start point
+	// stands for this run's (eval.go, "Sharing a start point"): the held-out
+	// episodes it played at policy v0 are read back instead of played
+	// again, and the ones it lacks are played. Both runs start from the
+	// same weights, so their start points are draws of one policy on the
+	// same tasks and episode seeds; the runs must agree on everything such
+	// an episode depends on (checked when the point is evaluated).
+	StartFrom string `json:"start_from,omitempty"`
 }
 
 // MetricBudgetSpent is 1 once a run has ended on its BudgetSeconds.

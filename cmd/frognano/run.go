@@ -196,6 +196,7 @@ same file from the record at any time).`,
 	fl.IntVar(&s.EvalK, "eval-k", 2, "held-out evaluation: episodes per task")
 	fl.IntVar(&s.EvalEvery, "eval-every", 0, "held-out evaluation: every this many steps between start and end (0: only there)")
 	fl.IntSliceVar(&s.EvalHints, "eval-hints", nil, "held-out evaluation: only tasks at these hint levels (default: all)")
+	fl.StringVar(&s.StartFrom, "start-from", "", "held-out evaluation: read back the start point's episodes from another `RUN` of this store (same model, mode, episode limits and held-out selection) instead of playing them again; what it lacks is played")
 	fl.IntVar(&s.WarmStartEpochs, "warm-start-epochs", 0, "warm start: epochs of supervised fine-tuning on verified gold-fix demonstrations of the training environment's tasks, before the first GRPO step (0: no warm start)")
 	fl.IntVar(&s.WarmStartTasks, "warm-start-tasks", 32, "warm start: tasks whose gold fix is played and graded as a demonstration (0: all of the environment's)")
 	fl.Float64Var(&s.WarmStartLR, "warm-start-lr", 3e-4, "warm start: AdamW peak learning rate of the SFT steps (short warm-up, cosine decay to a tenth)")
