@@ -139,7 +139,7 @@ func DefaultParams() Params {
 		TargetFrontier: 128, MaxRequestTasks: 16, MaxPendingRequests: 1, RequestTimeout: time.Hour, MaxDeferral: 20 * time.Minute,
 		SpecBackoff: 32, DiversityWeight: 0.5, BatchDiversity: 1,
 		Operators:  slices.Clone(mutate.OperatorNames),
-		HintLevels: []int{0, 1, 2, 3, 4}, Bugs: []int{1, 2, 3}, Modes: []string{"agent"},
+		HintLevels: []int{0, 1, 2, 3, 4, 5}, Bugs: []int{1, 2, 3}, Modes: []string{"agent"},
 		LearningRate: 0.05, L2: 1e-4, MaxBatch: 4096,
 	}
 }

@@ -85,7 +85,7 @@ type feature struct {
 const (
 	hintStep = "hint>="
 	bugsStep = "bugs>="
-	maxHint  = 4 // the easiest hint level (harness.HintSearch)
+	maxHint  = 5 // the easiest hint level (harness.HintReplace)
 	maxBugs  = 4 // bug counts from here up share one setting
 )
 

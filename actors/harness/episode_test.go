@@ -199,7 +199,7 @@ func TestAgentSolvesWithScript(t *testing.T) {
 }
 
 func TestPatchSolvesWithScript(t *testing.T) {
-	for hint := int32(0); hint <= HintSearch; hint++ {
+	for hint := int32(0); hint <= HintReplace; hint++ {
 		task := memTask(hint)
 		script, err := SolveScript(task, ModePatch)
 		if err != nil {

@@ -23,7 +23,21 @@ const (
 	// lines and "=======", so only the replacement is the policy's to
 	// write. In agent mode it is played like HintLines.
 	HintSearch = 4
+	// HintReplace also starts the replacement: the answer goes on after
+	// the part of the fix's first replacement that the SEARCH side shares
+	// with it, cut back to the word before the first character they differ
+	// in (ReplaceHint), so that the policy writes the changed word and what
+	// follows. A partial solution as a hint that fades (QuestA,
+	// arXiv 2507.13266; shared/LEARNING.md): the curriculum's floor for a
+	// policy that solves almost nothing at HintSearch. In agent mode it is
+	// played like HintLines.
+	HintReplace = 5
 )
+
+// ErrNoReplaceHint is a fix whose first replacement leaves nothing to
+// write once HintReplace's part of it is given (it only deletes the
+// SEARCH side's last lines).
+var ErrNoReplaceHint = errors.New("no replacement hint")
 
 // ErrNoSearchHint is a gold patch from which no SEARCH side can be given.
 var ErrNoSearchHint = errors.New("no SEARCH hint")
@@ -79,6 +93,40 @@ func SearchHint(goldPatch string) (Edit, error) {
 		return Edit{}, fmt.Errorf("%w: the first hunk has no line to search for", ErrNoSearchHint)
 	}
 	return e, nil
+}
+
+// ReplaceHint is the start of e.Replace that HintReplace gives: the text
+// e.Search and e.Replace begin with, cut back to a word boundary before the
+// first character they differ in: to the start of the blanks before the
+// word that differs ("x = y" and "x = z" give "x ="; the policy writes
+// " z", with its space, as a tokenizer splits it), or to the start of the
+// line when that word is the line's first. The rest of e.Replace, the
+// policy's to write, holds the difference: an error wraps ErrNoReplaceHint
+// when the rest is blank (a fix that deletes the SEARCH side's last lines:
+// there would be nothing to write) or when the two sides are equal.
+func ReplaceHint(e Edit) (string, error) {
+	n := 0
+	for n < len(e.Search) && n < len(e.Replace) && e.Search[n] == e.Replace[n] {
+		n++
+	}
+	if n == len(e.Search) && n == len(e.Replace) {
+		return "", fmt.Errorf("%w: the replacement equals the SEARCH side", ErrNoReplaceHint)
+	}
+	cut := 0
+	if j := strings.LastIndexAny(e.Replace[:n], " \t\n"); j >= 0 {
+		if e.Replace[j] == '\n' {
+			cut = j + 1
+		} else {
+			cut = j
+			for cut > 0 && (e.Replace[cut-1] == ' ' || e.Replace[cut-1] == '\t') {
+				cut--
+			}
+		}
+	}
+	if strings.TrimSpace(e.Replace[cut:]) == "" {
+		return "", fmt.Errorf("%w: the fix only deletes the SEARCH side's last lines", ErrNoReplaceHint)
+	}
+	return e.Replace[:cut], nil
 }
 
 // firstHunk is the path and the lines (each with its ' ', '-' or '+'
@@ -143,14 +191,22 @@ func count(s string) int {
 }
 
 // answerPrefill is what a patch-mode answer starts with at the task's hint
-// level ("" below HintSearch): the first block up to its divider.
+// level ("" below HintSearch): the first block up to its divider, and from
+// HintReplace on the replacement's start (ReplaceHint).
 func answerPrefill(task *records.Task) (string, error) {
-	if task.GetDifficulty().GetHintLevel() < HintSearch {
+	level := task.GetDifficulty().GetHintLevel()
+	if level < HintSearch {
 		return "", nil
 	}
 	e, err := SearchHint(task.GetGoldPatch())
 	if err != nil {
 		return "", fmt.Errorf("%w: task %s: %w", ErrBadTask, task.GetId(), err)
 	}
-	return e.Path + "\n" + searchMark + "\n" + e.Search + dividerMark + "\n", nil
+	var start string
+	if level >= HintReplace {
+		if start, err = ReplaceHint(e); err != nil {
+			return "", fmt.Errorf("%w: task %s: %w", ErrBadTask, task.GetId(), err)
+		}
+	}
+	return e.Path + "\n" + searchMark + "\n" + e.Search + dividerMark + "\n" + start, nil
 }

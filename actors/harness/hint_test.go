@@ -117,3 +117,83 @@ func TestPatchSearchHintBadTask(t *testing.T) {
 		t.Fatalf("got %v, want ErrBadTask", err)
 	}
 }
+
+func TestReplaceHint(t *testing.T) {
+	for _, c := range []struct {
+		name, search, repl, want string
+		err                      bool
+	}{
+		{"the word that changes and what follows are the policy's", "x = newday.day\n", "x = other.day\n", "x =", false},
+		{"an operator glued to its operand starts from the line", "    if n<len(buf):\n", "    if n<=len(buf):\n", "    if", false},
+		{"a line's first word: the whole line", "def f(x):\n    return x-1\n\n", "def f(x):\n    retval x-1\n\n", "def f(x):\n", false},
+		{"indentation that changes: the whole line", "a\n  b\n", "a\n    b\n", "a\n", false},
+		{"the first line differs: nothing given", "foo(x)\n", "bar(x)\n", "", false},
+		{"an inserted line: up to it", "def f(x):\n    return x\n", "def f(x):\n    x = abs(x)\n    return x\n", "def f(x):\n", false},
+		{"a deleted middle line leaves the next to write", "a\n    x()\n    y()\n", "a\n    y()\n", "a\n", false},
+		{"a deleted last line leaves nothing", "    a()\n    x()\n", "    a()\n", "", true},
+		{"equal sides", "a\n", "a\n", "", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := ReplaceHint(Edit{Path: "m.py", Search: c.search, Replace: c.repl})
+			if c.err {
+				if !errors.Is(err, ErrNoReplaceHint) {
+					t.Fatalf("got %q, %v; want ErrNoReplaceHint", got, err)
+				}
+				return
+			}
+			if err != nil || got != c.want {
+				t.Fatalf("got %q, %v; want %q", got, err, c.want)
+			}
+			if !strings.HasPrefix(c.repl, got) || strings.TrimSpace(c.repl[len(got):]) == "" {
+				t.Fatalf("%q is not a proper start of %q", got, c.repl)
+			}
+		})
+	}
+}
+
+// At HintReplace the answer also starts the replacement, up to the word
+// that changes; the policy writes the rest, and copying the bug is graded
+// like any wrong fix.
+func TestPatchReplaceHint(t *testing.T) {
+	task := memTask(HintReplace)
+	given := "calc.py\n<<<<<<< SEARCH\ndef add(a, b):\n    return a - b\n=======\ndef add(a, b):\n    return a"
+	for _, c := range []struct {
+		turn   string
+		reward float64
+	}{
+		{" + b\n>>>>>>> REPLACE\n", 1},
+		{" - b\n>>>>>>> REPLACE\n", 0},
+	} {
+		r, _ := runner(t, c.turn)
+		res, err := r.Run(context.Background(), task, newMemWorkspace(), ModePatch, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Ending != EndPatchApplied || res.Reward != c.reward {
+			t.Fatalf("%q: ending %s (%s), reward %v", c.turn, res.Ending, res.Detail, res.Reward)
+		}
+		checkAligned(t, res)
+		if want := given + strings.TrimSuffix(c.turn, "\n"); res.Turns[2].Content != want && res.Turns[2].Content != want+"\n" {
+			t.Fatalf("assistant turn %q, want %q", res.Turns[2].Content, want)
+		}
+		first := 0
+		for first < len(res.PolicyMask) && !res.PolicyMask[first] {
+			first++
+		}
+		env, err := r.Tokenizer.Decode(res.TokenIDs[:first])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(env, "<|im_start|>assistant\n"+given) {
+			t.Fatalf("the environment's tokens end %q", env[max(0, len(env)-120):])
+		}
+	}
+	// A gold fix whose replacement start leaves nothing to write is a bad
+	// record, not an episode.
+	bad := memTask(HintReplace)
+	bad.GoldPatch = "--- a/calc.py\n+++ b/calc.py\n@@ -1,3 +1,2 @@\n def add(a, b):\n     return a - b\n-    pass\n"
+	r, _ := runner(t, "x")
+	if _, err := r.Run(context.Background(), bad, newMemWorkspace(), ModePatch, 1); !errors.Is(err, ErrBadTask) {
+		t.Fatalf("got %v, want ErrBadTask", err)
+	}
+}

@@ -179,7 +179,15 @@ func SolveScript(task *records.Task, mode Mode) ([]string, error) {
 			if err != nil {
 				return nil, fmt.Errorf("task %s: %w", task.GetId(), err)
 			}
-			b.WriteString(ensureNewline(first.Replace) + replaceMark + "\n")
+			rest := first.Replace
+			if task.GetDifficulty().GetHintLevel() >= HintReplace {
+				start, err := ReplaceHint(first)
+				if err != nil {
+					return nil, fmt.Errorf("task %s: %w", task.GetId(), err)
+				}
+				rest = strings.TrimPrefix(rest, start)
+			}
+			b.WriteString(ensureNewline(rest) + replaceMark + "\n")
 			for _, h := range hunks[1:] {
 				b.WriteString("```\n" + EditBlock(Edit{Path: h.Path, Search: h.Before, Replace: h.After}) + "```\n")
 			}

@@ -61,6 +61,28 @@ func searchHintUnique(gold string, buggy map[string][]byte) bool {
 	return ok && strings.Count(string(src), e.Search) == 1
 }
 
+// answerHintOK reports whether a fix can be given at hint level: from
+// HintSearch on, its first SEARCH side is unique (searchHintUnique); from
+// HintReplace on, the start of its replacement leaves the policy something
+// to write (harness.ReplaceHint).
+func answerHintOK(level int, gold string, buggy map[string][]byte) bool {
+	if level < HintSearch {
+		return true
+	}
+	if !searchHintUnique(gold, buggy) {
+		return false
+	}
+	if level < HintReplace {
+		return true
+	}
+	e, err := harness.SearchHint(gold)
+	if err != nil {
+		return false
+	}
+	_, err = harness.ReplaceHint(e)
+	return err == nil
+}
+
 // bugEdits are candidate c's replacements per file, sorted, and the files
 // as the bugs leave them.
 func bugEdits(c candidate) (map[*mutate.File][]mutate.Replacement, map[string][]byte) {

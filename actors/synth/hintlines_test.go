@@ -76,3 +76,26 @@ func TestSearchHintUnique(t *testing.T) {
 		t.Error("a SEARCH side of a file not in the bug was accepted")
 	}
 }
+
+// answerHintOK: below HintSearch every fix can be given; at HintSearch its
+// SEARCH side must be unique; at HintReplace the start of its replacement
+// must also leave something to write.
+func TestAnswerHintOK(t *testing.T) {
+	src := "def clamp(x, lo, hi):\n    if x > lo:\n        return lo\n    return min(x, hi)\n"
+	buggy := map[string][]byte{"calc/__init__.py": []byte(src)}
+	twice := map[string][]byte{"calc/__init__.py": []byte(src + "\n\n" + src)}
+	for level := HintTests; level <= MaxHintLevel; level++ {
+		if !answerHintOK(level, statementGold, buggy) {
+			t.Errorf("level %d refused a fix with a unique SEARCH side and a word to write", level)
+		}
+		if got, want := answerHintOK(level, statementGold, twice), level < HintSearch; got != want {
+			t.Errorf("level %d with a SEARCH side found twice: %v, want %v", level, got, want)
+		}
+	}
+	// A fix that only deletes the hunk's last line: nothing is left to
+	// write once the replacement's start is given.
+	del := "--- a/calc/__init__.py\n+++ b/calc/__init__.py\n@@ -2,2 +2,1 @@\n     if x > lo:\n-        return lo\n"
+	if !answerHintOK(HintSearch, del, buggy) || answerHintOK(HintReplace, del, buggy) {
+		t.Errorf("a deleting fix: level 4 %v (want true), level 5 %v (want false)", answerHintOK(HintSearch, del, buggy), answerHintOK(HintReplace, del, buggy))
+	}
+}

@@ -35,8 +35,14 @@ const (
 	// fix's first SEARCH side in patch mode (harness.HintSearch). A task is
 	// stored at this level only when that SEARCH side is unique in its
 	// file.
-	HintSearch   = harness.HintSearch
-	MaxHintLevel = HintSearch
+	HintSearch = harness.HintSearch
+	// HintReplace states what HintLines does; the harness gives the SEARCH
+	// side and the start of the replacement up to the word that changes
+	// (harness.HintReplace). A task is stored at this level only when
+	// HintSearch's condition holds and that start leaves something to
+	// write.
+	HintReplace  = harness.HintReplace
+	MaxHintLevel = HintReplace
 )
 
 // StatementInput is what a writer may use. It holds the bug patch for

@@ -443,7 +443,7 @@ func (r *run) validateAll(ctx context.Context, workers []*worker, cands []candid
 			return
 		}
 		var o outcome
-		if r.req.HintLevel >= HintSearch && !searchHintUnique(c.Gold, buggyOf(c)) {
+		if !answerHintOK(r.req.HintLevel, c.Gold, buggyOf(c)) {
 			o.reason = ReasonNoSearchHint // decided before any test runs
 		} else if o = w.validate(ctx, c, screenOnly); o.canceled {
 			return

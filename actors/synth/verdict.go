@@ -23,7 +23,7 @@ const (
 	ReasonGoldApply             = "gold_apply"              // the gold patch does not apply on the bug
 	ReasonGoldNotFixing         = "gold_not_fixing"         // with the gold patch, FAIL_TO_PASS tests still fail
 	ReasonStatementLeak         = "statement_leak"          // every statement written would reveal the fix
-	ReasonNoSearchHint          = "no_search_hint"          // at hint level 4: the fix's first SEARCH side is not unique in its file
+	ReasonNoSearchHint          = "no_search_hint"          // at hint level 4: the fix's first SEARCH side is not unique in its file; at 5, also: its replacement's start leaves nothing to write
 	ReasonSandbox               = "sandbox_error"           // the sandbox broke; the candidate was not judged
 )
 

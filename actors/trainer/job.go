@@ -72,8 +72,8 @@ func (j *Job) Check() error {
 		return fmt.Errorf("tasks: 0 to 10000 per environment and hint level (got %d)", j.Tasks)
 	case j.Parallel <= 0 || j.Parallel > 1024:
 		return fmt.Errorf("parallel must be 1 to 1024 (got %d)", j.Parallel)
-	case len(j.Envs) > 64 || len(j.HintLevels) > 5:
-		return fmt.Errorf("at most 64 environments and 5 hint levels")
+	case len(j.Envs) > 64 || len(j.HintLevels) > synth.MaxHintLevel+1:
+		return fmt.Errorf("at most 64 environments and %d hint levels", synth.MaxHintLevel+1)
 	case len(j.RunID) > 128 || strings.ContainsAny(j.RunID, "/\\\x00") || j.RunID == "." || j.RunID == "..":
 		return fmt.Errorf("run id %q: at most 128 characters, no slash", j.RunID)
 	}
@@ -83,8 +83,8 @@ func (j *Job) Check() error {
 		}
 	}
 	for _, h := range j.HintLevels {
-		if h < 0 || h > 4 {
-			return fmt.Errorf("hint level %d: want 0 to 4", h)
+		if h < 0 || h > synth.MaxHintLevel {
+			return fmt.Errorf("hint level %d: want 0 to %d", h, synth.MaxHintLevel)
 		}
 	}
 	for _, source := range j.Envs {

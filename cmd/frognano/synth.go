@@ -100,7 +100,7 @@ Operators: ` + strings.Join(mutate.OperatorNames, ", ") + `.`,
 	f.StringVar(&difficulty, "difficulty", "single", "single: one bug per task; multi: several bugs (--bugs) per task")
 	f.Int32Var(&req.Bugs, "bugs", 2, "bugs per task with --difficulty multi")
 	f.Uint64Var(&req.Seed, "seed", 0, "seed of the candidate draw (0: from the clock; the result prints it)")
-	f.IntVar(&hint, "hint-level", synth.HintLocation, "problem statement hint level: 0 tests and errors, 1 plus location, 2 plus buggy source, 3 plus the bug's lines, 4 plus the fix's first SEARCH side given in patch mode")
+	f.IntVar(&hint, "hint-level", synth.HintLocation, "problem statement hint level: 0 tests and errors, 1 plus location, 2 plus buggy source, 3 plus the bug's lines, 4 plus the fix's first SEARCH side given in patch mode, 5 plus the replacement's start up to the word that changes")
 	f.Int32Var(&req.MaxCandidates, "max-candidates", 0, "stop after judging this many candidates (0: until --count)")
 	f.BoolVar(&req.FullSuiteScreening, "full-suite-screening", false, "screen candidates with the whole suite instead of their covering tests (slower; for comparison)")
 	_ = cmd.MarkFlagRequired("env")
