@@ -463,7 +463,8 @@ func TestSynthesizeRefusesBadInput(t *testing.T) {
 	}{
 		{"no passing test", env("python", failing), Request{Count: 1}, ErrNoPassingTests, ReasonNoPassingTests},
 		{"count 0", env("python", passing), Request{}, ErrBadRequest, ""},
-		{"hint level 5", env("python", passing), Request{Count: 1, HintLevel: 5}, ErrBadRequest, ""},
+		{"hint level above the highest", env("python", passing), Request{Count: 1, HintLevel: MaxHintLevel + 1}, ErrBadRequest, ""},
+		{"negative hint level", env("python", passing), Request{Count: 1, HintLevel: -1}, ErrBadRequest, ""},
 		{"unknown operator", env("python", passing), Request{Count: 1, Operators: []string{"flip"}}, ErrBadRequest, ""},
 		{"unknown language", env("cobol", passing), Request{Count: 1}, ErrBadRequest, ""},
 		{"no environment", nil, Request{Count: 1}, ErrBadRequest, ""},
