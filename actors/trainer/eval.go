@@ -407,7 +407,12 @@ func Gain(run *records.Run, hint int32, seed uint64) (est rollout.Estimate, from
 
 // EvalPending says whether a run whose steps are done still lacks its
 // end point (a run killed during its last evaluation): frognano run
-// --run ID then trains nothing more and measures it.
+// --run ID then trains nothing more and measures it. A run of no steps
+// measures its start point only (the point other runs read back with
+// --start-from), until it has it.
 func EvalPending(run *records.Run, s Settings) bool {
+	if s.EvalTasks > 0 && s.Steps == 0 {
+		return !hasPoint(run, PhaseStart, 0)
+	}
 	return s.EvalTasks > 0 && Finished(run, s) && !hasPoint(run, PhaseEnd, run.GetStep())
 }

@@ -118,4 +118,15 @@ func TestBudget(t *testing.T) {
 	if !Finished(run2, s) {
 		t.Fatal("a run at its last step is not finished")
 	}
+	// A run of no steps measures its start point (what --start-from reads
+	// back), once.
+	none := Settings{Steps: 0, EvalTasks: 4, EvalK: 2}
+	run3 := &records.Run{Metrics: map[string]float64{}}
+	if !EvalPending(run3, none) {
+		t.Fatal("a run of no steps without its start point has no evaluation pending")
+	}
+	run3.Curve = append(run3.Curve, &records.RunPoint{Phase: PhaseStart, HeldOut: []*records.HeldOutScore{{HintLevel: 4}}})
+	if EvalPending(run3, none) || EvalPending(&records.Run{}, Settings{}) {
+		t.Fatal("a run of no steps with its start point, or one that evaluates nothing, has an evaluation pending")
+	}
 }
