@@ -78,7 +78,7 @@ start="bench-start-$stamp"
 if [ -n "${SHARE_START-1}" ] && [ "${EVAL_TASKS:-36}" -gt 0 ]; then
   $F --data-dir "$data" run --run "$start" --model "$model" --seed "$seed" --env six==1.16.0 --tasks 0 --steps 0 \
     --tasks-per-step "${TASKS_PER_STEP:-4}" --group "${GROUP:-4}" --lr "${LR:-2e-5}" --parallel "${PARALLEL:-16}" \
-    --eval-tasks "${EVAL_TASKS:-36}" --eval-k "${EVAL_K:-3}" --eval-hints "${EVAL_HINTS:-3,4}" >"/tmp/bench-start-$stamp.log" 2>&1 ||
+    --train-layers "${TRAIN_LAYERS:-0}" --eval-tasks "${EVAL_TASKS:-36}" --eval-k "${EVAL_K:-3}" --eval-hints "${EVAL_HINTS:-3,4}" >"/tmp/bench-start-$stamp.log" 2>&1 ||
     { echo "the start point failed: see /tmp/bench-start-$stamp.log" >&2; exit 1; }
   grep "held-out (start" "/tmp/bench-start-$stamp.log" | tail -n 1 || { echo "the start point was not measured: see /tmp/bench-start-$stamp.log" >&2; exit 1; }
   startflag=(--start-from "$start")

@@ -42,7 +42,7 @@ const DefaultMemoryFraction = 0.7
 // limit rise to the whole memory: that run was OOM-killed at its first
 // learning step, 24.1 GB resident.)
 func SetMemoryLimit(frac float64) int64 {
-	if _, ok := os.LookupEnv("GOMEMLIMIT"); ok || !(frac > 0 && frac <= 1) {
+	if os.Getenv("GOMEMLIMIT") != "" || !(frac > 0 && frac <= 1) { // empty is unset, as the runtime reads it
 		return 0
 	}
 	mem, err := memoryBytes("/proc/meminfo", "/sys/fs/cgroup")
@@ -53,6 +53,20 @@ func SetMemoryLimit(frac float64) int64 {
 	debug.SetMemoryLimit(limit)
 	follow(limit, int64(math.Min(float64(mem)*max(frac, CeilingFraction), math.MaxInt64)))
 	return limit
+}
+
+// FixMemoryLimit sets a fixed soft limit of limit bytes (the follower, if
+// running, keeps it there: its base and ceiling become limit), or, for
+// limit <= 0, lifts the limit and stops following. node.memory_limit's
+// explicit values come here; its default is SetMemoryLimit's.
+func FixMemoryLimit(limit int64) {
+	if limit <= 0 {
+		stopFollowing()
+		debug.SetMemoryLimit(math.MaxInt64)
+		return
+	}
+	debug.SetMemoryLimit(limit)
+	follow(limit, limit)
 }
 
 // CeilingFraction is the most of the machine's memory the limit follows

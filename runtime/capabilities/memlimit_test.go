@@ -17,7 +17,7 @@ func TestSetMemoryLimit(t *testing.T) {
 	old := debug.SetMemoryLimit(-1)
 	t.Cleanup(func() { debug.SetMemoryLimit(old) })
 
-	t.Setenv("GOMEMLIMIT", "")
+	t.Setenv("GOMEMLIMIT", "4GiB")
 	if got := SetMemoryLimit(0.5); got != 0 {
 		t.Fatalf("with GOMEMLIMIT set, SetMemoryLimit set %d", got)
 	}
@@ -25,7 +25,10 @@ func TestSetMemoryLimit(t *testing.T) {
 		t.Fatal("with GOMEMLIMIT set, the runtime's limit changed")
 	}
 
-	t.Setenv("GOMEMLIMIT", "x") // so that Setenv restores it; then unset
+	t.Setenv("GOMEMLIMIT", "") // empty is unset, as the runtime reads it
+	if got := SetMemoryLimit(0.5); got == 0 {
+		t.Fatal("an empty GOMEMLIMIT counted as set")
+	}
 	unsetenv(t, "GOMEMLIMIT")
 	mem, err := memoryBytes("/proc/meminfo", "/sys/fs/cgroup")
 	if err != nil {

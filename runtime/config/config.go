@@ -71,29 +71,26 @@ type Node struct {
 	// is not a loopback address.
 	APIToken string `yaml:"api_token"`
 	// MemoryLimit is the Go runtime's soft limit on this process's memory
-	// (runtime/debug.SetMemoryLimit): the garbage collector works harder
-	// as the heap nears it, instead of letting the heap grow to twice what
-	// is live between collections, which for a model and its caches of a
-	// few GB is gigabytes that nothing uses. A size ("12GiB", "800MiB",
-	// with GOMEMLIMIT's suffixes B, KiB, MiB, GiB, TiB), a share of the
-	// memory this process may use ("45%": of MemTotal, lowered to its
-	// cgroup's limit), or "off". Empty means GOMEMLIMIT when that is set,
-	// else DefaultMemoryShare. It is a soft limit: a live heap above it is
-	// kept, not killed.
+	// (runtime/debug.SetMemoryLimit). Empty is the default: GOMEMLIMIT when
+	// that is set, else 70% of the memory the process may use (MemTotal,
+	// lowered to its cgroups' limit), raised after each collection to
+	// 1.25× the live heap up to 85% (runtime/capabilities.SetMemoryLimit:
+	// a limit below what is live makes the collector run back to back).
+	// A size ("12GiB", "800MiB", with GOMEMLIMIT's suffixes B, KiB, MiB,
+	// GiB, TiB) or a share ("45%") is a fixed limit, which wins over
+	// GOMEMLIMIT: for processes that share a machine, such as the two arms
+	// of the learning benchmark. "off" lifts the limit.
 	MemoryLimit string `yaml:"memory_limit"`
 }
 
-// DefaultMemoryShare is node.memory_limit's default: the share of the
-// memory a process may use that its heap is kept under.
-const DefaultMemoryShare = "90%"
-
-// ParseMemoryLimit reads a node.memory_limit value for a process that may
-// use total bytes: the limit in bytes, or 0 for "off". Empty is
-// DefaultMemoryShare.
+// ParseMemoryLimit reads an explicit node.memory_limit value for a
+// process that may use total bytes: the fixed limit in bytes, or 0 for
+// "off". Empty is no explicit value (the default applies) and is an error
+// here.
 func ParseMemoryLimit(s string, total uint64) (int64, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
-		s = DefaultMemoryShare
+		return 0, errors.New("node.memory_limit: empty")
 	}
 	if s == "off" {
 		return 0, nil
@@ -105,6 +102,9 @@ func ParseMemoryLimit(s string, total uint64) (int64, error) {
 		}
 		if total == 0 {
 			return 0, fmt.Errorf("node.memory_limit: %q is a share, and this process's memory is unknown: give a size", s)
+		}
+		if float64(total)*f/100 < 1<<20 {
+			return 0, fmt.Errorf("node.memory_limit: %q of %d bytes is under 1 MiB, too little to run in", s, total)
 		}
 		return int64(float64(total) * f / 100), nil
 	}
@@ -480,8 +480,10 @@ func (c *Config) Validate() error {
 	}
 	// A share is checked against a nominal size here; Start resolves it
 	// against the memory the process may really use.
-	if _, err := ParseMemoryLimit(c.Node.MemoryLimit, 1<<40); err != nil {
-		errs = append(errs, err)
+	if c.Node.MemoryLimit != "" {
+		if _, err := ParseMemoryLimit(c.Node.MemoryLimit, 1<<40); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := c.checkRemoteTLS(); err != nil {
 		errs = append(errs, err)

@@ -291,7 +291,7 @@ func TestParseMemoryLimit(t *testing.T) {
 		in   string
 		want int64
 	}{
-		{"", 9 * gib}, {"90%", 9 * gib}, {"45%", 4.5 * gib}, {"100%", 10 * gib}, {"off", 0},
+		{"90%", 9 * gib}, {"45%", 4.5 * gib}, {"100%", 10 * gib}, {"off", 0},
 		{"12GiB", 12 * gib}, {"1.5GiB", 1.5 * gib}, {"800MiB", 800 << 20}, {"2TiB", 2 << 40},
 		{"1048576B", 1 << 20}, {" 4GiB ", 4 * gib},
 	} {
@@ -300,7 +300,7 @@ func TestParseMemoryLimit(t *testing.T) {
 			t.Errorf("ParseMemoryLimit(%q, 10 GiB) = %d, %v; want %d", c.in, got, err, c.want)
 		}
 	}
-	for _, bad := range []string{"lots", "12", "12GB", "12G", "-1GiB", "0GiB", "0%", "101%", "NaN%", "x%", "1KiB", "OFF", "9e30TiB", "GiB"} {
+	for _, bad := range []string{"", "0.001%", "lots", "12", "12GB", "12G", "-1GiB", "0GiB", "0%", "101%", "NaN%", "x%", "1KiB", "OFF", "9e30TiB", "GiB"} {
 		if got, err := ParseMemoryLimit(bad, 10*gib); err == nil || !strings.Contains(err.Error(), "node.memory_limit") {
 			t.Errorf("ParseMemoryLimit(%q) = %d, %v; want an error naming node.memory_limit", bad, got, err)
 		}

@@ -29,7 +29,7 @@ var flags = []flag{
 	{"remote-tls-key", "remote.tls_key", "`FILE` of the PEM private key of --remote-tls-cert"},
 	{"cluster-name", "cluster.name", "cluster name; nodes of one cluster must agree"},
 	{"seeds", "cluster.seeds", "comma-separated HTTP addresses of nodes to join through"},
-	{"memory-limit", "node.memory_limit", "soft limit on the process's memory, kept by the Go garbage collector: a size (12GiB, 800MiB), a share of the memory the process may use (45%: of MemTotal or the cgroup's limit) or off (default: GOMEMLIMIT if set, else " + config.DefaultMemoryShare + ")"},
+	{"memory-limit", "node.memory_limit", "fixed soft limit on the process's memory, kept by the Go garbage collector: a size (12GiB, 800MiB), a share of the memory the process may use (45%: of MemTotal or the cgroup's limit) or off (default: GOMEMLIMIT if set, else 70% raised after each collection to 1.25x the live heap, up to 85%)"},
 	{"containerd-address", "containerd.address", "containerd socket"},
 	{"debian-mirror", "image.debian_mirror", "Debian archive the sandboxes' base image is bootstrapped from (default: the host's apt sources)"},
 	{"log-level", "log.level", "debug, info, warn or error"},
