@@ -827,6 +827,11 @@ func TestSnapshotSplitsBandsByHintLevel(t *testing.T) {
 // settings.
 func TestFailingPolicyGetsEasierTasks(t *testing.T) {
 	ctx := context.Background()
+	task := func(id, env, op string, bugs, hint int) *records.Task {
+		t := task(id, env, op, bugs, hint)
+		t.Difficulty.Mode = "patch"
+		return t
+	}
 	var pool []*records.Task
 	for i := range 12 {
 		pool = append(pool, task(fmt.Sprintf("h4-%d", i), "six", "off_by_one", 1, 4), task(fmt.Sprintf("h3-%d", i), "six", "negate_condition", 1, 3))
@@ -835,7 +840,8 @@ func TestFailingPolicyGetsEasierTasks(t *testing.T) {
 		t.Difficulty.FailingTests = 4 // more than a setting never made would assume
 	}
 	f := newFixture(t, pool...)
-	p := Params{TargetFrontier: 100, MaxRequestTasks: 4, Operators: []string{"off_by_one", "negate_condition"}, MaxDeferral: time.Nanosecond, RequestTimeout: time.Hour}
+	// Patch mode, as the learning benchmark plays: levels 4 and 5 exist only there.
+	p := Params{TargetFrontier: 100, MaxRequestTasks: 4, Operators: []string{"off_by_one", "negate_condition"}, Modes: []string{"patch"}, MaxDeferral: time.Nanosecond, RequestTimeout: time.Hour}
 	e := f.open(t, p)
 	// Before any outcome every setting is predicted alike (in the band):
 	// the first request is for the easiest.
@@ -895,7 +901,7 @@ func TestFailingPolicyGetsEasierTasks(t *testing.T) {
 	// So are the settings synthesis ranks, whose numeric features are the
 	// pool's means: a bug count never made borrows those of one bug.
 	spec := func(op string, bugs, hint int) float64 {
-		s := &records.SynthesisSpec{Environment: "six", Operators: []string{op}, Bugs: int32(bugs), HintLevel: int32(hint), Mode: "agent"}
+		s := &records.SynthesisSpec{Environment: "six", Operators: []string{op}, Bugs: int32(bugs), HintLevel: int32(hint), Mode: "patch"}
 		return predict(e.State().GetModel(), specFeatures(s, e.State().GetModel()))
 	}
 	for _, op := range []string{"off_by_one", "negate_condition"} {
@@ -952,5 +958,19 @@ func TestFailingPolicyGetsEasierTasks(t *testing.T) {
 	}
 	if s := recs[0].GetSpec(); s.GetHintLevel() >= 4 && s.GetBugs() == 1 {
 		t.Errorf("after the policy mastered hint 4 it got %s (predicted %.3f) again: want a harder setting", SpecKey(s), recs[0].GetPredicted())
+	}
+}
+
+// In agent mode hint levels 4 and 5 play like 3 (they give part of a patch
+// answer): synthesis never asks for them there.
+func TestAgentModeSkipsPatchOnlyHints(t *testing.T) {
+	f := newFixture(t, task("a-0", "six", "off_by_one", 1, 0))
+	e := f.open(t, Params{TargetFrontier: 100, MaxRequestTasks: 4, Operators: []string{"off_by_one"}, Modes: []string{"agent"}, MaxDeferral: time.Nanosecond, RequestTimeout: time.Hour})
+	recs, err := e.PlanSynthesis(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].GetSpec().GetHintLevel() != 3 || recs[0].GetSpec().GetMode() != "agent" {
+		t.Fatalf("agent mode, untrained model: %v, want hint 3 (the easiest level an agent plays differently)", recs)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/frognano/frognano/actors/harness"
 	messages "github.com/frognano/frognano/actors/messages/v1"
 	records "github.com/frognano/frognano/persistence/records/v1"
 )
@@ -116,6 +117,9 @@ func (e *Estimator) rankSpecs(st *records.FrontierState, envs []string, perSpec 
 			for _, bugs := range e.p.Bugs {
 				for _, hint := range e.p.HintLevels {
 					for _, mode := range modes {
+						if mode == string(harness.ModeAgent) && hint > harness.HintLines {
+							continue // levels 4 and 5 give part of a patch answer; an agent plays them as 3
+						}
 						spec := &records.SynthesisSpec{Environment: env, Operators: []string{op}, Bugs: int32(bugs), HintLevel: int32(hint), Mode: mode}
 						key := SpecKey(spec)
 						if st.SpecBackoff[key] > st.BatchSeq {

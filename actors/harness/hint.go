@@ -124,7 +124,7 @@ func ReplaceHint(e Edit) (string, error) {
 		}
 	}
 	if strings.TrimSpace(e.Replace[cut:]) == "" {
-		return "", fmt.Errorf("%w: the fix only deletes the SEARCH side's last lines", ErrNoReplaceHint)
+		return "", fmt.Errorf("%w: what is left of the replacement is blank (the fix deletes the SEARCH side's last lines, or adds only blanks)", ErrNoReplaceHint)
 	}
 	return e.Replace[:cut], nil
 }

@@ -63,8 +63,9 @@ func searchHintUnique(gold string, buggy map[string][]byte) bool {
 
 // answerHintOK reports whether a fix can be given at hint level: from
 // HintSearch on, its first SEARCH side is unique (searchHintUnique); from
-// HintReplace on, the start of its replacement leaves the policy something
-// to write (harness.ReplaceHint).
+// HintReplace on, the start of its replacement is not empty (else the task
+// would play exactly as at HintSearch) and leaves the policy something to
+// write (harness.ReplaceHint).
 func answerHintOK(level int, gold string, buggy map[string][]byte) bool {
 	if level < HintSearch {
 		return true
@@ -79,8 +80,8 @@ func answerHintOK(level int, gold string, buggy map[string][]byte) bool {
 	if err != nil {
 		return false
 	}
-	_, err = harness.ReplaceHint(e)
-	return err == nil
+	start, err := harness.ReplaceHint(e)
+	return err == nil && start != ""
 }
 
 // bugEdits are candidate c's replacements per file, sorted, and the files

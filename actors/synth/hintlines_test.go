@@ -98,4 +98,11 @@ func TestAnswerHintOK(t *testing.T) {
 	if !answerHintOK(HintSearch, del, buggy) || answerHintOK(HintReplace, del, buggy) {
 		t.Errorf("a deleting fix: level 4 %v (want true), level 5 %v (want false)", answerHintOK(HintSearch, del, buggy), answerHintOK(HintReplace, del, buggy))
 	}
+	// A fix whose first changed word starts the SEARCH side: level 5 would
+	// give nothing more than level 4.
+	first := "--- a/m.py\n+++ b/m.py\n@@ -1,1 +1,1 @@\n-    return lo_value_from_the_configuration\n+    yield lo_value_from_the_configuration\n"
+	m := map[string][]byte{"m.py": []byte("def f():\n    return lo_value_from_the_configuration\n")}
+	if !answerHintOK(HintSearch, first, m) || answerHintOK(HintReplace, first, m) {
+		t.Errorf("a fix that changes the first word: level 4 %v (want true), level 5 %v (want false)", answerHintOK(HintSearch, first, m), answerHintOK(HintReplace, first, m))
+	}
 }

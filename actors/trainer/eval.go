@@ -231,19 +231,10 @@ func (t *Trainer) evaluate(ctx context.Context, run *records.Run, s Settings, li
 
 // startFrom checks that s.StartFrom names a run whose start point can
 // stand for this one's and returns the run ids its start episodes are
-// stored under.
+// stored under. A run that read its own start point back from another
+// stored none of those episodes again, so the chain is followed: the ids
+// of every run along it, each checked the same way.
 func (t *Trainer) startFrom(ctx context.Context, run *records.Run, s Settings) ([]string, error) {
-	if s.StartFrom == run.GetId() {
-		return nil, fmt.Errorf("start_from: run %s cannot take its start point from itself", s.StartFrom)
-	}
-	src, err := t.runs.Get(ctx, s.StartFrom)
-	if err != nil {
-		return nil, fmt.Errorf("start_from: run %s: %w", s.StartFrom, err)
-	}
-	ss, err := DecodeSettings(src)
-	if err != nil {
-		return nil, fmt.Errorf("start_from: run %s: %w", s.StartFrom, err)
-	}
 	type key struct {
 		Model, Mode                                    string
 		MaxTurns, MaxTurnTokens, MaxContext, EvalTasks int
@@ -253,12 +244,31 @@ func (t *Trainer) startFrom(ctx context.Context, run *records.Run, s Settings) (
 	k := func(s Settings) key {
 		return key{s.Model, s.Mode, s.MaxTurns, s.MaxTurnTokens, s.MaxContext, s.EvalTasks, s.WallSeconds, fmt.Sprint(s.EvalHints)}
 	}
-	if a, b := k(s), k(ss); a != b {
-		return nil, fmt.Errorf("start_from: run %s's start point measured another policy or selection (%+v; this run %+v)", s.StartFrom, b, a)
-	}
 	var ids []string
-	for a := 1; a <= int(src.GetMetrics()[MetricEvalAttempts]); a++ {
-		ids = append(ids, evalAttemptRunID(src.GetId(), PhaseStart, 0, a))
+	seen := map[string]bool{run.GetId(): true}
+	for from := s.StartFrom; from != ""; {
+		if from == run.GetId() {
+			return nil, fmt.Errorf("start_from: run %s cannot take its start point from itself", from)
+		}
+		if seen[from] {
+			return nil, fmt.Errorf("start_from: run %s comes twice in the chain of start points from %s", from, s.StartFrom)
+		}
+		seen[from] = true
+		src, err := t.runs.Get(ctx, from)
+		if err != nil {
+			return nil, fmt.Errorf("start_from: run %s: %w", from, err)
+		}
+		ss, err := DecodeSettings(src)
+		if err != nil {
+			return nil, fmt.Errorf("start_from: run %s: %w", from, err)
+		}
+		if a, b := k(s), k(ss); a != b {
+			return nil, fmt.Errorf("start_from: run %s's start point measured another policy or selection (%+v; this run %+v)", from, b, a)
+		}
+		for a := 1; a <= int(src.GetMetrics()[MetricEvalAttempts]); a++ {
+			ids = append(ids, evalAttemptRunID(src.GetId(), PhaseStart, 0, a))
+		}
+		from = ss.StartFrom
 	}
 	return ids, nil
 }

@@ -150,6 +150,34 @@ func TestStartFrom(t *testing.T) {
 			t.Errorf("%s differs: startFrom = %v, want an error", name, err)
 		}
 	}
+	// A chain: arm-c read its start point back from arm-a, and stored none
+	// of it; a run from arm-c reads both.
+	chained := src
+	chained.StartFrom = "arm-a"
+	if err := store.Put(ctx, &records.Run{Id: "arm-c", ConfigYaml: chained.Encode(), Metrics: map[string]float64{MetricEvalAttempts: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	s.StartFrom = "arm-c"
+	if ids, err := tr.startFrom(ctx, me, s); err != nil || strings.Join(ids, " ") != "arm-c/eval/start-0.1 arm-a/eval/start-0.1 arm-a/eval/start-0.2" {
+		t.Fatalf("startFrom through a chain = %q, %v", ids, err)
+	}
+	// A cycle is refused, not followed forever.
+	loop := src
+	loop.StartFrom = "arm-e"
+	if err := store.Put(ctx, &records.Run{Id: "arm-d", ConfigYaml: loop.Encode()}); err != nil {
+		t.Fatal(err)
+	}
+	loop.StartFrom = "arm-d"
+	if err := store.Put(ctx, &records.Run{Id: "arm-e", ConfigYaml: loop.Encode()}); err != nil {
+		t.Fatal(err)
+	}
+	s.StartFrom = "arm-d"
+	if _, err := tr.startFrom(ctx, me, s); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("a cycle of start points: %v", err)
+	}
+	if err := (Settings{Mode: "patch", TasksPerStep: 1, Group: 2, LR: 1e-5, StartFrom: "arm-a"}).Validate(); err == nil || !strings.Contains(err.Error(), "evaluates nothing") {
+		t.Errorf("--start-from without evaluation: %v", err)
+	}
 	s.StartFrom = "no-such-run"
 	if _, err := tr.startFrom(ctx, me, s); err == nil || !strings.Contains(err.Error(), "no-such-run") {
 		t.Errorf("a missing run: %v", err)

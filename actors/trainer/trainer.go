@@ -199,6 +199,8 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("trainer: budget of %v seconds: want a finite number ≥ 0", s.BudgetSeconds)
 	case s.MaxStaleness < 0:
 		return fmt.Errorf("trainer: max staleness %d: want 0 (synchronous steps) or more", s.MaxStaleness)
+	case s.StartFrom != "" && s.EvalTasks == 0:
+		return fmt.Errorf("trainer: start from run %s: a run that evaluates nothing (eval tasks 0) has no start point to read back", s.StartFrom)
 	}
 	return s.validateWarmStart()
 }
@@ -905,7 +907,10 @@ func (t *Trainer) rollouts(ctx context.Context, tag, runID string, tasks []*reco
 				r := e.Result
 				again := ""
 				if e.Reused {
-					again = " (played before the run was interrupted)"
+					again = " (read back: played before the run was interrupted)"
+					if from, _, ok := strings.Cut(e.TrajectoryID, "/"); ok && from != strings.SplitN(runID, "/", 2)[0] {
+						again = " (read back from run " + from + ")"
+					}
 				}
 				t.printf("%s:   episode %d/%d %s #%d: %s, reward %g, %d policy tokens, v%d, %.1fs%s", tag, n, total, task.GetId(), e.Index,
 					endingOf(e), r.Reward, r.PolicyTokens(), r.PolicyVersion, e.WallSeconds, again)
