@@ -640,7 +640,11 @@ func (t *Trainer) produce(ctx context.Context, runID string, s Settings, lim har
 	for i, task := range tasks {
 		ids[i] = task.GetId()
 	}
-	t.printf("%s: batch of %d task(s) from the frontier at policy v%d in %.1fs: %s", tag, len(tasks), version, p.batchSeconds, strings.Join(ids, " "))
+	from := "from the frontier"
+	if s.Sampler == SamplerUniform {
+		from = "drawn uniformly from the pool"
+	}
+	t.printf("%s: batch of %d task(s) %s at policy v%d in %.1fs: %s", tag, len(tasks), from, version, p.batchSeconds, strings.Join(ids, " "))
 
 	// 2. G episodes of every task, concurrently.
 	start = time.Now()
