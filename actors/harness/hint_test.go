@@ -93,17 +93,7 @@ func TestPatchSearchHint(t *testing.T) {
 			t.Fatalf("assistant turn %q, want %q", answer, want)
 		}
 		// The given part is the environment's, the rest the policy's.
-		first := 0
-		for first < len(res.PolicyMask) && !res.PolicyMask[first] {
-			first++
-		}
-		given, err := r.Tokenizer.Decode(res.TokenIDs[:first])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !strings.HasSuffix(given, "<|im_start|>assistant\ncalc.py\n<<<<<<< SEARCH\ndef add(a, b):\n    return a - b\n=======\n") {
-			t.Fatalf("the environment's tokens end %q", given[max(0, len(given)-120):])
-		}
+		envEndsWith(t, r, res, "<|im_start|>assistant\ncalc.py\n<<<<<<< SEARCH\ndef add(a, b):\n    return a - b\n=======\n")
 	}
 }
 
@@ -176,17 +166,7 @@ func TestPatchReplaceHint(t *testing.T) {
 		if want := given + strings.TrimSuffix(c.turn, "\n"); res.Turns[2].Content != want && res.Turns[2].Content != want+"\n" {
 			t.Fatalf("assistant turn %q, want %q", res.Turns[2].Content, want)
 		}
-		first := 0
-		for first < len(res.PolicyMask) && !res.PolicyMask[first] {
-			first++
-		}
-		env, err := r.Tokenizer.Decode(res.TokenIDs[:first])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !strings.HasSuffix(env, "<|im_start|>assistant\n"+given) {
-			t.Fatalf("the environment's tokens end %q", env[max(0, len(env)-120):])
-		}
+		envEndsWith(t, r, res, "<|im_start|>assistant\n"+given)
 	}
 	// A gold fix whose replacement start leaves nothing to write is a bad
 	// record, not an episode.
@@ -195,5 +175,22 @@ func TestPatchReplaceHint(t *testing.T) {
 	r, _ := runner(t, "x")
 	if _, err := r.Run(context.Background(), bad, newMemWorkspace(), ModePatch, 1); !errors.Is(err, ErrBadTask) {
 		t.Fatalf("got %v, want ErrBadTask", err)
+	}
+}
+
+// envEndsWith checks that the environment's tokens, those before the
+// policy's first, decode to text ending with want.
+func envEndsWith(t *testing.T, r *Runner, res *EpisodeResult, want string) {
+	t.Helper()
+	first := 0
+	for first < len(res.PolicyMask) && !res.PolicyMask[first] {
+		first++
+	}
+	env, err := r.Tokenizer.Decode(res.TokenIDs[:first])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(env, want) {
+		t.Fatalf("the environment's tokens end %q", env[max(0, len(env)-120):])
 	}
 }
