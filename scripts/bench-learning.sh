@@ -23,7 +23,7 @@
 # EVAL_EVERY (5), POOL_H4 / POOL_H3 (tasks per training environment at hint
 # levels 4 and 3: 6 and 3), WARM_TASKS (96), WARM_EPOCHS (2), EVAL_TASKS (36), ARMS
 # ("frontier uniform"), PREPARE_ONLY (set: register and synthesize only), MEMORY_LIMIT
-# (each arm's node.memory_limit; default 90% of the machine shared by the arms), SHARE_START
+# (each arm's node.memory_limit; default 80% of the machine shared by the arms, the rest left to what is not Go heap and to the sandboxes), SHARE_START
 # (default 1: the start point is played once, before the arms, and read back by both;
 # empty: each arm plays its own).
 set -euo pipefail
@@ -85,11 +85,12 @@ if [ -n "${SHARE_START-1}" ] && [ "${EVAL_TASKS:-36}" -gt 0 ]; then
 else
   startflag=()
 fi
-# Each arm's heap is kept under its share of the machine (node.memory_limit):
-# without a limit the Go collector lets a heap grow to twice what is live,
-# and two Qwen2.5-Coder-0.5B arms then did not fit in 24 GB.
+# Each arm's heap is kept under a fixed share of the machine
+# (node.memory_limit): the default limit follows a process's live heap up to
+# 85% of the machine, which two processes together overrun (two
+# Qwen2.5-Coder-0.5B arms left 1 GB free of 24 GB).
 arms=(${ARMS:-frontier uniform})
-share=$((90 / ${#arms[@]}))
+share=$((80 / ${#arms[@]}))
 pids=()
 for arm in ${ARMS:-frontier uniform}; do
   d="$data-$arm"
