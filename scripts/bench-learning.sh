@@ -20,8 +20,8 @@
 # TRAIN_LAYERS (0: every layer; N: the top N, run --train-layers), LR (2e-5), WARM_LR (3e-4),
 # PARALLEL (episodes at once, 16), SEED (1), GROUP (episodes per task, 4), TASKS_PER_STEP (4),
 # EVAL_K (3), EVAL_HINTS (hint levels of the held-out tasks played, 3,4),
-# EVAL_EVERY (5), POOL_H4 / POOL_H3 (tasks per training environment at hint
-# levels 4 and 3: 6 and 3), WARM_TASKS (96), WARM_EPOCHS (2), EVAL_TASKS (36), ARMS
+# EVAL_EVERY (5), POOL_H5 / POOL_H4 / POOL_H3 (tasks per training environment at hint
+# levels 5, 4 and 3: 3, 6 and 3), WARM_TASKS (96), WARM_EPOCHS (2), EVAL_TASKS (36), ARMS
 # ("frontier uniform"), PREPARE_ONLY (set: register and synthesize only), MEMORY_LIMIT
 # (each arm's node.memory_limit; default 80% of the machine shared by the arms, the rest left to what is not Go heap and to the sandboxes), SHARE_START
 # (default 1: the start point is played once, before the arms, and read back by both;
@@ -57,6 +57,8 @@ done
 
 # The pool: POOL_H4 tasks at hint level 4 and POOL_H3 at level 3 from each
 # training environment, fixed seeds; skipped where the store has them.
+# POOL_H5 tasks at level 5 are added where the store has none at that level
+# (a store prepared before level 5 existed gains them).
 have=$($F --data-dir "$data" tasks ls 2>/dev/null | awk 'NR > 1 {print $1}' || true)
 for e in "${envs[@]}"; do
   n=$(grep -c "^$e\." <<<"$have" || true)
@@ -65,6 +67,11 @@ for e in "${envs[@]}"; do
     $F --data-dir "$data" synth --env "$e" --count "${POOL_H3:-3}" --hint-level 3 --seed 3301 --max-candidates 40 || echo "synthesis from $e failed: going on without it"
   fi
 done
+if [ "${POOL_H5:-3}" -gt 0 ] && ! $F --data-dir "$data" tasks ls 2>/dev/null | awk 'NR > 1 && $6 == 5 {n++} END {exit !n}'; then
+  for e in "${envs[@]}"; do
+    $F --data-dir "$data" synth --env "$e" --count "${POOL_H5:-3}" --hint-level 5 --seed 5501 --max-candidates 40 || echo "synthesis from $e at level 5 failed: going on without it"
+  done
+fi
 $F --data-dir "$data" tasks ls | tail -n +2 | wc -l | xargs echo "tasks in the pool:"
 [ -n "${PREPARE_ONLY:-}" ] && exit 0
 
