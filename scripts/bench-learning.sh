@@ -25,7 +25,7 @@
 # ("frontier uniform"), PREPARE_ONLY (set: register and synthesize only), MEMORY_LIMIT
 # (each arm's node.memory_limit; default 80% of the machine shared by the arms, the rest left to what is not Go heap and to the sandboxes), SHARE_START
 # (default 1: the start point is played once, before the arms, and read back by both;
-# empty: each arm plays its own).
+# empty: each arm plays its own), START_RUN (the start-point run to resume or reuse).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 budget=${1:-60m}
@@ -81,13 +81,16 @@ stamp=$(date +%Y%m%d-%H%M)
 # policy, tasks and episode seeds for every arm, so it is played once here,
 # in the shared store, by a run of no steps; each arm reads its episodes
 # back (run --start-from) rather than playing them again side by side.
-start="bench-start-$stamp"
+# START_RUN names a start-point run to use instead of a new one: one that
+# was killed is resumed (its stored episodes are read back), one that ended
+# is only read.
+start="${START_RUN:-bench-start-$stamp}"
 if [ -n "${SHARE_START-1}" ] && [ "${EVAL_TASKS:-36}" -gt 0 ]; then
   $F --data-dir "$data" run --run "$start" --model "$model" --seed "$seed" --env six==1.16.0 --tasks 0 --steps 0 \
     --tasks-per-step "${TASKS_PER_STEP:-4}" --group "${GROUP:-4}" --lr "${LR:-2e-5}" --parallel "${PARALLEL:-16}" \
-    --train-layers "${TRAIN_LAYERS:-0}" --eval-tasks "${EVAL_TASKS:-36}" --eval-k "${EVAL_K:-3}" --eval-hints "${EVAL_HINTS:-3,4}" >"/tmp/bench-start-$stamp.log" 2>&1 ||
-    { echo "the start point failed: see /tmp/bench-start-$stamp.log" >&2; exit 1; }
-  grep "held-out (start" "/tmp/bench-start-$stamp.log" | tail -n 1 || { echo "the start point was not measured: see /tmp/bench-start-$stamp.log" >&2; exit 1; }
+    --train-layers "${TRAIN_LAYERS:-0}" --eval-tasks "${EVAL_TASKS:-36}" --eval-k "${EVAL_K:-3}" --eval-hints "${EVAL_HINTS:-3,4}" >>"/tmp/$start.log" 2>&1 ||
+    { echo "the start point failed: see /tmp/$start.log" >&2; exit 1; }
+  grep "held-out (start" "/tmp/$start.log" | tail -n 1 || { echo "the start point was not measured: see /tmp/$start.log" >&2; exit 1; }
   startflag=(--start-from "$start")
 else
   startflag=()
