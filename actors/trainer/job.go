@@ -173,6 +173,33 @@ func (d *Deps) ask(ctx context.Context, pid *actor.PID, req any, timeout time.Du
 
 func (d *Deps) asker() nodeask.Asker { return nodeask.Asker{Node: d.Node} }
 
+// resumeSettings are a resumed run's settings: its record's, with what the
+// job overrides (--steps, --budget, --max-staleness). A budget raised above
+// the training time a run has spent reopens a run its old budget ended (its
+// end point stays in the curve; a new one is evaluated where it ends now).
+// The record keeps the settings the run now runs with.
+func resumeSettings(run *records.Run, job *Job) (Settings, error) {
+	stored, err := DecodeSettings(run)
+	if err != nil {
+		return stored, err
+	}
+	s := job.Settings
+	if job.overrides("steps") {
+		stored.Steps = s.Steps
+	}
+	if job.overrides("budget") {
+		stored.BudgetSeconds = s.BudgetSeconds
+		if run.GetMetrics()[MetricBudgetSpent] > 0 && (s.BudgetSeconds == 0 || TrainSeconds(run) < s.BudgetSeconds) {
+			delete(run.Metrics, MetricBudgetSpent)
+		}
+	}
+	if job.overrides("max_staleness") {
+		stored.MaxStaleness = s.MaxStaleness // nothing is in flight between two processes
+	}
+	run.ConfigYaml = stored.Encode()
+	return stored, nil
+}
+
 // execute runs job on the node: the run's record (new or resumed), the
 // cluster check, the environments, synthesis, the held-out set, then the
 // loop (Train), printing what a user follows on out. The record's status
@@ -190,18 +217,9 @@ func execute(ctx context.Context, d *Deps, job Job, out io.Writer) (err error) {
 	}
 	s := job.Settings
 	if resumed {
-		stored, err := DecodeSettings(run)
+		stored, err := resumeSettings(run, &job)
 		if err != nil {
 			return err
-		}
-		if job.overrides("steps") {
-			stored.Steps = s.Steps
-		}
-		if job.overrides("budget") {
-			stored.BudgetSeconds = s.BudgetSeconds
-		}
-		if job.overrides("max_staleness") {
-			stored.MaxStaleness = s.MaxStaleness // nothing is in flight between two processes
 		}
 		s = stored
 		fmt.Fprintf(out, "resuming run %s (%s) after step %d of %d\n", run.Id, run.Status, run.Step, s.Steps)

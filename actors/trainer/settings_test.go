@@ -130,3 +130,44 @@ func TestBudget(t *testing.T) {
 		t.Fatal("a run of no steps with its start point, or one that evaluates nothing, has an evaluation pending")
 	}
 }
+
+// TestBudgetRaisedOnResume: a run its budget ended reopens when it is
+// resumed with a larger --budget (or none), stays ended with a budget it has
+// already spent, and the record keeps the settings it now runs with.
+func TestBudgetRaisedOnResume(t *testing.T) {
+	base := validSettings()
+	base.Steps, base.BudgetSeconds = 1000, 3600
+	ended := func() *records.Run {
+		return &records.Run{Id: "r", Step: 12, ConfigYaml: base.Encode(), Metrics: map[string]float64{
+			MetricWallSeconds: 4800, MetricEvalSeconds: 1100, MetricBudgetSpent: 1}}
+	}
+	for _, tc := range []struct {
+		name     string
+		override []string
+		budget   float64
+		finished bool
+	}{
+		{"no override", nil, 7200, true},
+		{"budget already spent", []string{"budget"}, 3000, true},
+		{"budget raised", []string{"budget"}, 7200, false},
+		{"budget removed", []string{"budget"}, 0, false},
+	} {
+		run := ended()
+		job := &Job{Settings: base, Override: tc.override}
+		job.Settings.BudgetSeconds = tc.budget
+		s, err := resumeSettings(run, job)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := Finished(run, s); got != tc.finished {
+			t.Errorf("%s: finished %v after resuming, want %v", tc.name, got, tc.finished)
+		}
+		stored, err := DecodeSettings(run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored.BudgetSeconds != s.BudgetSeconds {
+			t.Errorf("%s: the record keeps budget %v, the run runs with %v", tc.name, stored.BudgetSeconds, s.BudgetSeconds)
+		}
+	}
+}
