@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -200,6 +201,28 @@ func resumeSettings(run *records.Run, job *Job) (Settings, error) {
 	return stored, nil
 }
 
+// keepWork gives a resumed run the work before its loop that its record
+// keeps (environments, synthesis, the cluster check), not the client's: a
+// run is resumed with --run ID and whatever flags, defaults included, the
+// command line had, and those must not add tasks of other environments or
+// hint levels to its pool. A run recorded before jobs were kept keeps the
+// client's.
+func keepWork(run *records.Run, job *Job, out io.Writer) {
+	if run.GetJobJson() == "" {
+		return
+	}
+	stored, err := storedJob(run)
+	if err != nil {
+		return
+	}
+	if !slices.Equal(stored.Envs, job.Envs) || stored.Tasks != job.Tasks || !slices.Equal(stored.HintLevels, job.HintLevels) ||
+		stored.Jobs != job.Jobs || stored.Rounds != job.Rounds {
+		fmt.Fprintf(out, "the run keeps its own environments %v, %d task(s) per hint level %v and cluster check (%d jobs of %d rounds); those given now are not used\n",
+			stored.Envs, stored.Tasks, stored.HintLevels, stored.Jobs, stored.Rounds)
+	}
+	job.Envs, job.Tasks, job.HintLevels, job.Jobs, job.Rounds = stored.Envs, stored.Tasks, stored.HintLevels, stored.Jobs, stored.Rounds
+}
+
 // execute runs job on the node: the run's record (new or resumed), the
 // cluster check, the environments, synthesis, the held-out set, then the
 // loop (Train), printing what a user follows on out. The record's status
@@ -223,6 +246,7 @@ func execute(ctx context.Context, d *Deps, job Job, out io.Writer) (err error) {
 		}
 		s = stored
 		fmt.Fprintf(out, "resuming run %s (%s) after step %d of %d\n", run.Id, run.Status, run.Step, s.Steps)
+		keepWork(run, &job, out)
 	} else {
 		if err := job.prepareNew(started); err != nil {
 			return err

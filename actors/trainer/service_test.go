@@ -88,6 +88,33 @@ func TestServiceRunsAJobToItsEnd(t *testing.T) {
 	}
 }
 
+// TestResubmittedRunKeepsItsWork: a run submitted again under its id (what
+// frognano run --run ID does, with the command line's defaults) keeps its
+// recorded environments, synthesis and cluster check, and says so.
+func TestResubmittedRunKeepsItsWork(t *testing.T) {
+	_, base := serviceNode(t)
+	job := func(jobs int) string {
+		return `{"run_id": "svc-k", "jobs": ` + itoa(int64(jobs)) + `, "rounds": 10, "parallel": 1, "envs": [],
+		"settings": {"steps": 1, "tasks_per_step": 1, "group": 2, "mode": "patch", "lr": 1e-5}}`
+	}
+	if code, body := call(t, http.MethodPost, base+RunsPath, job(3)); code != http.StatusAccepted {
+		t.Fatalf("submit: %d %s", code, body)
+	}
+	waitStatus(t, base, "svc-k", "done")
+	code, body := call(t, http.MethodPost, base+RunsPath, job(7))
+	if code != http.StatusAccepted || !strings.Contains(body, `"resumed":true`) {
+		t.Fatalf("submit again: %d %s", code, body)
+	}
+	var sub struct {
+		LogOffset int64 `json:"log_offset"`
+	}
+	json.Unmarshal([]byte(body), &sub)
+	code, body = call(t, http.MethodGet, base+RunsPath+"/svc-k/logs?follow=true&offset="+itoa(sub.LogOffset), "")
+	if code != http.StatusOK || !strings.Contains(body, "keeps its own environments [], 0 task(s)") || !strings.Contains(body, "done: 3 jobs verified") {
+		t.Fatalf("the resubmitted run did not keep its 3-job cluster check: %d %s", code, body)
+	}
+}
+
 func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
 
 func waitStatus(t *testing.T, base, id, want string) {

@@ -64,7 +64,9 @@ The run's settings, step and figures are kept in the store after every
 step; the Learner checkpoints every --checkpoint-every steps and at the end.
 A killed run resumes with --run ID (the same settings; --steps may raise
 its length, and a --budget above the training time it has spent reopens a
-run its budget ended, whose next end point is then evaluated), and a frognano-node that stopped or died mid-run resumes it by
+run its budget ended, whose next end point is then evaluated; its
+environments, synthesis and cluster check stay the run's, whatever --env,
+--tasks and --hint-levels say), and a frognano-node that stopped or died mid-run resumes it by
 itself when it starts again: the Learner reopens from its newest checkpoint, the Sampler
 loads the newest published weights, and the loop continues after the last
 recorded step.
