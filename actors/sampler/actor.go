@@ -172,7 +172,7 @@ func (e *Engine) Status() *messages.SamplerStatus {
 	c := e.m.Config
 	return &messages.SamplerStatus{
 		Model: e.m.Source, PolicyVersion: st.Version, Running: int32(st.Running), Waiting: int32(st.Waiting),
-		GeneratedTokens: st.GeneratedTokens, Steps: st.Steps, ContextLength: int32(e.cfg.ContextLength),
+		GeneratedTokens: st.GeneratedTokens, Steps: st.Steps, ContextLength: int32(e.cfg.ContextLength), Weights: e.m.Quantization(),
 		Config: &records.ModelConfig{
 			Architecture: c.Architecture, HiddenSize: int32(c.HiddenSize), Layers: int32(c.Layers),
 			Heads: int32(c.Heads), KvHeads: int32(c.KVHeads), IntermediateSize: int32(c.FFNSize),

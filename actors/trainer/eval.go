@@ -136,7 +136,7 @@ func (t *Trainer) evaluate(ctx context.Context, run *records.Run, s Settings, li
 	}
 	start := time.Now()
 	tag := fmt.Sprintf("held-out (%s, step %d)", p.GetPhase(), p.GetStep())
-	t.printf("%s: %d task(s) × %d episodes at policy v%d", tag, len(tasks), s.EvalK, p.GetPolicyVersion())
+	t.printf("%s: %d task(s) × %d episodes at policy v%d%s", tag, len(tasks), s.EvalK, p.GetPolicyVersion(), onWeights(t.weights))
 	es := s
 	es.Group = s.EvalK
 	// The same episode seeds at every point (common random numbers for the
@@ -152,6 +152,7 @@ func (t *Trainer) evaluate(ctx context.Context, run *records.Run, s Settings, li
 	for a := 1; a < attempt; a++ {
 		earlier = append(earlier, evalAttemptRunID(run.GetId(), p.GetPhase(), p.GetStep(), a))
 	}
+	p.SamplerWeights = t.weights
 	if p.GetPhase() == PhaseStart && s.StartFrom != "" {
 		from, err := t.startFrom(ctx, run, s)
 		if err != nil {
@@ -226,8 +227,9 @@ func (t *Trainer) evaluate(ctx context.Context, run *records.Run, s Settings, li
 // run's start episodes instead, as a resumed evaluation reads back its own
 // earlier attempts, and both arms' paired differences are taken from one
 // start. The runs must agree on the model, the mode, the episode limits
-// and the held-out selection; the node's sampler settings (quantization)
-// are not in a run's record and are not checked.
+// and the held-out selection, and the start point must have been played
+// on the weights this node's Sampler reads (its quantization, which every
+// held-out point records; a point recorded before that passes unchecked).
 
 // startFrom checks that s.StartFrom names a run whose start point can
 // stand for this one's and returns the run ids its start episodes are
@@ -265,12 +267,33 @@ func (t *Trainer) startFrom(ctx context.Context, run *records.Run, s Settings) (
 		if a, b := k(s), k(ss); a != b {
 			return nil, fmt.Errorf("start_from: run %s's start point measured another policy or selection (%+v; this run %+v)", from, b, a)
 		}
+		if w := startWeights(src); w != "" && t.weights != "" && w != t.weights {
+			return nil, fmt.Errorf("start_from: run %s's start point was played on %s weights, this node's Sampler serves %s (node policy.quantization): its episodes measured another policy", from, w, t.weights)
+		}
 		for a := 1; a <= int(src.GetMetrics()[MetricEvalAttempts]); a++ {
 			ids = append(ids, evalAttemptRunID(src.GetId(), PhaseStart, 0, a))
 		}
 		from = ss.StartFrom
 	}
 	return ids, nil
+}
+
+func onWeights(w string) string {
+	if w == "" {
+		return ""
+	}
+	return " (sampler weights " + w + ")"
+}
+
+// startWeights is what the Sampler read while it played run's start
+// point ("" where the record does not say: runs recorded before it was kept).
+func startWeights(run *records.Run) string {
+	for _, p := range run.GetCurve() {
+		if p.GetPhase() == PhaseStart && len(p.GetHeldOut()) > 0 {
+			return p.GetSamplerWeights()
+		}
+	}
+	return ""
 }
 
 // FormatScores prints held-out scores on one line, in Buckets' order.

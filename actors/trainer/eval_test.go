@@ -178,6 +178,31 @@ func TestStartFrom(t *testing.T) {
 	if err := (Settings{Mode: "patch", TasksPerStep: 1, Group: 2, LR: 1e-5, StartFrom: "arm-a"}).Validate(); err == nil || !strings.Contains(err.Error(), "evaluates nothing") {
 		t.Errorf("--start-from without evaluation: %v", err)
 	}
+	// The start point's sampler weights: a point played on q8_0 cannot
+	// stand for a node that serves f32, and one recorded before the weights
+	// were kept passes.
+	s.StartFrom = "arm-a"
+	start := &records.RunPoint{Phase: PhaseStart, HeldOut: []*records.HeldOutScore{{HintLevel: -1}}}
+	if err := store.Put(ctx, &records.Run{Id: "arm-a", ConfigYaml: src.Encode(), Metrics: map[string]float64{MetricEvalAttempts: 2},
+		Curve: []*records.RunPoint{start}}); err != nil {
+		t.Fatal(err)
+	}
+	tr.weights = "f32"
+	if _, err := tr.startFrom(ctx, me, s); err != nil {
+		t.Errorf("a start point without recorded weights: %v", err)
+	}
+	start.SamplerWeights = "q8_0"
+	if err := store.Put(ctx, &records.Run{Id: "arm-a", ConfigYaml: src.Encode(), Metrics: map[string]float64{MetricEvalAttempts: 2},
+		Curve: []*records.RunPoint{start}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.startFrom(ctx, me, s); err == nil || !strings.Contains(err.Error(), "q8_0 weights") {
+		t.Errorf("a start point played on q8_0 for an f32 sampler: %v", err)
+	}
+	tr.weights = "q8_0"
+	if _, err := tr.startFrom(ctx, me, s); err != nil {
+		t.Errorf("a start point played on the same weights: %v", err)
+	}
 	s.StartFrom = "no-such-run"
 	if _, err := tr.startFrom(ctx, me, s); err == nil || !strings.Contains(err.Error(), "no-such-run") {
 		t.Errorf("a missing run: %v", err)

@@ -263,6 +263,10 @@ type Trainer struct {
 	runs     *Runs
 	runner   *rollout.Runner
 	learner  *actor.PID // the run's Learner, once opened
+	// weights is what the node's Sampler's products read (its status at
+	// open): every held-out point records it, and a start point read back
+	// from another run must have been played on the same.
+	weights string
 	clock    clock
 	// attempt is the record's MetricAttempts for this process: episodes
 	// of a step replayed after a crash get seeds of their own.
@@ -540,6 +544,7 @@ func (t *Trainer) open(ctx context.Context, run *records.Run, s Settings) (int, 
 		return 0, err
 	}
 	ss := res.(*messages.SamplerStatus)
+	t.weights = ss.GetWeights()
 	if !sameModel(ss.GetConfig(), st.GetModel()) {
 		return 0, fmt.Errorf("the node's Sampler serves %s (%v) but the Learner trains %v: train the model the node serves",
 			ss.GetModel(), ss.GetConfig(), st.GetModel())

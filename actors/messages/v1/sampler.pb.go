@@ -190,8 +190,11 @@ type SamplerStatus struct {
 	Steps           int64                  `protobuf:"varint,6,opt,name=steps,proto3" json:"steps,omitempty"`                                      // batched forward passes so far
 	ContextLength   int32                  `protobuf:"varint,7,opt,name=context_length,json=contextLength,proto3" json:"context_length,omitempty"` // most positions per sequence
 	Config          *v1.ModelConfig        `protobuf:"bytes,8,opt,name=config,proto3" json:"config,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// weights is what the engine's products read: f32, q8_0 or q8_0-f32
+	// (node policy.quantization, or f32 where the kernels lack it).
+	Weights       string `protobuf:"bytes,9,opt,name=weights,proto3" json:"weights,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SamplerStatus) Reset() {
@@ -280,6 +283,13 @@ func (x *SamplerStatus) GetConfig() *v1.ModelConfig {
 	return nil
 }
 
+func (x *SamplerStatus) GetWeights() string {
+	if x != nil {
+		return x.Weights
+	}
+	return ""
+}
+
 var File_actors_messages_v1_sampler_proto protoreflect.FileDescriptor
 
 const file_actors_messages_v1_sampler_proto_rawDesc = "" +
@@ -293,7 +303,7 @@ const file_actors_messages_v1_sampler_proto_rawDesc = "" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12%\n" +
 	"\x0epolicy_version\x18\x03 \x01(\x03R\rpolicyVersion\"\x16\n" +
-	"\x14SamplerStatusRequest\"\xa2\x02\n" +
+	"\x14SamplerStatusRequest\"\xbc\x02\n" +
 	"\rSamplerStatus\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12%\n" +
 	"\x0epolicy_version\x18\x02 \x01(\x03R\rpolicyVersion\x12\x18\n" +
@@ -302,7 +312,8 @@ const file_actors_messages_v1_sampler_proto_rawDesc = "" +
 	"\x10generated_tokens\x18\x05 \x01(\x03R\x0fgeneratedTokens\x12\x14\n" +
 	"\x05steps\x18\x06 \x01(\x03R\x05steps\x12%\n" +
 	"\x0econtext_length\x18\a \x01(\x05R\rcontextLength\x128\n" +
-	"\x06config\x18\b \x01(\v2 .frognano.records.v1.ModelConfigR\x06configB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
+	"\x06config\x18\b \x01(\v2 .frognano.records.v1.ModelConfigR\x06config\x12\x18\n" +
+	"\aweights\x18\t \x01(\tR\aweightsB:Z8github.com/frognano/frognano/actors/messages/v1;messagesb\x06proto3"
 
 var (
 	file_actors_messages_v1_sampler_proto_rawDescOnce sync.Once

@@ -1422,9 +1422,12 @@ type RunPoint struct {
 	// differences between points).
 	TaskPass1 map[string]float64 `protobuf:"bytes,8,rep,name=task_pass1,json=taskPass1,proto3" json:"task_pass1,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
 	// task_hint is each held-out task's hint level (per-level differences).
-	TaskHint      map[string]int32 `protobuf:"bytes,9,rep,name=task_hint,json=taskHint,proto3" json:"task_hint,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TaskHint map[string]int32 `protobuf:"bytes,9,rep,name=task_hint,json=taskHint,proto3" json:"task_hint,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// sampler_weights is what the Sampler's products read while it played
+	// the held-out episodes (f32, q8_0, q8_0-f32; empty before it was kept).
+	SamplerWeights string `protobuf:"bytes,10,opt,name=sampler_weights,json=samplerWeights,proto3" json:"sampler_weights,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RunPoint) Reset() {
@@ -1518,6 +1521,13 @@ func (x *RunPoint) GetTaskHint() map[string]int32 {
 		return x.TaskHint
 	}
 	return nil
+}
+
+func (x *RunPoint) GetSamplerWeights() string {
+	if x != nil {
+		return x.SamplerWeights
+	}
+	return ""
 }
 
 // HeldOutScore is pass@1 on the held-out subset at one hint level (-1: all).
@@ -2241,7 +2251,7 @@ const file_persistence_records_v1_records_proto_rawDesc = "" +
 	"\x0eepisodes_total\x18\b \x01(\x03R\repisodesTotal\x12#\n" +
 	"\repisodes_done\x18\t \x01(\x03R\fepisodesDone\x12\x16\n" +
 	"\x06solved\x18\n" +
-	" \x01(\x03R\x06solved\"\xf1\x04\n" +
+	" \x01(\x03R\x06solved\"\x9a\x05\n" +
 	"\bRunPoint\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\tR\x05phase\x12%\n" +
@@ -2253,7 +2263,9 @@ const file_persistence_records_v1_records_proto_rawDesc = "" +
 	"\bheld_out\x18\a \x03(\v2!.frognano.records.v1.HeldOutScoreR\aheldOut\x12K\n" +
 	"\n" +
 	"task_pass1\x18\b \x03(\v2,.frognano.records.v1.RunPoint.TaskPass1EntryR\ttaskPass1\x12H\n" +
-	"\ttask_hint\x18\t \x03(\v2+.frognano.records.v1.RunPoint.TaskHintEntryR\btaskHint\x1a:\n" +
+	"\ttask_hint\x18\t \x03(\v2+.frognano.records.v1.RunPoint.TaskHintEntryR\btaskHint\x12'\n" +
+	"\x0fsampler_weights\x18\n" +
+	" \x01(\tR\x0esamplerWeights\x1a:\n" +
 	"\fMetricsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\x1a<\n" +
