@@ -74,11 +74,7 @@ func TestServiceRunsAJobToItsEnd(t *testing.T) {
 	if code != http.StatusAccepted || !strings.Contains(body, `"resumed":true`) {
 		t.Fatalf("resume: %d %s", code, body)
 	}
-	var sub struct {
-		LogOffset int64 `json:"log_offset"`
-	}
-	json.Unmarshal([]byte(body), &sub)
-	code, body = call(t, http.MethodGet, base+RunsPath+"/svc-a/logs?follow=true&offset="+itoa(sub.LogOffset), "")
+	code, body = followFrom(t, base, "svc-a", body)
 	if code != http.StatusOK || !strings.HasPrefix(body, "resuming run svc-a (done)") || strings.Count(body, "done: 3 jobs") != 1 {
 		t.Fatalf("logs of the resumed run from its offset: %d %s", code, body)
 	}
@@ -105,14 +101,23 @@ func TestResubmittedRunKeepsItsWork(t *testing.T) {
 	if code != http.StatusAccepted || !strings.Contains(body, `"resumed":true`) {
 		t.Fatalf("submit again: %d %s", code, body)
 	}
-	var sub struct {
-		LogOffset int64 `json:"log_offset"`
-	}
-	json.Unmarshal([]byte(body), &sub)
-	code, body = call(t, http.MethodGet, base+RunsPath+"/svc-k/logs?follow=true&offset="+itoa(sub.LogOffset), "")
+	code, body = followFrom(t, base, "svc-k", body)
 	if code != http.StatusOK || !strings.Contains(body, "keeps its own environments [], 0 task(s)") || !strings.Contains(body, "done: 3 jobs verified") {
 		t.Fatalf("the resubmitted run did not keep its 3-job cluster check: %d %s", code, body)
 	}
+}
+
+// followFrom follows run id's log from the offset a submit or resume
+// answered (its body).
+func followFrom(t *testing.T, base, id, submitted string) (int, string) {
+	t.Helper()
+	var sub struct {
+		LogOffset int64 `json:"log_offset"`
+	}
+	if err := json.Unmarshal([]byte(submitted), &sub); err != nil {
+		t.Fatalf("submit answer %q: %v", submitted, err)
+	}
+	return call(t, http.MethodGet, base+RunsPath+"/"+id+"/logs?follow=true&offset="+itoa(sub.LogOffset), "")
 }
 
 func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
