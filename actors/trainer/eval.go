@@ -229,7 +229,8 @@ func (t *Trainer) evaluate(ctx context.Context, run *records.Run, s Settings, li
 // start. The runs must agree on the model, the mode, the episode limits
 // and the held-out selection, and the start point must have been played
 // on the weights this node's Sampler reads (its quantization, which every
-// held-out point records; a point recorded before that passes unchecked).
+// evaluation attempt marks in its run's metrics, MetricEvalWeights; a run
+// recorded before that passes unchecked).
 
 // startFrom checks that s.StartFrom names a run whose start point can
 // stand for this one's and returns the run ids its start episodes are
@@ -267,8 +268,8 @@ func (t *Trainer) startFrom(ctx context.Context, run *records.Run, s Settings) (
 		if a, b := k(s), k(ss); a != b {
 			return nil, fmt.Errorf("start_from: run %s's start point measured another policy or selection (%+v; this run %+v)", from, b, a)
 		}
-		if w := startWeights(src); w != "" && t.weights != "" && w != t.weights {
-			return nil, fmt.Errorf("start_from: run %s's start point was played on %s weights, this node's Sampler serves %s (node policy.quantization): its episodes measured another policy", from, w, t.weights)
+		if w := otherWeights(src, t.weights); w != "" {
+			return nil, fmt.Errorf("start_from: run %s's held-out episodes were played on %s weights, this node's Sampler serves %s (node policy.quantization): they measured another policy", from, w, t.weights)
 		}
 		for a := 1; a <= int(src.GetMetrics()[MetricEvalAttempts]); a++ {
 			ids = append(ids, evalAttemptRunID(src.GetId(), PhaseStart, 0, a))
@@ -285,12 +286,16 @@ func onWeights(w string) string {
 	return " (sampler weights " + w + ")"
 }
 
-// startWeights is what the Sampler read while it played run's start
-// point ("" where the record does not say: runs recorded before it was kept).
-func startWeights(run *records.Run) string {
-	for _, p := range run.GetCurve() {
-		if p.GetPhase() == PhaseStart && len(p.GetHeldOut()) > 0 {
-			return p.GetSamplerWeights()
+// otherWeights names weights other than w that run's held-out evaluation
+// attempts were played on ("" if none, or where w is unknown; a run
+// recorded before the weights were kept has none).
+func otherWeights(run *records.Run, w string) string {
+	if w == "" {
+		return ""
+	}
+	for _, k := range slices.Sorted(maps.Keys(run.GetMetrics())) {
+		if got, ok := strings.CutPrefix(k, MetricEvalWeights); ok && got != w && run.GetMetrics()[k] > 0 {
+			return got
 		}
 	}
 	return ""
@@ -319,6 +324,9 @@ const (
 	// MetricEvalSeconds is the wall time the run's held-out evaluations
 	// took, over every process (a budget does not count it).
 	MetricEvalSeconds = "eval_seconds"
+	// MetricEvalWeights + W is 1 once an evaluation attempt of the run was
+	// played with the Sampler reading weights W (f32, q8_0, q8_0-f32).
+	MetricEvalWeights = "eval_weights/"
 )
 
 // clock measures a run's time across resumes: what earlier processes
@@ -351,6 +359,9 @@ func (t *Trainer) record(ctx context.Context, run *records.Run, s Settings, lim 
 		return nil
 	}
 	run.Metrics[MetricEvalAttempts]++
+	if t.weights != "" {
+		run.Metrics[MetricEvalWeights+t.weights] = 1
+	}
 	if err := t.runs.Put(ctx, run); err != nil {
 		return fmt.Errorf("recording the %s evaluation: %w", phase, err)
 	}

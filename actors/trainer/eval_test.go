@@ -178,26 +178,24 @@ func TestStartFrom(t *testing.T) {
 	if err := (Settings{Mode: "patch", TasksPerStep: 1, Group: 2, LR: 1e-5, StartFrom: "arm-a"}).Validate(); err == nil || !strings.Contains(err.Error(), "evaluates nothing") {
 		t.Errorf("--start-from without evaluation: %v", err)
 	}
-	// The start point's sampler weights: a point played on q8_0 cannot
-	// stand for a node that serves f32, and one recorded before the weights
-	// were kept passes.
+	// The weights the source's evaluation attempts were played on: an
+	// attempt on q8_0 cannot stand for a node that serves f32, and a run
+	// recorded before the weights were kept passes.
 	s.StartFrom = "arm-a"
-	start := &records.RunPoint{Phase: PhaseStart, HeldOut: []*records.HeldOutScore{{HintLevel: -1}}}
-	if err := store.Put(ctx, &records.Run{Id: "arm-a", ConfigYaml: src.Encode(), Metrics: map[string]float64{MetricEvalAttempts: 2},
-		Curve: []*records.RunPoint{start}}); err != nil {
-		t.Fatal(err)
-	}
 	tr.weights = "f32"
 	if _, err := tr.startFrom(ctx, me, s); err != nil {
 		t.Errorf("a start point without recorded weights: %v", err)
 	}
-	start.SamplerWeights = "q8_0"
-	if err := store.Put(ctx, &records.Run{Id: "arm-a", ConfigYaml: src.Encode(), Metrics: map[string]float64{MetricEvalAttempts: 2},
-		Curve: []*records.RunPoint{start}}); err != nil {
+	if err := store.Put(ctx, &records.Run{Id: "arm-a", ConfigYaml: src.Encode(),
+		Metrics: map[string]float64{MetricEvalAttempts: 2, MetricEvalWeights + "f32": 1, MetricEvalWeights + "q8_0": 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tr.startFrom(ctx, me, s); err == nil || !strings.Contains(err.Error(), "q8_0 weights") {
-		t.Errorf("a start point played on q8_0 for an f32 sampler: %v", err)
+		t.Errorf("a start point played partly on q8_0 for an f32 sampler: %v", err)
+	}
+	if err := store.Put(ctx, &records.Run{Id: "arm-a", ConfigYaml: src.Encode(),
+		Metrics: map[string]float64{MetricEvalAttempts: 2, MetricEvalWeights + "q8_0": 1}}); err != nil {
+		t.Fatal(err)
 	}
 	tr.weights = "q8_0"
 	if _, err := tr.startFrom(ctx, me, s); err != nil {

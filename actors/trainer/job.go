@@ -184,18 +184,24 @@ func resumeSettings(run *records.Run, job *Job) (Settings, error) {
 	if err != nil {
 		return stored, err
 	}
-	s := job.Settings
+	s, was := job.Settings, stored
 	if job.overrides("steps") {
 		stored.Steps = s.Steps
 	}
 	if job.overrides("budget") {
 		stored.BudgetSeconds = s.BudgetSeconds
-		if run.GetMetrics()[MetricBudgetSpent] > 0 && (s.BudgetSeconds == 0 || TrainSeconds(run) < s.BudgetSeconds) {
-			delete(run.Metrics, MetricBudgetSpent)
-		}
 	}
 	if job.overrides("max_staleness") {
 		stored.MaxStaleness = s.MaxStaleness // nothing is in flight between two processes
+	}
+	if stored.Steps == was.Steps && stored.BudgetSeconds == was.BudgetSeconds && stored.MaxStaleness == was.MaxStaleness {
+		return stored, nil // the record stays as written
+	}
+	if err := stored.Validate(); err != nil {
+		return stored, fmt.Errorf("resuming run %s: %w", run.GetId(), err)
+	}
+	if run.GetMetrics()[MetricBudgetSpent] > 0 && (stored.BudgetSeconds == 0 || TrainSeconds(run) < stored.BudgetSeconds) {
+		delete(run.Metrics, MetricBudgetSpent)
 	}
 	run.ConfigYaml = stored.Encode()
 	return stored, nil
@@ -213,6 +219,7 @@ func keepWork(run *records.Run, job *Job, out io.Writer) {
 	}
 	stored, err := storedJob(run)
 	if err != nil {
+		fmt.Fprintf(out, "warning: %v: the run takes the environments and synthesis given now\n", err)
 		return
 	}
 	if !slices.Equal(stored.Envs, job.Envs) || stored.Tasks != job.Tasks || !slices.Equal(stored.HintLevels, job.HintLevels) ||

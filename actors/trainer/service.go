@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/frognano/frognano/persistence"
 	records "github.com/frognano/frognano/persistence/records/v1"
@@ -158,8 +159,15 @@ func (a *serviceActor) start(c actor.Context, job Job, resume bool) *jobReply {
 	if job.RunID == "" {
 		job.RunID = fmt.Sprintf("run-%s", time.Now().UTC().Format("20060102-150405.000"))
 	}
-	if _, err := a.s.deps.Node.DB().Runs().Get(context.Background(), job.RunID); err == nil {
+	if rec, err := a.s.deps.Node.DB().Runs().Get(context.Background(), job.RunID); err == nil {
 		resumed = true
+		// What a resumed run is given instead of its recorded settings is
+		// checked now too (on a copy: the run's own execute writes it).
+		if len(job.Override) > 0 {
+			if _, err := resumeSettings(proto.Clone(rec).(*records.Run), &job); err != nil {
+				return &jobReply{code: http.StatusBadRequest, err: err}
+			}
+		}
 	} else if !errors.Is(err, persistence.ErrNotFound) {
 		return &jobReply{code: http.StatusInternalServerError, err: err}
 	}

@@ -105,6 +105,13 @@ func TestResubmittedRunKeepsItsWork(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(body, "keeps its own environments [], 0 task(s)") || !strings.Contains(body, "done: 3 jobs verified") {
 		t.Fatalf("the resubmitted run did not keep its 3-job cluster check: %d %s", code, body)
 	}
+	waitStatus(t, base, "svc-k", "done")
+	// An override the run cannot take is refused before anything starts.
+	bad := strings.Replace(job(3), `"steps": 1`, `"steps": -1`, 1)
+	bad = strings.Replace(bad, `"envs": []`, `"envs": [], "override": ["steps"]`, 1)
+	if code, body := call(t, http.MethodPost, base+RunsPath, bad); code != http.StatusBadRequest || !strings.Contains(body, "steps") {
+		t.Fatalf("resubmitted with steps -1: %d %s", code, body)
+	}
 }
 
 // followFrom follows run id's log from the offset a submit or resume

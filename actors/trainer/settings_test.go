@@ -170,4 +170,22 @@ func TestBudgetRaisedOnResume(t *testing.T) {
 			t.Errorf("%s: the record keeps budget %v, the run runs with %v", tc.name, stored.BudgetSeconds, s.BudgetSeconds)
 		}
 	}
+	// Bad overrides are refused and change nothing; no change leaves the
+	// record as it was written.
+	for _, bad := range []Settings{{Steps: -1}, {BudgetSeconds: -300}} {
+		run := ended()
+		job := &Job{Settings: base, Override: []string{"steps", "budget"}}
+		job.Settings.Steps, job.Settings.BudgetSeconds = bad.Steps, bad.BudgetSeconds
+		if _, err := resumeSettings(run, job); err == nil {
+			t.Errorf("resuming with steps %d, budget %v: no error", bad.Steps, bad.BudgetSeconds)
+		}
+		if run.GetConfigYaml() != base.Encode() || run.GetMetrics()[MetricBudgetSpent] != 1 {
+			t.Errorf("a refused override changed the record")
+		}
+	}
+	run := ended()
+	run.ConfigYaml = `{"steps": 1000, "budget_seconds": 3600, "mode": "patch", "tasks_per_step": 4, "group": 8, "lr": 1e-05, "a_later_field": 1}`
+	if _, err := resumeSettings(run, &Job{Settings: base, Override: []string{"budget"}}); err != nil || !strings.Contains(run.GetConfigYaml(), "a_later_field") {
+		t.Errorf("an override that changes nothing rewrote the record (%v): %s", err, run.GetConfigYaml())
+	}
 }
