@@ -94,6 +94,9 @@ func TestQuantizedServing(t *testing.T) {
 	if e.Quantization() != "q8_0" {
 		t.Fatalf("after the swap the engine serves %q", e.Quantization())
 	}
+	if w := e.Status().GetWeights(); w != "q8_0" {
+		t.Fatalf("the engine's status says it reads %q weights, want q8_0 (what the Trainer records with each held-out point)", w)
+	}
 
 	type run struct {
 		prompt []int32
@@ -187,8 +190,8 @@ func TestQuantizationFallback(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e.Quantization() != model.Float32 {
-			t.Errorf("%s: serves %q", typ, e.Quantization())
+		if e.Quantization() != model.Float32 || e.Status().GetWeights() != model.Float32 {
+			t.Errorf("%s: serves %q, its status says %q", typ, e.Quantization(), e.Status().GetWeights())
 		}
 		res, err := e.Generate(context.Background(), policy.GenerateRequest{PromptIDs: chatPrompt(t, m, questions[0]), MaxTokens: 4})
 		if err != nil || len(res.TokenIDs) == 0 {
