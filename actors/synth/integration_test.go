@@ -504,3 +504,75 @@ func containsAll(have, want []string) bool {
 	}
 	return true
 }
+
+// weakEnv is a local package whose tests cannot tell some bugs from no code
+// at all (testdata/weak: lines whose values are never used).
+func weakEnv(t *testing.T) *records.Environment {
+	dir, err := filepath.Abs(filepath.Join("testdata", "weak"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testEnv(t, "synth-weak", dir)
+}
+
+// TestSynthesizeRejectsDeletableBugs: a candidate whose first SEARCH side,
+// deleted, passes every test is rejected (deletion_passes), and the answer
+// that deletes it grades 0 on every task stored, through the real grader.
+func TestSynthesizeRejectsDeletableBugs(t *testing.T) {
+	env := weakEnv(t)
+	s, _, _, _ := newSynth(t)
+	res, err := s.Synthesize(context.Background(), env, Request{Count: 3, Seed: 1, HintLevel: HintSearch}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("weak: %d tasks from %d candidates, rejected %s", len(res.Tasks), res.Candidates, FormatReasons(res.Rejected))
+	if res.Rejected[ReasonDeletionPasses] == 0 {
+		t.Errorf("no candidate rejected as %s (rejected %v)", ReasonDeletionPasses, res.Rejected)
+	}
+	for _, task := range res.Tasks {
+		if o := gradeDeleted(t, env, task); o.Reward != 0 {
+			t.Errorf("%s: deleting the SEARCH side grades %v", task.Id, o.Reward)
+		}
+	}
+}
+
+// gradeDeleted grades, as an episode is graded, the bug with its fix's
+// first SEARCH side deleted.
+func gradeDeleted(t *testing.T, env *records.Environment, task *records.Task) testreport.Outcome {
+	t.Helper()
+	ctx := context.Background()
+	e, err := harness.SearchHint(task.GoldPatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := needRuntime(t).Create(ctx, env.Image, sandbox.Options{RepoDir: env.RepoDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(ctx)
+	if err := sb.ApplyPatch(ctx, task.BugPatch); err != nil {
+		t.Fatal(err)
+	}
+	buggy, err := sb.ReadFile(ctx, env.RepoDir+"/"+e.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := strings.Index(string(buggy), e.Search)
+	if at < 0 {
+		t.Fatalf("%s: the SEARCH side is not in the buggy file", task.Id)
+	}
+	del := mutate.UnifiedDiff(e.Path, buggy, []mutate.Replacement{{Start: at, End: at + len(e.Search), Old: e.Search}})
+	if err := sb.ApplyPatch(ctx, del); err != nil {
+		t.Fatalf("%s: %v", task.Id, err)
+	}
+	if _, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "find . -name __pycache__ -prune -exec rm -rf {} +"}}); err != nil {
+		t.Fatal(err)
+	}
+	spec := environment.Spec(env)
+	spec.Timeout = 3 * time.Minute
+	rep, err := sb.RunTests(ctx, spec, harness.GradingTests(task))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testreport.Grade(rep, task.FailToPass, task.PassToPass)
+}

@@ -534,3 +534,24 @@ func TestInSuiteOrder(t *testing.T) {
 		t.Errorf("inSuiteOrder sorted its argument in place")
 	}
 }
+
+// TestWholeLines: the replacement covers whole lines from the first that
+// differs to the last, and applying it gives the other text.
+func TestWholeLines(t *testing.T) {
+	for _, tc := range []struct{ a, b string }{
+		{"a\nb\nc\nd\n", "a\nc\nd\n"},
+		{"a\nb\nc\n", "a\nb\n"},
+		{"a\nb\nc\n", "b\nc\n"},
+		{"x = 1\ny = 2\n", "x = 1\ny = 3\n"},
+		{"a\nb", "a\n"},
+		{"same\n", "same\n"},
+	} {
+		r := wholeLines([]byte(tc.a), []byte(tc.b))
+		if got := string(mutate.ApplyReplacements([]byte(tc.a), []mutate.Replacement{r})); got != tc.b {
+			t.Errorf("%q → %q: applying %+v gives %q", tc.a, tc.b, r, got)
+		}
+		if r.Start > 0 && tc.a[r.Start-1] != '\n' || r.End < len(tc.a) && tc.a[r.End-1] != '\n' {
+			t.Errorf("%q → %q: %+v does not cover whole lines", tc.a, tc.b, r)
+		}
+	}
+}

@@ -23,6 +23,7 @@ const (
 	ReasonGoldApply             = "gold_apply"              // the gold patch does not apply on the bug
 	ReasonGoldNotFixing         = "gold_not_fixing"         // with the gold patch, FAIL_TO_PASS tests still fail
 	ReasonStatementLeak         = "statement_leak"          // every statement written would reveal the fix
+	ReasonDeletionPasses        = "deletion_passes"         // deleting the lines of the fix's first SEARCH side passes every test: the tests cannot tell the bug from no code
 	ReasonNoSearchHint          = "no_search_hint"          // at hint level 4: the fix's first SEARCH side is not unique in its file; at 5, also: its replacement's start leaves nothing to write
 	ReasonSandbox               = "sandbox_error"           // the sandbox broke; the candidate was not judged
 )

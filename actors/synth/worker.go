@@ -1,12 +1,15 @@
 package synth
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/frognano/frognano/actors/harness"
 	"github.com/frognano/frognano/actors/sandbox"
 	"github.com/frognano/frognano/actors/sandbox/testreport"
 	"github.com/frognano/frognano/actors/synth/mutate"
@@ -310,6 +313,74 @@ func (w *worker) validate(ctx context.Context, c candidate, screenOnly bool) (o 
 	if rep, err = w.runTests(ctx, o.f2p, false, &o); err != nil {
 		return w.broken(ctx, err)
 	}
-	o.reason = goldVerdict(rep, o.f2p)
+	if o.reason = goldVerdict(rep, o.f2p); o.reason != "" {
+		return o
+	}
+	if o.reason, err = w.deletionCheck(ctx, c, &o); err != nil {
+		return w.broken(ctx, err)
+	}
 	return o
+}
+
+// deletionCheck grades the answer that deletes the fix's first SEARCH side
+// (the lines hint level 4 gives, written over with nothing) like an
+// agent's edit: if it passes every FAIL_TO_PASS and PASS_TO_PASS test, the
+// tests cannot tell the bug from no code at all, and a policy learns to
+// delete what it is shown (Qwen2.5-Coder-0.5B did, 2026-12-07: 140 of its
+// 160 held-out answers after 36 GRPO steps were that 2-token edit). Such a
+// candidate is rejected (ReasonDeletionPasses). A candidate whose fix has
+// no SEARCH side unique in its file is not checked.
+func (w *worker) deletionCheck(ctx context.Context, c candidate, o *outcome) (string, error) {
+	e, err := harness.SearchHint(c.Gold)
+	if err != nil {
+		return "", nil
+	}
+	buggy, ok := buggyOf(c)[e.Path]
+	if !ok || strings.Count(string(buggy), e.Search) != 1 {
+		return "", nil
+	}
+	var orig []byte
+	for _, mu := range c.Mutations {
+		if mu.File.Path == e.Path {
+			orig = mu.File.Src
+		}
+	}
+	// The sandbox holds the gold fix now, which is the original file.
+	diff := mutate.UnifiedDiff(e.Path, orig, []mutate.Replacement{wholeLines(orig, []byte(strings.Replace(string(buggy), e.Search, "", 1)))})
+	if diff == "" {
+		return "", nil
+	}
+	if bad, err := w.patch(ctx, diff, c.Features.Files); err != nil || bad {
+		return "", err
+	}
+	rep, err := w.runTests(ctx, o.f2p, true, o)
+	if err != nil || rep.TimedOut || !testreport.Grade(rep, o.f2p, nil).Resolved {
+		return "", err
+	}
+	full, err := w.runTests(ctx, nil, true, o)
+	if err != nil || full.TimedOut || !testreport.Grade(full, o.f2p, o.p2p).Resolved {
+		return "", err
+	}
+	return ReasonDeletionPasses, nil
+}
+
+// wholeLines is the replacement that turns a into b: the lines from the
+// first that differs to the last, so its diff is as small as the change.
+func wholeLines(a, b []byte) mutate.Replacement {
+	start := 0
+	for start < len(a) && start < len(b) && a[start] == b[start] {
+		start++
+	}
+	start = bytes.LastIndexByte(a[:start], '\n') + 1
+	ea, eb := len(a), len(b)
+	for ea > start && eb > start && a[ea-1] == b[eb-1] {
+		ea, eb = ea-1, eb-1
+	}
+	if i := bytes.IndexByte(a[ea:], '\n'); i >= 0 && ea < len(a) {
+		eb += i + 1
+		ea += i + 1
+	} else {
+		ea, eb = len(a), len(b)
+	}
+	return mutate.Replacement{Start: start, End: ea, Old: string(a[start:ea]), New: string(b[start:eb])}
 }
