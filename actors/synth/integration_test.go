@@ -315,6 +315,14 @@ func gradeWith(t *testing.T, env *records.Environment, task *records.Task, patch
 			t.Fatalf("%s: %v", task.Id, err)
 		}
 	}
+	return gradeSandbox(t, sb, env, task)
+}
+
+// gradeSandbox runs task's grading tests in sb, its bytecode dropped, and
+// grades them as an episode is graded.
+func gradeSandbox(t *testing.T, sb *sandbox.Sandbox, env *records.Environment, task *records.Task) testreport.Outcome {
+	t.Helper()
+	ctx := context.Background()
 	if _, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "find . -name __pycache__ -prune -exec rm -rf {} +"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -565,14 +573,5 @@ func gradeDeleted(t *testing.T, env *records.Environment, task *records.Task) te
 	if err := sb.ApplyPatch(ctx, del); err != nil {
 		t.Fatalf("%s: %v", task.Id, err)
 	}
-	if _, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "find . -name __pycache__ -prune -exec rm -rf {} +"}}); err != nil {
-		t.Fatal(err)
-	}
-	spec := environment.Spec(env)
-	spec.Timeout = 3 * time.Minute
-	rep, err := sb.RunTests(ctx, spec, harness.GradingTests(task))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return testreport.Grade(rep, task.FailToPass, task.PassToPass)
+	return gradeSandbox(t, sb, env, task)
 }
