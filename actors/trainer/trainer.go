@@ -267,7 +267,7 @@ type Trainer struct {
 	// open): every held-out point records it, and a start point read back
 	// from another run must have been played on the same.
 	weights string
-	clock    clock
+	clock   clock
 	// attempt is the record's MetricAttempts for this process: episodes
 	// of a step replayed after a crash get seeds of their own.
 	attempt int
