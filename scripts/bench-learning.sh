@@ -22,10 +22,15 @@
 # EVAL_K (3), EVAL_HINTS (hint levels of the held-out tasks played, 3,4),
 # EVAL_EVERY (5), POOL_H5 / POOL_H4 / POOL_H3 (tasks per training environment at hint
 # levels 5, 4 and 3: 3, 6 and 3), WARM_TASKS (96), WARM_EPOCHS (2), EVAL_TASKS (36), ARMS
-# ("frontier uniform"), PREPARE_ONLY (set: register and synthesize only), MEMORY_LIMIT
+# ("frontier uniform": each arm is a sampler, frontier or uniform, optionally followed by
+# -WEIGHTS, the weights its node's Sampler serves (node policy.quantization: f32, q8_0,
+# q8_0-f32); "frontier frontier-q8_0" compares a float32 and a Q8_0 sampler), PREPARE_ONLY
+# (set: register and synthesize only), MEMORY_LIMIT
 # (each arm's node.memory_limit; default 80% of the machine shared by the arms, the rest left to what is not Go heap and to the sandboxes), SHARE_START
-# (default 1: the start point is played once, before the arms, and read back by both;
-# empty: each arm plays its own), START_RUN (the start-point run to resume or reuse).
+# (default 1: the start point is played once, before the arms, and read back by the arms
+# that serve the default weights; an arm with -WEIGHTS plays its own, since a start point
+# played on other weights measured another policy; empty: each arm plays its own),
+# START_RUN (the start-point run to resume or reuse).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 budget=${1:-60m}
@@ -85,7 +90,15 @@ stamp=$(date +%Y%m%d-%H%M)
 # was killed is resumed (its stored episodes are read back), one that ended
 # is only read.
 start="${START_RUN:-bench-start-$stamp}"
-if [ -n "${SHARE_START-1}" ] && [ "${EVAL_TASKS:-36}" -gt 0 ]; then
+arms=(${ARMS:-frontier uniform})
+for arm in "${arms[@]}"; do
+  case "$arm" in
+  frontier | uniform | frontier-?* | uniform-?*) ;;
+  *) echo "arm $arm: want frontier or uniform, optionally followed by -WEIGHTS (frontier-q8_0)" >&2; exit 2 ;;
+  esac
+done
+plain=$(printf '%s\n' "${arms[@]}" | grep -cvx '.*-.*' || true)
+if [ -n "${SHARE_START-1}" ] && [ "${EVAL_TASKS:-36}" -gt 0 ] && [ "$plain" -gt 0 ]; then
   $F --data-dir "$data" run --run "$start" --model "$model" --seed "$seed" --env six==1.16.0 --tasks 0 --steps 0 \
     --tasks-per-step "${TASKS_PER_STEP:-4}" --group "${GROUP:-4}" --lr "${LR:-2e-5}" --parallel "${PARALLEL:-16}" \
     --train-layers "${TRAIN_LAYERS:-0}" --eval-tasks "${EVAL_TASKS:-36}" --eval-k "${EVAL_K:-3}" --eval-hints "${EVAL_HINTS:-3,4}" >>"/tmp/$start.log" 2>&1 ||
@@ -99,11 +112,15 @@ fi
 # (node.memory_limit): the default limit follows a process's live heap up to
 # 85% of the machine, which two processes together overrun (two
 # Qwen2.5-Coder-0.5B arms left 1 GB free of 24 GB).
-arms=(${ARMS:-frontier uniform})
 share=$((80 / ${#arms[@]}))
 pids=()
-for arm in ${ARMS:-frontier uniform}; do
+for arm in "${arms[@]}"; do
   d="$data-$arm"
+  sampler=${arm%%-*}
+  weights=${arm#"$sampler"}
+  weights=${weights#-}
+  armstart=("${startflag[@]}")
+  [ -z "$weights" ] || armstart=()
   # Never replace a store a process still has open (an arm of an earlier
   # benchmark still closing): its Badger would go on writing into the copy.
   if [ -d "$d/db" ] && ! flock -n "$d/db" true 2>/dev/null; then
@@ -113,23 +130,24 @@ for arm in ${ARMS:-frontier uniform}; do
   rm -rf "$d"
   cp -a --sparse=always "$data" "$d"
   (
-    FROGNANO_NODE_MEMORY_LIMIT="${MEMORY_LIMIT:-$share%}" $F --data-dir "$d" run --run "bench-$arm-$stamp" --model "$model" --seed "$seed" --sampler "$arm" \
+    FROGNANO_POLICY_QUANTIZATION="${weights:-f32}" FROGNANO_NODE_MEMORY_LIMIT="${MEMORY_LIMIT:-$share%}" \
+      $F --data-dir "$d" run --run "bench-$arm-$stamp" --model "$model" --seed "$seed" --sampler "$sampler" \
       --env six==1.16.0 --tasks 0 --budget "$budget" --steps 1000 \
       --tasks-per-step "${TASKS_PER_STEP:-4}" --group "${GROUP:-4}" --lr "${LR:-2e-5}" --parallel "${PARALLEL:-16}" --train-layers "${TRAIN_LAYERS:-0}" \
       --warm-start-epochs "${WARM_EPOCHS:-2}" --warm-start-tasks "${WARM_TASKS:-96}" --warm-start-batch 8 --warm-start-envs "$warm" \
       --warm-start-lr "${WARM_LR:-3e-4}" \
       --eval-tasks "${EVAL_TASKS:-36}" --eval-k "${EVAL_K:-3}" --eval-hints "${EVAL_HINTS:-3,4}" --eval-every "${EVAL_EVERY:-5}" \
-      "${startflag[@]}"
+      "${armstart[@]}"
     $F --data-dir "$d" runs show "bench-$arm-$stamp" --json "/tmp/bench-$arm-$stamp.json" >/dev/null
   ) >"/tmp/bench-$arm-$stamp.log" 2>&1 &
   pids+=($!)
   echo "arm $arm: run bench-$arm-$stamp in $d, log /tmp/bench-$arm-$stamp.log"
 done
 for p in "${pids[@]}"; do wait "$p" || echo "an arm failed: see its log"; done
-for arm in ${ARMS:-frontier uniform}; do
+for arm in "${arms[@]}"; do
   echo "== $arm"
   tail -n 40 "/tmp/bench-$arm-$stamp.log"
 done
-if [ "${ARMS:-frontier uniform}" = "frontier uniform" ]; then
-  $F runs compare "/tmp/bench-frontier-$stamp.json" "/tmp/bench-uniform-$stamp.json"
+if [ "${#arms[@]}" -eq 2 ]; then
+  $F runs compare "/tmp/bench-${arms[0]}-$stamp.json" "/tmp/bench-${arms[1]}-$stamp.json"
 fi
