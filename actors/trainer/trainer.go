@@ -40,6 +40,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,6 +54,7 @@ import (
 	"github.com/frognano/frognano/actors/policy"
 	"github.com/frognano/frognano/actors/rollout"
 	"github.com/frognano/frognano/actors/sampler"
+	"github.com/frognano/frognano/kernels/modelstore"
 	"github.com/frognano/frognano/kernels/sample"
 	"github.com/frognano/frognano/kernels/tokenizer"
 	"github.com/frognano/frognano/persistence"
@@ -443,7 +445,11 @@ func (t *Trainer) Train(ctx context.Context, run *records.Run, s Settings) (Summ
 	}
 	run.Metrics[MetricAttempts]++ // stored by open
 	t.attempt = int(run.Metrics[MetricAttempts])
-	maxContext, err := t.open(ctx, run, s)
+	open := t.open
+	if measuresOnly(s) {
+		open = t.openSampler
+	}
+	maxContext, err := open(ctx, run, s)
 	if err != nil {
 		return SummaryOf(run, s.Steps), err
 	}
@@ -580,6 +586,55 @@ func (t *Trainer) open(ctx context.Context, run *records.Run, s Settings) (int, 
 		return 0, err
 	}
 	return int(ss.GetContextLength()), nil
+}
+
+// measuresOnly says whether a run only measures its start point: no
+// steps and no warm start, so nothing a Learner holds is used.
+func measuresOnly(s Settings) bool { return s.Steps == 0 && s.WarmStartEpochs <= 0 }
+
+// openSampler is open for a run that only measures its start point: the
+// Learner (the model's float32 weights, and its optimizer state once it
+// trains) is not opened, and the Sampler must serve the run's model as
+// published, policy v0. It returns the Sampler's context length.
+func (t *Trainer) openSampler(ctx context.Context, run *records.Run, s Settings) (int, error) {
+	res, err := t.ask(t.sampler, &messages.SamplerStatusRequest{}, 30*time.Minute)
+	if err != nil {
+		return 0, err
+	}
+	ss := res.(*messages.SamplerStatus)
+	t.weights = ss.GetWeights()
+	if v := ss.GetPolicyVersion(); v != 0 {
+		return 0, fmt.Errorf("the node's Sampler serves policy v%d of an earlier run; a run of no steps measures the model as published (v0): restart the node", v)
+	}
+	if err := sameSource(ss.GetModel(), s.Model); err != nil {
+		return 0, err
+	}
+	t.printf("sampler: serves %s, policy v0 (%s weights); a run of no steps measures its start point only: the Learner is not opened",
+		ss.GetModel(), orDefault(t.weights, "unknown"))
+	return int(ss.GetContextLength()), nil
+}
+
+// sameSource checks that the Sampler's model file (served) is the one the
+// run names (a name in the model store, or a path; empty: the store's
+// default), resolved as the Learner host resolves it.
+func sameSource(served, name string) error {
+	if name == "" {
+		name = modelstore.Default
+	}
+	store, err := modelstore.Open("")
+	if err != nil {
+		return err
+	}
+	want, err := store.Resolve(name)
+	if err != nil {
+		return fmt.Errorf("the run's model: %w", err)
+	}
+	a, errA := filepath.Abs(served)
+	b, errB := filepath.Abs(want)
+	if errA != nil || errB != nil || a != b {
+		return fmt.Errorf("the node's Sampler serves %s but the run names %s (%s): measure the model the node serves", served, name, want)
+	}
+	return nil
 }
 
 func sameModel(a, b *records.ModelConfig) bool {
