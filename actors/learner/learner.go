@@ -248,7 +248,7 @@ func (r StepResult) Proto(batchID string) *messages.LearnerStep {
 		Lr: r.LR, Clipped: r.Clipped, GroupsUsed: int32(r.Stats.GroupsUsed), GroupsSkipped: int32(r.Stats.GroupsSkipped),
 		PolicyTokens: int64(r.Stats.PolicyTokens), ClipFraction: r.Stats.ClipFraction(), MeanRatio: r.Stats.MeanRatio,
 		Skipped: r.Skipped, SkippedSteps: r.SkippedSteps, PublishedStep: pub, Seconds: r.Duration.Seconds(),
-		MicroBatches: int32(r.MicroBatches),
+		MicroBatches: int32(r.MicroBatches), MeanAbsLogRatio: r.Stats.MeanAbsLogRatio, MaxAbsLogRatio: r.Stats.MaxAbsLogRatio,
 	}
 }
 

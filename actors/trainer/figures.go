@@ -28,6 +28,13 @@ const (
 	// contributed no gradient. Absent when the Learner computed no loss (no
 	// group with signal, every group stale).
 	PointClipFraction = "clip_fraction"
+	// PointLogRatioMean and PointLogRatioMax are the mean and largest
+	// |log-prob of the policy − log-prob the Sampler recorded| over the
+	// step's policy tokens (a quantized Sampler's mismatch, plus the
+	// policy's moves since a stale group was sampled). Present where
+	// PointClipFraction is.
+	PointLogRatioMean = "log_ratio_mean"
+	PointLogRatioMax  = "log_ratio_max"
 	// PointPoolPrefix prefixes the pool's counts: pool_<band> for every
 	// band of the FrontierEstimator (too_hard, frontier, too_easy,
 	// retired_hopeless, retired_mastered) and pool_hint_<N>_<band> for the
@@ -74,6 +81,7 @@ func LearnerPointMetrics(m map[string]float64, ls *messages.LearnerStep) {
 	}
 	if ls.GetPolicyTokens() > 0 {
 		m[PointClipFraction] = ls.GetClipFraction()
+		m[PointLogRatioMean], m[PointLogRatioMax] = ls.GetMeanAbsLogRatio(), ls.GetMaxAbsLogRatio()
 	}
 }
 

@@ -77,6 +77,14 @@ func TestLearnerStepClipFractionReachesThePoint(t *testing.T) {
 	if got := sm[PointClipFraction]; math.Abs(got-8.0/32) > 1e-12 || ls.GetPolicyTokens() != 32 {
 		t.Errorf("clip fraction %v of %d policy tokens, want 0.25 of 32", got, ls.GetPolicyTokens())
 	}
+	// The mismatch: 8 of 32 tokens off by one nat, the rest the policy's
+	// own log-probabilities (a few ulps of float32 apart at most).
+	if got := sm[PointLogRatioMean]; math.Abs(got-8.0/32) > 1e-4 {
+		t.Errorf("mean |log ratio| %v, want 0.25", got)
+	}
+	if got := sm[PointLogRatioMax]; math.Abs(got-1) > 1e-4 {
+		t.Errorf("max |log ratio| %v, want 1", got)
+	}
 	if sm["loss"] != ls.GetLoss() || sm["grad_norm"] != ls.GetGradNorm() || sm["grad_norm"] <= 0 {
 		t.Errorf("point metrics %v from step %v", sm, ls)
 	}

@@ -829,9 +829,9 @@ func (t *Trainer) consume(ctx context.Context, run *records.Run, s Settings, lim
 		ls = res.(*messages.LearnerStep)
 		switch ls.GetSkipped() {
 		case "":
-			t.printf("%s: learner step %d → policy v%d: loss %+.5f, grad norm %.3f, lr %g, %d group(s) used, %d skipped, %d policy tokens, clip fraction %.3f, %.1fs",
+			t.printf("%s: learner step %d → policy v%d: loss %+.5f, grad norm %.3f, lr %g, %d group(s) used, %d skipped, %d policy tokens, clip fraction %.3f, |Δ log-prob| sampler−policy mean %.4f max %.3f, %.1fs",
 				tag, ls.GetStep(), ls.GetPolicyVersion(), ls.GetLoss(), ls.GetGradNorm(), ls.GetLr(), ls.GetGroupsUsed(), ls.GetGroupsSkipped(),
-				ls.GetPolicyTokens(), ls.GetClipFraction(), ls.GetSeconds())
+				ls.GetPolicyTokens(), ls.GetClipFraction(), ls.GetMeanAbsLogRatio(), ls.GetMaxAbsLogRatio(), ls.GetSeconds())
 		default:
 			t.printf("%s: learner: update skipped (%s; %d group(s) with equal rewards), policy stays v%d", tag, ls.GetSkipped(), ls.GetGroupsSkipped(), ls.GetPolicyVersion())
 		}

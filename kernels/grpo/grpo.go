@@ -320,6 +320,12 @@ type Stats struct {
 	Clipped                   int     // tokens clipped (PPO) or masked out (TV) with zero gradient
 	MeanRatio                 float64 // mean of r over the policy tokens
 	KL                        float64 // mean k3 estimate over the policy tokens (computed even when KLCoef is 0)
+	// MeanAbsLogRatio and MaxAbsLogRatio are the mean and largest
+	// |log r| = |logp − sampler logp| over the policy tokens: how far the
+	// Sampler's log-probabilities are from the policy's (a quantized
+	// Sampler's mismatch, plus the policy's moves since a stale group was
+	// sampled).
+	MeanAbsLogRatio, MaxAbsLogRatio float64
 }
 
 // ClipFraction is Clipped / PolicyTokens.
@@ -338,7 +344,9 @@ func (s *Stats) Add(o Stats) {
 	if n > 0 {
 		s.MeanRatio = (s.MeanRatio*float64(s.PolicyTokens) + o.MeanRatio*float64(o.PolicyTokens)) / float64(n)
 		s.KL = (s.KL*float64(s.PolicyTokens) + o.KL*float64(o.PolicyTokens)) / float64(n)
+		s.MeanAbsLogRatio = (s.MeanAbsLogRatio*float64(s.PolicyTokens) + o.MeanAbsLogRatio*float64(o.PolicyTokens)) / float64(n)
 	}
+	s.MaxAbsLogRatio = math.Max(s.MaxAbsLogRatio, o.MaxAbsLogRatio)
 	s.PolicyTokens = n
 	s.Sequences += o.Sequences
 	s.Clipped += o.Clipped
@@ -358,7 +366,7 @@ func (p *Plan) SequenceLoss(k int, logp, dlogp []float32) (float64, Stats, error
 	}
 	o := p.Options
 	a, w := it.Advantage, it.Weight
-	var loss, ratioSum, klSum float64
+	var loss, ratioSum, klSum, absSum float64
 	st := Stats{Sequences: 1}
 	for j := range dlogp {
 		dlogp[j] = 0
@@ -370,6 +378,8 @@ func (p *Plan) SequenceLoss(k int, logp, dlogp []float32) (float64, Stats, error
 		l, sl := float64(logp[j]), float64(s.SamplerLogProbs[t])
 		r := math.Exp(l - sl)
 		ratioSum += r
+		absSum += math.Abs(l - sl)
+		st.MaxAbsLogRatio = math.Max(st.MaxAbsLogRatio, math.Abs(l-sl))
 		var tokLoss, grad float64 // grad: d tokLoss / d l
 		switch o.Trust {
 		case TrustPPOClip:
@@ -403,6 +413,7 @@ func (p *Plan) SequenceLoss(k int, logp, dlogp []float32) (float64, Stats, error
 	if st.PolicyTokens > 0 {
 		st.MeanRatio = ratioSum / float64(st.PolicyTokens)
 		st.KL = klSum / float64(st.PolicyTokens)
+		st.MeanAbsLogRatio = absSum / float64(st.PolicyTokens)
 	}
 	return loss, st, nil
 }

@@ -348,3 +348,39 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestAbsLogRatio: the mean |log r| weighs every policy token alike
+// across sequences (as Stats.Add merges micro-batches) and the max is the
+// largest single token's: three tokens off by +0.2 and one by −0.5 give a
+// mean of 1.1/4 and a max of 0.5, whether the batch's stats come from one
+// Loss or from each sequence's SequenceLoss added up.
+func TestAbsLogRatio(t *testing.T) {
+	p, err := NewPlan([]Group{{seq(4, 1, 1, 2, 3), seq(3, 0, 2)}}, DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	delta := func(k, _ int) float64 {
+		if p.Items[k].Seq.Reward == 1 {
+			return 0.2
+		}
+		return -0.5
+	}
+	lps := logps(p, delta)
+	res, err := p.Loss(lps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var added Stats
+	for k := range p.Items {
+		_, st, err := p.SequenceLoss(k, lps[k], make([]float32, len(lps[k])))
+		if err != nil {
+			t.Fatal(err)
+		}
+		added.Add(st)
+	}
+	for name, st := range map[string]Stats{"Loss": res.Stats, "Add": added} {
+		if !near(st.MeanAbsLogRatio, 1.1/4) || !near(st.MaxAbsLogRatio, 0.5) {
+			t.Errorf("%s: mean |log r| %v, max %v; want %v and 0.5", name, st.MeanAbsLogRatio, st.MaxAbsLogRatio, 1.1/4)
+		}
+	}
+}

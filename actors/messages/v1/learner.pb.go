@@ -156,8 +156,14 @@ type LearnerStep struct {
 	PublishedStep int64   `protobuf:"varint,15,opt,name=published_step,json=publishedStep,proto3" json:"published_step,omitempty"` // checkpoint step of the published weights; -1 if none this step
 	Seconds       float64 `protobuf:"fixed64,16,opt,name=seconds,proto3" json:"seconds,omitempty"`
 	MicroBatches  int32   `protobuf:"varint,17,opt,name=micro_batches,json=microBatches,proto3" json:"micro_batches,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Mean and largest |log-prob of the policy − log-prob the Sampler
+	// recorded| over the policy tokens, before the update: a quantized
+	// Sampler's mismatch, plus the policy's moves since a stale group was
+	// sampled.
+	MeanAbsLogRatio float64 `protobuf:"fixed64,18,opt,name=mean_abs_log_ratio,json=meanAbsLogRatio,proto3" json:"mean_abs_log_ratio,omitempty"`
+	MaxAbsLogRatio  float64 `protobuf:"fixed64,19,opt,name=max_abs_log_ratio,json=maxAbsLogRatio,proto3" json:"max_abs_log_ratio,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *LearnerStep) Reset() {
@@ -305,6 +311,20 @@ func (x *LearnerStep) GetSeconds() float64 {
 func (x *LearnerStep) GetMicroBatches() int32 {
 	if x != nil {
 		return x.MicroBatches
+	}
+	return 0
+}
+
+func (x *LearnerStep) GetMeanAbsLogRatio() float64 {
+	if x != nil {
+		return x.MeanAbsLogRatio
+	}
+	return 0
+}
+
+func (x *LearnerStep) GetMaxAbsLogRatio() float64 {
+	if x != nil {
+		return x.MaxAbsLogRatio
 	}
 	return 0
 }
@@ -778,7 +798,7 @@ const file_actors_messages_v1_learner_proto_rawDesc = "" +
 	"\ftrajectories\x18\x02 \x03(\v2\x1f.frognano.records.v1.TrajectoryR\ftrajectories\"m\n" +
 	"\x11LearnerTrainBatch\x12\x19\n" +
 	"\bbatch_id\x18\x01 \x01(\tR\abatchId\x12=\n" +
-	"\x06groups\x18\x02 \x03(\v2%.frognano.messages.v1.TrajectoryGroupR\x06groups\"\x94\x04\n" +
+	"\x06groups\x18\x02 \x03(\v2%.frognano.messages.v1.TrajectoryGroupR\x06groups\"\xec\x04\n" +
 	"\vLearnerStep\x12\x19\n" +
 	"\bbatch_id\x18\x01 \x01(\tR\abatchId\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12%\n" +
@@ -799,7 +819,9 @@ const file_actors_messages_v1_learner_proto_rawDesc = "" +
 	"\rskipped_steps\x18\x0e \x01(\x03R\fskippedSteps\x12%\n" +
 	"\x0epublished_step\x18\x0f \x01(\x03R\rpublishedStep\x12\x18\n" +
 	"\aseconds\x18\x10 \x01(\x01R\aseconds\x12#\n" +
-	"\rmicro_batches\x18\x11 \x01(\x05R\fmicroBatches\"\x1a\n" +
+	"\rmicro_batches\x18\x11 \x01(\x05R\fmicroBatches\x12+\n" +
+	"\x12mean_abs_log_ratio\x18\x12 \x01(\x01R\x0fmeanAbsLogRatio\x12)\n" +
+	"\x11max_abs_log_ratio\x18\x13 \x01(\x01R\x0emaxAbsLogRatio\"\x1a\n" +
 	"\x18LearnerCheckpointRequest\"g\n" +
 	"\x13LearnerCheckpointed\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
