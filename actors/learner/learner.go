@@ -291,7 +291,7 @@ func (l *Learner) TrainStep(ctx context.Context, groups []grpo.Group) (StepResul
 		return res, err
 	}
 	l.log.Info("learner: step", "step", l.step, "policy_version", l.version, "loss", res.Loss, "grad_norm", res.GradNorm,
-		"lr", res.LR, "clip_fraction", stats.ClipFraction(), "groups_used", stats.GroupsUsed, "groups_skipped", stats.GroupsSkipped,
+		"lr", res.LR, "clip_fraction", stats.ClipFraction(), "abs_log_ratio_mean", stats.MeanAbsLogRatio, "abs_log_ratio_max", stats.MaxAbsLogRatio, "groups_used", stats.GroupsUsed, "groups_skipped", stats.GroupsSkipped,
 		"tokens", stats.PolicyTokens, "micro_batches", mbs, "seconds", res.Duration.Seconds())
 	return res, nil
 }

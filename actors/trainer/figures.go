@@ -135,7 +135,7 @@ func WriteSteps(w io.Writer, run *records.Run, maxRows int) error {
 		fmt.Fprintf(w, "%d of %d step points (frognano runs export has every one):\n", maxRows, len(steps))
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "STEP\tPOLICY\tSOLVE RATE\tEFFECTIVE\tLOSS\tCLIPPED/MASKED\tPOOL HARD/FRONTIER/EASY\tRETIRED\tFRONTIER BY HINT")
+	fmt.Fprintln(tw, "STEP\tPOLICY\tSOLVE RATE\tEFFECTIVE\tLOSS\tCLIPPED/MASKED\t|ΔLOGP| MEAN/MAX\tPOOL HARD/FRONTIER/EASY\tRETIRED\tFRONTIER BY HINT")
 	for _, p := range shown {
 		m := p.GetMetrics()
 		num := func(k, format string) string {
@@ -162,8 +162,12 @@ func WriteSteps(w io.Writer, run *records.Run, maxRows int) error {
 				byHint = strings.Join(parts, " ")
 			}
 		}
-		fmt.Fprintf(tw, "%d\tv%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.GetStep(), p.GetPolicyVersion(), num("solve_rate", "%.3f"), num("effective_fraction", "%.3f"),
-			num("loss", "%+.5f"), num(PointClipFraction, "%.3f"), pool, retired, byHint)
+		mismatch := "-"
+		if _, ok := m[PointLogRatioMean]; ok {
+			mismatch = num(PointLogRatioMean, "%.4f") + "/" + num(PointLogRatioMax, "%.3f")
+		}
+		fmt.Fprintf(tw, "%d\tv%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.GetStep(), p.GetPolicyVersion(), num("solve_rate", "%.3f"), num("effective_fraction", "%.3f"),
+			num("loss", "%+.5f"), num(PointClipFraction, "%.3f"), mismatch, pool, retired, byHint)
 	}
 	return tw.Flush()
 }

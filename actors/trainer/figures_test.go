@@ -182,7 +182,7 @@ func TestPoolReachesThePoint(t *testing.T) {
 	// frognano runs show prints them.
 	run := &records.Run{Id: "r", Curve: []*records.RunPoint{{Phase: PhaseStart}}}
 	for i := 1; i <= 40; i++ {
-		pm := map[string]float64{"solve_rate": 0.5, PointClipFraction: float64(i) / 100}
+		pm := map[string]float64{"solve_rate": 0.5, PointClipFraction: float64(i) / 100, PointLogRatioMean: 0.0125, PointLogRatioMax: 0.75}
 		PoolPointMetrics(pm, snap)
 		run.Curve = append(run.Curve, &records.RunPoint{Step: int64(i), Phase: PhaseStep, PolicyVersion: int64(i), Metrics: pm})
 	}
@@ -194,7 +194,8 @@ func TestPoolReachesThePoint(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	wantPool := fmt.Sprintf("%d/%d/%d", int(sm[PoolKey(frontier.BandTooHard)]), int(sm[PoolKey(frontier.BandFrontier)]), int(sm[PoolKey(frontier.BandTooEasy)]))
 	if len(lines) != 7 || !strings.HasPrefix(lines[0], "5 of 40 step points") || !strings.Contains(lines[1], "CLIPPED/MASKED") ||
-		!strings.HasPrefix(lines[2], "1 ") || !strings.HasPrefix(lines[6], "40 ") || !strings.Contains(lines[6], "0.400") || !strings.Contains(lines[6], wantPool) {
+		!strings.HasPrefix(lines[2], "1 ") || !strings.HasPrefix(lines[6], "40 ") || !strings.Contains(lines[6], "0.400") || !strings.Contains(lines[6], wantPool) ||
+		!strings.Contains(lines[1], "|ΔLOGP| MEAN/MAX") || !strings.Contains(lines[6], "0.0125/0.750") {
 		t.Errorf("steps table:\n%s", out)
 	}
 }

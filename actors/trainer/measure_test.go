@@ -69,19 +69,21 @@ func TestARunOfNoStepsOpensNoLearner(t *testing.T) {
 	}
 	t.Cleanup(func() { n.Stop(context.Background()) })
 
-	train := func(id string, s Settings) (string, *Trainer, error) {
+	trainRun := func(run *records.Run, s Settings) (string, *Trainer, error) {
 		var out bytes.Buffer
 		tr, err := New(Config{Root: n.System().Root, Node: n.Address(), Sandboxes: &rollout.Workers{}, Tokenizer: &tokenizer.Tokenizer{},
 			Runs: n.DB().Runs(), Progress: &out})
 		if err != nil {
 			t.Fatal(err)
 		}
-		run := &records.Run{Id: id, Metrics: map[string]float64{}}
 		if err := tr.runs.Put(context.Background(), run); err != nil {
 			t.Fatal(err)
 		}
 		_, err = tr.Train(context.Background(), run, s)
 		return out.String(), tr, err
+	}
+	train := func(id string, s Settings) (string, *Trainer, error) {
+		return trainRun(&records.Run{Id: id, Metrics: map[string]float64{}}, s)
 	}
 	s := Settings{Model: served, Mode: "patch", TasksPerStep: 1, Group: 2, LR: 1e-5, EvalTasks: 4, EvalK: 1, EvalHints: []int{4}}
 	out, tr, err := train("measure", s)
@@ -90,6 +92,18 @@ func TestARunOfNoStepsOpensNoLearner(t *testing.T) {
 	}
 	if tr.weights != "q8_0" {
 		t.Errorf("weights %q, want the Sampler's q8_0", tr.weights)
+	}
+
+	// The same file by another path: a symlink, as a linked model store
+	// directory gives.
+	link := filepath.Join(dir, "link.gguf")
+	if err := os.Symlink(served, link); err != nil {
+		t.Fatal(err)
+	}
+	linked := s
+	linked.Model = link
+	if _, _, err := train("measure-link", linked); err != nil || loads.Load() != 0 {
+		t.Fatalf("the served file through a symlink: %v, %d loads", err, loads.Load())
 	}
 
 	wrong := s
@@ -105,6 +119,13 @@ func TestARunOfNoStepsOpensNoLearner(t *testing.T) {
 		t.Fatalf("%d loads by runs of no steps", loads.Load())
 	}
 
+	// A run that trained, resumed with no steps: its Learner knows its
+	// versions, so it is opened.
+	before := loads.Load()
+	if _, _, err := trainRun(&records.Run{Id: "trained", Step: 2, Metrics: map[string]float64{MetricUpdates: 2, MetricPolicyVersion: 2}}, s); err == nil || loads.Load() == before {
+		t.Fatalf("a trained run resumed with no steps: err %v; want the Learner opened", err)
+	}
+
 	stepped := s
 	stepped.Steps = 1
 	if _, _, err := train("step", stepped); err == nil || loads.Load() == 0 {
@@ -112,7 +133,7 @@ func TestARunOfNoStepsOpensNoLearner(t *testing.T) {
 	}
 	warm := s
 	warm.WarmStartEpochs, warm.WarmStartTasks, warm.WarmStartBatch, warm.WarmStartLR, warm.WarmStartEnvs = 1, 2, 2, 3e-4, "six-1.16.0"
-	before := loads.Load()
+	before = loads.Load()
 	if _, _, err := train("warm", warm); err == nil || loads.Load() == before {
 		t.Fatalf("a run of no steps with a warm start: err %v; want the Learner opened", err)
 	}

@@ -98,6 +98,9 @@ func (c curve) rows() []row {
 	if c.has(func(k string) bool { return k == PointClipFraction }) {
 		rows = append(rows, row{"clipped", c.clipped})
 	}
+	if c.has(func(k string) bool { return k == PointLogRatioMean }) {
+		rows = append(rows, row{"mismatch", c.mismatch})
+	}
 	if keys, _ := c.poolLines(); len(keys) > 0 {
 		rows = append(rows, row{"pool", c.pool})
 	}
@@ -256,6 +259,14 @@ func (c curve) clipped(x func(*records.RunPoint) float64, xl string) (*plot.Plot
 	p := newPanel("", xl, "tokens clipped or masked")
 	p.Y.Min, p.Y.Max = 0, 1
 	return p, c.lines(p, x, []string{PointClipFraction}, []string{"share of policy tokens"})
+}
+
+// mismatch draws the mean and largest |log-prob of the policy − the
+// Sampler's| over each step's policy tokens (PointLogRatioMean, Max).
+func (c curve) mismatch(x func(*records.RunPoint) float64, xl string) (*plot.Plot, error) {
+	p := newPanel("", xl, "|Δ log-prob|, nats")
+	p.Y.Min = 0
+	return p, c.lines(p, x, []string{PointLogRatioMean, PointLogRatioMax}, []string{"mean over policy tokens", "largest token"})
 }
 
 // poolBands are the FrontierEstimator's bands in the order the pool

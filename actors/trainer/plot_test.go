@@ -23,7 +23,8 @@ func plotRun() *records.Run {
 	run := &records.Run{Id: "pool"}
 	for step := 1; step <= 5; step++ {
 		m := map[string]float64{"solve_rate": 0.25, "effective_fraction": 0.5, batchHint + "3": 1}
-		LearnerPointMetrics(m, &messages.LearnerStep{Step: int64(step), PolicyTokens: 100, ClipFraction: 0.1 * float64(step)})
+		LearnerPointMetrics(m, &messages.LearnerStep{Step: int64(step), PolicyTokens: 100, ClipFraction: 0.1 * float64(step),
+			MeanAbsLogRatio: 0.01 * float64(step), MaxAbsLogRatio: 0.25 * float64(step)})
 		PoolPointMetrics(m, &messages.FrontierStateReply{Pool: []*messages.FrontierBand{
 			{Name: frontier.BandTooHard, Tasks: int32(10 - step), HintTasks: map[int32]int32{3: int32(6 - step), 4: 4}},
 			{Name: frontier.BandFrontier, Tasks: int32(2 + step), HintTasks: map[int32]int32{3: int32(step), 4: 2}},
@@ -44,13 +45,14 @@ func rowNames(c curve) []string {
 	return names
 }
 
-// The curve PNG gains a row for the clipped share and two for the pool
+// The curve PNG gains a row for the clipped share, one for the sampler's
+// mismatch and two for the pool
 // (by band; the active pool and its frontier band by hint level) when the
 // run's step points record them, and draws their lines.
 func TestPlotCurveDrawsClipFractionAndPool(t *testing.T) {
 	run := plotRun()
 	c := curve{run.GetCurve()}
-	if got, want := rowNames(c), []string{"held-out", "training", "loss", "mix", "clipped", "pool", "pool by hint"}; !slices.Equal(got, want) {
+	if got, want := rowNames(c), []string{"held-out", "training", "loss", "mix", "clipped", "mismatch", "pool", "pool by hint"}; !slices.Equal(got, want) {
 		t.Fatalf("rows %v, want %v", got, want)
 	}
 	if got := rowNames(curve{[]*records.RunPoint{{Phase: PhaseStep, Metrics: map[string]float64{"solve_rate": 1}}}}); len(got) != 4 {
@@ -67,6 +69,9 @@ func TestPlotCurveDrawsClipFractionAndPool(t *testing.T) {
 	}
 	if got := c.series(step, PointClipFraction); len(got) != 5 || got[4] != (plotter.XY{X: 5, Y: 0.5}) {
 		t.Errorf("clip fraction series %v", got)
+	}
+	if got := c.series(step, PointLogRatioMax); len(got) != 5 || got[3] != (plotter.XY{X: 4, Y: 1}) {
+		t.Errorf("largest |log ratio| series %v", got)
 	}
 	if got := c.poolLevels(); !slices.Equal(got, []int32{3, 4}) {
 		t.Errorf("pool hint levels %v", got)
@@ -88,14 +93,15 @@ func TestPlotCurveDrawsClipFractionAndPool(t *testing.T) {
 
 	img := drawCurve(t, run)
 	empty := drawCurve(t, &records.Run{Id: "empty"})
-	if h, h0 := img.Bounds().Dy(), empty.Bounds().Dy(); h*4 != h0*7 {
-		t.Fatalf("the figure is %d pixels high, the one of four rows %d: want seven rows", h, h0)
+	if h, h0 := img.Bounds().Dy(), empty.Bounds().Dy(); h*4 != h0*8 {
+		t.Fatalf("the figure is %d pixels high, the one of four rows %d: want eight rows", h, h0)
 	}
 	// Each new row's left panel (against the step) shows its first line
-	// in the first color: the clip fraction, the too-hard band, hint 3.
+	// in the first color: the clip fraction, the mean mismatch, the
+	// too-hard band, hint 3.
 	first := plotutil.Color(0)
-	rowH := img.Bounds().Dy() / 7
-	for i, name := range []string{"clipped", "pool", "pool by hint"} {
+	rowH := img.Bounds().Dy() / 8
+	for i, name := range []string{"clipped", "mismatch", "pool", "pool by hint"} {
 		area := image.Rect(0, (4+i)*rowH, img.Bounds().Dx()/2, (5+i)*rowH)
 		if n := countColor(img, area, first); n < 100 {
 			t.Errorf("row %q: %d pixels of its first line's color, want a line", name, n)

@@ -40,7 +40,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"path/filepath"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -446,7 +446,7 @@ func (t *Trainer) Train(ctx context.Context, run *records.Run, s Settings) (Summ
 	run.Metrics[MetricAttempts]++ // stored by open
 	t.attempt = int(run.Metrics[MetricAttempts])
 	open := t.open
-	if measuresOnly(s) {
+	if measuresOnly(run, s) {
 		open = t.openSampler
 	}
 	maxContext, err := open(ctx, run, s)
@@ -589,8 +589,14 @@ func (t *Trainer) open(ctx context.Context, run *records.Run, s Settings) (int, 
 }
 
 // measuresOnly says whether a run only measures its start point: no
-// steps and no warm start, so nothing a Learner holds is used.
-func measuresOnly(s Settings) bool { return s.Steps == 0 && s.WarmStartEpochs <= 0 }
+// steps and no warm start, now or before (a run that trained and is
+// resumed with --steps 0 opens its Learner, which knows its versions), so
+// nothing a Learner holds is used.
+func measuresOnly(run *records.Run, s Settings) bool {
+	m := run.GetMetrics()
+	return s.Steps == 0 && s.WarmStartEpochs <= 0 && run.GetStep() == 0 && m[MetricUpdates] == 0 && m[MetricPolicyVersion] == 0 &&
+		m[MetricWarmStartDone] == 0
+}
 
 // openSampler is open for a run that only measures its start point: the
 // Learner (the model's float32 weights, and its optimizer state once it
@@ -611,6 +617,10 @@ func (t *Trainer) openSampler(ctx context.Context, run *records.Run, s Settings)
 	}
 	t.printf("sampler: serves %s, policy v0 (%s weights); a run of no steps measures its start point only: the Learner is not opened",
 		ss.GetModel(), orDefault(t.weights, "unknown"))
+	run.UpdatedUnixNano = time.Now().UnixNano()
+	if err := t.runs.Put(ctx, run); err != nil {
+		return 0, err
+	}
 	return int(ss.GetContextLength()), nil
 }
 
@@ -629,9 +639,11 @@ func sameSource(served, name string) error {
 	if err != nil {
 		return fmt.Errorf("the run's model: %w", err)
 	}
-	a, errA := filepath.Abs(served)
-	b, errB := filepath.Abs(want)
-	if errA != nil || errB != nil || a != b {
+	// The same file or directory by any path (relative, a symlink, a
+	// linked store directory).
+	a, errA := os.Stat(served)
+	b, errB := os.Stat(want)
+	if errA != nil || errB != nil || !os.SameFile(a, b) {
 		return fmt.Errorf("the node's Sampler serves %s but the run names %s (%s): measure the model the node serves", served, name, want)
 	}
 	return nil
@@ -833,7 +845,8 @@ func (t *Trainer) consume(ctx context.Context, run *records.Run, s Settings, lim
 				tag, ls.GetStep(), ls.GetPolicyVersion(), ls.GetLoss(), ls.GetGradNorm(), ls.GetLr(), ls.GetGroupsUsed(), ls.GetGroupsSkipped(),
 				ls.GetPolicyTokens(), ls.GetClipFraction(), ls.GetMeanAbsLogRatio(), ls.GetMaxAbsLogRatio(), ls.GetSeconds())
 		default:
-			t.printf("%s: learner: update skipped (%s; %d group(s) with equal rewards), policy stays v%d", tag, ls.GetSkipped(), ls.GetGroupsSkipped(), ls.GetPolicyVersion())
+			t.printf("%s: learner: update skipped (%s; %d group(s) with equal rewards; |Δ log-prob| sampler−policy mean %.4f max %.3f), policy stays v%d",
+				tag, ls.GetSkipped(), ls.GetGroupsSkipped(), ls.GetMeanAbsLogRatio(), ls.GetMaxAbsLogRatio(), ls.GetPolicyVersion())
 		}
 	}
 	learnSeconds := time.Since(start).Seconds()

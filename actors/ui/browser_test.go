@@ -244,13 +244,14 @@ func TestBrowserRunPageDrawsStoredPointsAndLiveUpdates(t *testing.T) {
 	// of its frontier band, a value per step each.
 	// Where each step's time went: four series (rollouts, learning,
 	// generation, sandbox), a value per step each, in one chart.
-	for id, want := range map[string]string{"clip_fraction": "3", "pool_bands": "15", "pool_hints": "9", "pool_frontier_hints": "9", "step_time": "12"} {
+	// The sampler's mismatch: mean and largest, one chart.
+	for id, want := range map[string]string{"clip_fraction": "3", "log_ratio": "6", "pool_bands": "15", "pool_hints": "9", "pool_frontier_hints": "9", "step_time": "12"} {
 		if got := b.attr(t, "#chart-"+id, "data-values"); got != want {
 			t.Errorf("%s chart plots %q values, want %s", id, got, want)
 		}
 	}
 	// ... and no chart of its own for each of the pool's counts.
-	if got := b.count(t, `#chart-step_seconds_rollouts, #chart-episode_seconds_generation`); got != 0 {
+	if got := b.count(t, `#chart-step_seconds_rollouts, #chart-episode_seconds_generation, #chart-log_ratio_mean, #chart-log_ratio_max`); got != 0 {
 		t.Errorf("%d charts of single time parts, outside the step-time chart", got)
 	}
 	if got := b.count(t, `[id^="chart-pool_hint_"], #chart-pool_frontier, #chart-pool_too_hard`); got != 0 {

@@ -81,7 +81,8 @@ func stepPoint(n int, version int64) *records.RunPoint {
 	// The Learner's answer and the frontier's pool, through the trainer's
 	// own conversion into point metrics.
 	trainer.LearnerPointMetrics(m, &messages.LearnerStep{Step: int64(n), PolicyVersion: version,
-		Loss: 0.05 - 0.004*float64(n), GradNorm: 1.5 - 0.1*float64(n), PolicyTokens: 512, ClipFraction: 0.02 * float64(n)})
+		Loss: 0.05 - 0.004*float64(n), GradNorm: 1.5 - 0.1*float64(n), PolicyTokens: 512, ClipFraction: 0.02 * float64(n),
+		MeanAbsLogRatio: 0.01 * float64(n), MaxAbsLogRatio: 0.3 * float64(n)})
 	trainer.PoolPointMetrics(m, poolAt(n))
 	return &records.RunPoint{Step: int64(n), Phase: "step", PolicyVersion: version, HeldOut: held,
 		WallSeconds: 420 + 95*float64(n), CpuSeconds: 610 + 170*float64(n), Metrics: m}

@@ -185,7 +185,7 @@ func TestExportWritesEveryPoint(t *testing.T) {
 	}
 	// Step 2's share of clipped or masked tokens and its pool, by band and
 	// by hint level (poolAt); the start point has neither.
-	for h, want := range map[string]float64{"clip_fraction": 0.04, "pool_too_hard": 10, "pool_frontier": 6, "pool_too_easy": 1,
+	for h, want := range map[string]float64{"clip_fraction": 0.04, "log_ratio_mean": 0.02, "log_ratio_max": 0.6, "pool_too_hard": 10, "pool_frontier": 6, "pool_too_easy": 1,
 		"pool_hint_1_too_hard": 6, "pool_hint_1_frontier": 2, "pool_hint_1_too_easy": 0, "pool_hint_4_too_easy": 1} {
 		if got, err := strconv.ParseFloat(rows[3][col[h]], 64); err != nil || math.Abs(got-want) > 1e-12 {
 			t.Errorf("step 2 %s: %q, want %v", h, rows[3][col[h]], want)

@@ -45,6 +45,14 @@
       delete metricKeys[n[0]];
       out.push({id: n[0], title: n[1], unit: !!n[2], share: !!n[3], series: [{label: n[0], get: metric(n[0])}]});
     });
+    // How far the Sampler's log-probabilities were from the policy's on
+    // the step's policy tokens (a quantized Sampler's mismatch).
+    if (metricKeys.log_ratio_mean || metricKeys.log_ratio_max) {
+      delete metricKeys.log_ratio_mean;
+      delete metricKeys.log_ratio_max;
+      out.push({id: "log_ratio", title: "|Δ log-prob| sampler − policy (nats)", series: [
+        {label: "log_ratio_mean", get: metric("log_ratio_mean")}, {label: "log_ratio_max", get: metric("log_ratio_max")}]});
+    }
     // The FrontierEstimator's pool after each step: by band, then the
     // active pool and its frontier band by hint level.
     var bandOrder = ["too_hard", "frontier", "too_easy", "retired_hopeless", "retired_mastered"];
