@@ -43,7 +43,11 @@ const Kind = "sandbox-worker"
 type Config struct {
 	Runtime      func(ctx context.Context) (*sandbox.Runtime, error)
 	Environments persistence.EnvironmentStore
-	Logger       *slog.Logger
+	// Fetch, when set, brings an image this node's containerd lacks from
+	// the member at source (Fetcher.Fetch); nil refuses such a sandbox
+	// with FAILURE_CODE_IMAGE_GONE.
+	Fetch  func(ctx context.Context, source, ref string) error
+	Logger *slog.Logger
 }
 
 // Props builds a worker.
@@ -118,8 +122,15 @@ func (w *worker) Receive(ctx actor.Context) {
 			return
 		}
 		if ok, err := rt.Images().Exists(bctx, image); err == nil && !ok {
-			ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_IMAGE_GONE, fmt.Errorf("image %s is not in containerd namespace %s", image, rt.Namespace())))
-			return
+			if m.ImageSource == "" || w.cfg.Fetch == nil {
+				ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_IMAGE_GONE, fmt.Errorf("image %s is not in containerd namespace %s", image, rt.Namespace())))
+				return
+			}
+			// Built on the member that asked: fetch it from there.
+			if err := w.cfg.Fetch(bctx, m.ImageSource, image); err != nil {
+				ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_IMAGE_GONE, fmt.Errorf("image %s is not in containerd namespace %s, and fetching it failed: %w", image, rt.Namespace(), err)))
+				return
+			}
 		}
 		sb, err := rt.Create(bctx, image, opts)
 		if err != nil {

@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	containerd "github.com/containerd/containerd"
+	"github.com/containerd/containerd/images"
 )
 
 // network is a bridge of the test's own with network namespaces on it, one
@@ -125,16 +130,26 @@ func TestRunAcrossNetworkNamespaces(t *testing.T) {
 	if err := os.WriteFile(withToken, []byte("node:\n  api_token: "+token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	tls := func(name string) []string {
+	// Node B stands for another machine: a containerd namespace of its own,
+	// so that it holds none of A's images and fetches the environment's
+	// image from A when its first sandbox needs it.
+	const nsB = "frognano-e2e-netns-b"
+	configB := filepath.Join(dir, "b.yaml")
+	if err := os.WriteFile(configB, []byte("node:\n  api_token: "+token+"\ncontainerd:\n  namespace: "+nsB+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { removeNamespaceImages(t, nsB) })
+	removeNamespaceImages(t, nsB)
+	tls := func(name, config string) []string {
 		d := filepath.Join(dir, name)
 		return []string{"--remote-tls-ca", filepath.Join(d, "ca.crt"), "--remote-tls-cert", filepath.Join(d, "node.crt"), "--remote-tls-key", filepath.Join(d, "node.key"),
-			"--config", withToken, "--log-level", "info"}
+			"--config", config, "--log-level", "info"}
 	}
 	dataA := t.TempDir()
 	httpA, remoteA := ipA+":7070", ipA+":7071"
-	a := launchDaemon(t, inA, httpA, remoteA, dataA, tls("node-a")...)
+	a := launchDaemon(t, inA, httpA, remoteA, dataA, tls("node-a", withToken)...)
 	a.waitReady(t)
-	b := launchDaemon(t, inB, ipB+":7070", ipB+":7071", t.TempDir(), append(tls("node-b"), "--seeds", httpA)...)
+	b := launchDaemon(t, inB, ipB+":7070", ipB+":7071", t.TempDir(), append(tls("node-b", configB), "--seeds", httpA)...)
 	b.waitReady(t)
 	a.waitLog(t, "member joined", 20*time.Second)
 
@@ -163,9 +178,23 @@ func TestRunAcrossNetworkNamespaces(t *testing.T) {
 		t.Fatalf("runs logs after coming back (exit %d):\n%s", code, out)
 	}
 
-	// Episodes ran on B: its sandbox workers were spawned there.
+	// Episodes ran on B: its sandbox workers were spawned there, with the
+	// environment's image fetched from A (B's namespace had none of it).
 	if n := kindStarted(t, "http://"+b.http, token, "sandbox-worker"); n < 1 {
 		t.Fatalf("no sandbox worker started on node B (%s); node A's log:\n%s", b.remote, a.Log())
+	}
+	b.waitLog(t, "fetched an environment image from a member", 10*time.Second)
+	if !strings.Contains(b.Log(), "source="+httpA) {
+		t.Fatalf("node B fetched its image elsewhere than from A:\n%s", b.Log())
+	}
+	// A serves only its environments' images, and only with the token.
+	for _, c := range []struct {
+		ref, token string
+		want       int
+	}{{"frognano.local/not-an-environment:1", token, http.StatusNotFound}, {"", token, http.StatusBadRequest}, {"frognano.local/x:1", "", http.StatusUnauthorized}} {
+		if got := getStatus(t, "http://"+httpA+"/v1/images/export?ref="+url.QueryEscape(c.ref), c.token); got != c.want {
+			t.Errorf("GET /v1/images/export?ref=%q (token %v): %d, want %d", c.ref, c.token != "", got, c.want)
+		}
 	}
 
 	// A stops mid-run and starts again: it resumes the run by itself.
@@ -174,7 +203,7 @@ func TestRunAcrossNetworkNamespaces(t *testing.T) {
 	if before.GetStatus() != "running" || before.GetStep() < 2 {
 		t.Fatalf("after SIGTERM the record says %s at step %d", before.GetStatus(), before.GetStep())
 	}
-	a2 := launchDaemon(t, inA, httpA, remoteA, dataA, tls("node-a")...)
+	a2 := launchDaemon(t, inA, httpA, remoteA, dataA, tls("node-a", withToken)...)
 	a2.waitReady(t)
 	a2.waitLog(t, "resuming an unfinished run", 30*time.Second)
 	want := "resuming run " + id + " (running) after step " + strconv.FormatInt(before.GetStep(), 10)
@@ -214,4 +243,45 @@ func kindStarted(t *testing.T, base, token, kind string) float64 {
 	}
 	v, _ := strconv.ParseFloat(string(m[1]), 64)
 	return v
+}
+
+// getStatus is the status of a GET of url, with token as the bearer token
+// when set.
+func getStatus(t *testing.T, url, token string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
+// removeNamespaceImages deletes every image of a containerd namespace
+// (what a node of that namespace imported), letting containerd collect
+// their content and snapshots.
+func removeNamespaceImages(t *testing.T, ns string) {
+	t.Helper()
+	c, err := containerd.New("/run/containerd/containerd.sock", containerd.WithDefaultNamespace(ns))
+	if err != nil {
+		t.Logf("clean namespace %s: %v", ns, err)
+		return
+	}
+	defer c.Close()
+	ctx := context.Background()
+	imgs, err := c.ImageService().List(ctx)
+	if err != nil {
+		t.Logf("clean namespace %s: %v", ns, err)
+		return
+	}
+	for _, img := range imgs {
+		if err := c.ImageService().Delete(ctx, img.Name, images.SynchronousDelete()); err != nil {
+			t.Logf("remove %s from %s: %v", img.Name, ns, err)
+		}
+	}
 }

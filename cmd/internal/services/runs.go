@@ -3,6 +3,7 @@ package services
 import (
 	"context"
 	"fmt"
+	"github.com/frognano/frognano/actors/sandboxworker"
 	"io"
 	"log/slog"
 	"sync"
@@ -91,7 +92,7 @@ func NewWiring(cfg config.Config, log *slog.Logger, buildLog io.Writer, autoResu
 	return w, diag.NodeOptions(node.Options{Logger: log, Version: node.Version(),
 		Kinds:    append(kinds, pk...),
 		Actors:   append(append(actors, pa...), w.Evals.Actor(), w.Runs.Actor()),
-		Handlers: append(append(append(handlers, ui.NodeHandler(), Gateway()), w.Runs.Handlers()...), w.Evals.Handlers()...)})
+		Handlers: append(append(append(handlers, ui.NodeHandler(), Gateway(), sandboxworker.ImagesHandler(w.Sandboxes.Runtime)), w.Runs.Handlers()...), w.Evals.Handlers()...)})
 }
 
 // Start begins what needs the started node (the containerd connection).

@@ -28,6 +28,7 @@ import (
 type Sandboxes struct {
 	cfg    config.Containerd
 	mirror string
+	token  string // the node API token, sent when fetching images from members
 	log    *slog.Logger
 
 	mu sync.Mutex
@@ -35,6 +36,9 @@ type Sandboxes struct {
 	// destroys is the node's store of failed sandbox destroys, set when
 	// the node builds its actors (attach); nil in a process without a node.
 	destroys persistence.SandboxDestroyStore
+	// fetcher brings environment images from other members, one transfer
+	// per image for all of the node's workers.
+	fetcher *sandboxworker.Fetcher
 }
 
 // attach gives the connection the node's store, where destroys that fail
@@ -45,11 +49,15 @@ func (s *Sandboxes) attach(n *node.Node) {
 	if s.destroys == nil && n.DB() != nil {
 		s.destroys = n.DB().SandboxDestroys()
 	}
+	if s.fetcher == nil {
+		s.fetcher = &sandboxworker.Fetcher{Runtime: s.Runtime, Members: n.MemberInfos, Self: func() string { return n.Info().GetHttpAddress() },
+			Token: s.token, Logger: s.log.With("component", "sandbox")}
+	}
 }
 
 // NewSandboxes prepares (but does not open) the connection.
 func NewSandboxes(cfg config.Config, log *slog.Logger) *Sandboxes {
-	return &Sandboxes{cfg: cfg.Containerd, mirror: cfg.Image.DebianMirror, log: log}
+	return &Sandboxes{cfg: cfg.Containerd, mirror: cfg.Image.DebianMirror, token: cfg.Node.APIToken, log: log}
 }
 
 // Runtime returns the connection, connecting (and sweeping) on first use.
@@ -92,7 +100,7 @@ func (s *Sandboxes) Options(buildLog io.Writer) ([]node.Kind, []node.NamedActor)
 		Name: sandboxworker.Kind,
 		Props: func(n *node.Node) *actor.Props {
 			s.attach(n)
-			return sandboxworker.Props(sandboxworker.Config{Runtime: s.Runtime, Environments: n.DB().Environments(), Logger: s.log})
+			return sandboxworker.Props(sandboxworker.Config{Runtime: s.Runtime, Environments: n.DB().Environments(), Fetch: s.fetcher.Fetch, Logger: s.log})
 		},
 	}}
 	actors := []node.NamedActor{{
