@@ -350,7 +350,7 @@ func Execute(ctx context.Context, d *Deps, job Job, out io.Writer, progress Prog
 	n := d.Node
 	root := n.System().Root
 	cw := &rollout.ClusterWorkers{Root: root, Manager: n.Manager(), Members: n.MemberInfos}
-	sbs := &rollout.Workers{Root: root, Spawn: cw.Spawn, Environments: n.DB().Environments(), ImageSource: n.Info().GetHttpAddress(), Runtime: d.Runtime, TestPatches: testPatches, Logger: d.Logger}
+	sbs := &rollout.Workers{Root: root, Spawn: cw.Spawn, Environments: n.DB().Environments(), Runtime: d.Runtime, TestPatches: testPatches, Logger: d.Logger}
 	defer sbs.Close()
 	// Instances run only where their image exists; a stored task whose
 	// image is gone is an error that names it.

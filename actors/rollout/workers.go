@@ -56,11 +56,6 @@ type Workers struct {
 	// to the worker, which refuses to create the sandbox with the same error
 	// (ErrImageGone) and the request fails then.
 	Runtime func(ctx context.Context) (*sandbox.Runtime, error)
-	// ImageSource is this node's HTTP address as other members dial it
-	// (its NodeInfo.http_address): a worker on a member whose containerd
-	// lacks the environment's image fetches it from here. Empty: such a
-	// worker refuses the sandbox (ErrImageGone).
-	ImageSource string
 	// TestPatches maps task ids to patches applied for grading only
 	// (SWE-bench instances' test_patch).
 	TestPatches map[string]string
@@ -227,7 +222,6 @@ func (ws *workerWorkspace) setup(ctx context.Context, task *records.Task) error 
 		// A worker on another member may not hold the environment.
 		if env, err := ws.w.Environments.Get(ctx, task.GetEnvironment()); err == nil {
 			create.EnvironmentRecord = env
-			create.ImageSource = ws.w.ImageSource
 		}
 	}
 	res, err := ws.ask(ctx, create, timeout, "create", "")

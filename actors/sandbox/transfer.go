@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"archive/tar"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,9 +8,11 @@ import (
 	"io"
 	"os"
 
+	"github.com/containerd/containerd/content"
 	"github.com/containerd/containerd/images"
 	"github.com/containerd/containerd/images/archive"
 	"github.com/containerd/containerd/platforms"
+	"github.com/containerd/errdefs"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
@@ -41,13 +42,15 @@ func (r *Runtime) ExportImage(ctx context.Context, ref string, w io.Writer) erro
 
 // ImportImage reads an OCI archive of ref (ExportImage on another member)
 // from src, at most limit bytes, into this runtime's namespace and unpacks
-// it. The archive is spooled to a temporary file and its index read first:
-// an archive that names any image but ref, or ref more than once, is
-// refused before containerd sees it (containerd's import would create or
-// move every name the index carries).
+// it. The archive's blobs go into the content store under a lease; then
+// the index containerd itself built from the archive (an OCI index.json,
+// or a Docker manifest.json's tags) is read, and it must name ref, once,
+// and nothing else, with an image manifest. Only then is ref created or
+// moved, to that manifest: no other name in the namespace is touched, as
+// containerd's own import would touch every name an archive carries.
 func (r *Runtime) ImportImage(ctx context.Context, ref string, src io.Reader, limit int64) error {
 	ctx = r.ctx(ctx)
-	f, err := os.CreateTemp("", "frognano-image-*.tar")
+	f, err := os.CreateTemp(r.spoolDir(), "frognano-image-*.tar")
 	if err != nil {
 		return err
 	}
@@ -63,18 +66,41 @@ func (r *Runtime) ImportImage(ctx context.Context, ref string, src io.Reader, li
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	if err := archiveNamesOnly(f, ref); err != nil {
-		return err
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return err
-	}
-	imgs, err := r.client.Import(ctx, f)
+	ctx, done, err := r.client.WithLease(ctx)
 	if err != nil {
-		return fmt.Errorf("import %s: %w", ref, err)
+		return err
 	}
-	if len(imgs) != 1 || imgs[0].Name != ref {
-		return fmt.Errorf("%w: importing %s created %d images", ErrArchive, ref, len(imgs))
+	defer done(context.WithoutCancel(ctx))
+	cs := r.client.ContentStore()
+	index, err := archive.ImportIndex(ctx, cs, f)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrArchive, ref, err)
+	}
+	raw, err := content.ReadBlob(ctx, cs, index)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrArchive, ref, err)
+	}
+	if len(raw) > maxIndexBytes {
+		return fmt.Errorf("%w: %s: index larger than %d bytes", ErrArchive, ref, maxIndexBytes)
+	}
+	target, err := onlyManifestOf(raw, ref)
+	if err != nil {
+		return err
+	}
+	// The labels that keep the manifest's config and layers from
+	// containerd's garbage collector once the lease ends.
+	if err := images.Walk(ctx, images.SetChildrenLabels(cs, images.ChildrenHandler(cs)), target); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrArchive, ref, err)
+	}
+	is := r.client.ImageService()
+	img := images.Image{Name: ref, Target: target}
+	if _, err := is.Update(ctx, img, "target"); errdefs.IsNotFound(err) {
+		_, err = is.Create(ctx, img)
+		if err != nil {
+			return fmt.Errorf("create image %s: %w", ref, err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("update image %s: %w", ref, err)
 	}
 	r.forgetImage(ref)
 	if _, err := r.images.Ready(ctx, ref); err != nil {
@@ -83,47 +109,36 @@ func (r *Runtime) ImportImage(ctx context.Context, ref string, src io.Reader, li
 	return nil
 }
 
+// spoolDir is where ImportImage keeps an archive while it reads it: the
+// image cache's directory, on disk, rather than a /tmp that may be memory.
+func (r *Runtime) spoolDir() string {
+	if d := r.images.CacheDir; d != "" {
+		if err := os.MkdirAll(d, 0o755); err == nil {
+			return d
+		}
+	}
+	return ""
+}
+
 // maxIndexBytes bounds the index.json an archive may carry.
 const maxIndexBytes = 1 << 20
 
-// archiveNamesOnly checks that the OCI archive in rd has one index.json
-// whose manifests name ref exactly once and nothing else.
-func archiveNamesOnly(rd io.Reader, ref string) error {
-	tr := tar.NewReader(rd)
-	var index *ocispec.Index
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("%w: %s: not a tar archive: %v", ErrArchive, ref, err)
-		}
-		if hdr.Name != ocispec.ImageIndexFile && hdr.Name != "./"+ocispec.ImageIndexFile {
-			continue
-		}
-		if index != nil {
-			return fmt.Errorf("%w: %s: two index.json entries", ErrArchive, ref)
-		}
-		b, err := io.ReadAll(io.LimitReader(tr, maxIndexBytes+1))
-		if err != nil {
-			return fmt.Errorf("%w: %s: %v", ErrArchive, ref, err)
-		}
-		if len(b) > maxIndexBytes {
-			return fmt.Errorf("%w: %s: index.json larger than %d bytes", ErrArchive, ref, maxIndexBytes)
-		}
-		index = new(ocispec.Index)
-		if err := json.Unmarshal(b, index); err != nil {
-			return fmt.Errorf("%w: %s: index.json: %v", ErrArchive, ref, err)
-		}
+// onlyManifestOf reads an image index (the one containerd built from an
+// archive) and returns its one manifest, which must be named ref: any
+// other name, ref named twice or not at all, or a target that is not an
+// image manifest is refused.
+func onlyManifestOf(raw []byte, ref string) (ocispec.Descriptor, error) {
+	var index ocispec.Index
+	if err := json.Unmarshal(raw, &index); err != nil {
+		return ocispec.Descriptor{}, fmt.Errorf("%w: %s: index: %v", ErrArchive, ref, err)
 	}
-	if index == nil {
-		return fmt.Errorf("%w: %s: no index.json (not an OCI archive)", ErrArchive, ref)
-	}
-	named := 0
+	var (
+		found ocispec.Descriptor
+		named int
+	)
 	for _, m := range index.Manifests {
-		// The name containerd's import gives the manifest: the image name
-		// annotation, else the OCI ref name; none creates no image.
+		// The name containerd's import would give the manifest: the image
+		// name annotation, else the OCI ref name; none creates no image.
 		name := m.Annotations[images.AnnotationImageName]
 		if name == "" {
 			name = m.Annotations[ocispec.AnnotationRefName]
@@ -131,13 +146,20 @@ func archiveNamesOnly(rd io.Reader, ref string) error {
 		switch {
 		case name == "":
 		case name != ref:
-			return fmt.Errorf("%w: asked for %s, the archive names %q", ErrArchive, ref, name)
+			return ocispec.Descriptor{}, fmt.Errorf("%w: asked for %s, the archive names %q", ErrArchive, ref, name)
 		default:
 			named++
+			found = m
 		}
 	}
 	if named != 1 {
-		return fmt.Errorf("%w: asked for %s, the archive names it %d times", ErrArchive, ref, named)
+		return ocispec.Descriptor{}, fmt.Errorf("%w: asked for %s, the archive names it %d times", ErrArchive, ref, named)
 	}
-	return nil
+	switch found.MediaType {
+	case ocispec.MediaTypeImageManifest, images.MediaTypeDockerSchema2Manifest:
+	default:
+		return ocispec.Descriptor{}, fmt.Errorf("%w: %s is a %s, not an image manifest", ErrArchive, ref, found.MediaType)
+	}
+	found.Annotations = nil
+	return found, nil
 }

@@ -78,6 +78,27 @@ func TestImportRefusesArchivesNamingOtherImages(t *testing.T) {
 	rt, _ := needRuntime(t)
 	ctx := context.Background()
 	const want = "frognano.local/env/wanted:1"
+	tarOf := func(files ...string) []byte { // name, content, name, content…
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		for i := 0; i+1 < len(files); i += 2 {
+			tw.WriteHeader(&tar.Header{Name: files[i], Mode: 0o644, Size: int64(len(files[i+1])), Typeflag: tar.TypeReg})
+			tw.Write([]byte(files[i+1]))
+		}
+		tw.Close()
+		return buf.Bytes()
+	}
+	index := func(manifests ...map[string]string) string {
+		idx := ocispec.Index{MediaType: ocispec.MediaTypeImageIndex}
+		idx.SchemaVersion = 2
+		for i, a := range manifests {
+			idx.Manifests = append(idx.Manifests, ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest,
+				Digest: digest.Digest("sha256:" + strings.Repeat(string(rune('a'+i)), 64)), Size: 10, Annotations: a})
+		}
+		b, _ := json.Marshal(idx)
+		return string(b)
+	}
+	const layout = `{"imageLayoutVersion":"1.0.0"}`
 	archive := func(manifests ...map[string]string) []byte {
 		idx := ocispec.Index{MediaType: ocispec.MediaTypeImageIndex}
 		idx.SchemaVersion = 2
@@ -102,6 +123,14 @@ func TestImportRefusesArchivesNamingOtherImages(t *testing.T) {
 		"the image twice":       archive(map[string]string{images.AnnotationImageName: want}, map[string]string{images.AnnotationImageName: want}),
 		"no name":               archive(map[string]string{}),
 		"not a tar":             []byte("this is not an archive"),
+		// containerd cleans entry names and the last of two wins: a second
+		// index behind a path that cleans to index.json.
+		"a second index.json": tarOf("oci-layout", layout, "index.json", index(map[string]string{images.AnnotationImageName: want}),
+			"x/../index.json", index(map[string]string{images.AnnotationImageName: "docker.io/library/victim:latest"})),
+		// Without oci-layout containerd reads a Docker manifest.json and
+		// names the image by its RepoTags.
+		"docker manifest.json tags": tarOf("manifest.json", `[{"Config":"c.json","RepoTags":["victim:latest","`+want+`"],"Layers":[]}]`,
+			"c.json", `{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}`),
 	}
 	for name, b := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -109,7 +138,8 @@ func TestImportRefusesArchivesNamingOtherImages(t *testing.T) {
 			if !errors.Is(err, ErrArchive) {
 				t.Fatalf("ImportImage: %v, want ErrArchive", err)
 			}
-			for _, ref := range []string{want, "frognano.local/env/other:1", "docker.io/library/debian:12", "latest"} {
+			t.Log(err)
+			for _, ref := range []string{want, "frognano.local/env/other:1", "docker.io/library/debian:12", "latest", "docker.io/library/victim:latest"} {
 				if ok, _ := rt.Images().Exists(ctx, ref); ok {
 					t.Errorf("%s exists after a refused import", ref)
 				}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -22,8 +24,9 @@ import (
 // Environment images travel between members: an environment is built on
 // the node that registers it, and a SandboxWorker spawned on another
 // member, whose containerd lacks the image, fetches it from the member
-// that asked for the sandbox (SandboxCreate.image_source) over the node
-// HTTP API, with the cluster's API token, instead of failing the episode.
+// that asked for the sandbox (the request's sender, a live member over
+// authenticated remoting) through that member's node HTTP API, with the
+// cluster's API token, instead of failing the episode.
 
 // ImagesPath is the node API path that serves an environment's image as an
 // OCI archive: GET ImagesPath?ref=REF.
@@ -53,10 +56,17 @@ func ImagesHandler(rt func(context.Context) (*sandbox.Runtime, error)) node.Hand
 				return
 			}
 			w.Header().Set("Content-Type", "application/x-tar")
-			if err := runtime.ExportImage(r.Context(), ref, w); err != nil {
-				// Headers may be out already: the client sees a truncated
-				// archive, which its import refuses.
+			if r.Method == http.MethodHead {
+				return // no export for a HEAD
+			}
+			cw := &countingWriter{w: w}
+			if err := runtime.ExportImage(r.Context(), ref, cw); err != nil {
 				n.Logger().Warn("image export failed", "ref", ref, "err", err)
+				if cw.n > 0 {
+					// Part of the archive is out: cut the connection, so
+					// the client sees a broken transfer, not a 200.
+					panic(http.ErrAbortHandler)
+				}
 				http.Error(w, "500 internal server error: "+err.Error(), http.StatusInternalServerError)
 			}
 		})
@@ -72,15 +82,26 @@ func registered(ctx context.Context, envs persistence.EnvironmentStore, ref stri
 	return slices.ContainsFunc(list, func(e *records.Environment) bool { return e.GetImage() == ref })
 }
 
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
 // Fetcher fetches images from other members for this node's workers.
 type Fetcher struct {
 	// Runtime is this node's containerd connection.
 	Runtime func(context.Context) (*sandbox.Runtime, error)
-	// Members lists the live members; only a live member's HTTP address is
-	// fetched from (a SandboxCreate names the source, and this node sends
-	// its API token there).
+	// Members lists the live members: an image is fetched only from the
+	// member that asked for the sandbox (the request's sender), at the
+	// HTTP address that member gossiped.
 	Members func() []*rtmsg.NodeInfo
-	// Self is this node's own HTTP address, never a source.
+	// Self is this node's remoting address: never a source.
 	Self func() string
 	// Token is the cluster's node API token (node.api_token), if any.
 	Token  string
@@ -89,26 +110,44 @@ type Fetcher struct {
 
 	mu       sync.Mutex
 	inflight map[string]*fetch
+	failed   map[string]failure // recent failed transfers, by ref
 }
+
+// failure is a failed transfer, answered again for failureMemory rather
+// than tried at once by every episode that wants the image.
+type failure struct {
+	at  time.Time
+	err error
+}
+
+const failureMemory = 30 * time.Second
 
 type fetch struct {
 	done chan struct{}
 	err  error
 }
 
-// ErrSource wraps a fetch refused because its source is not a live member.
-var ErrSource = errors.New("image source is not a live cluster member")
+// ErrSource wraps a fetch refused because the member that asked is not a
+// live member with an HTTP address (or is this node).
+var ErrSource = errors.New("no image source")
 
 // Fetch makes ref present in this node's containerd, fetching it from the
-// member at source. Concurrent fetches of one ref share one transfer; a
-// failed one is tried again by the next call.
-func (f *Fetcher) Fetch(ctx context.Context, source, ref string) error {
-	if !f.member(source) {
-		return fmt.Errorf("%w: %q", ErrSource, config.Clip(source, 80))
+// member whose remoting address is member. Concurrent fetches of one ref
+// share one transfer, which goes on when the caller's ctx ends (the next
+// episode finds the image); a failed one is answered again for 30 s, then
+// tried anew.
+func (f *Fetcher) Fetch(ctx context.Context, member, ref string) error {
+	source, err := f.source(member)
+	if err != nil {
+		return err
 	}
 	f.mu.Lock()
 	if f.inflight == nil {
-		f.inflight = map[string]*fetch{}
+		f.inflight, f.failed = map[string]*fetch{}, map[string]failure{}
+	}
+	if last, ok := f.failed[ref]; ok && time.Since(last.at) < failureMemory {
+		f.mu.Unlock()
+		return fmt.Errorf("%w (tried %s ago)", last.err, time.Since(last.at).Round(time.Second))
 	}
 	op, ok := f.inflight[ref]
 	if !ok {
@@ -119,6 +158,11 @@ func (f *Fetcher) Fetch(ctx context.Context, source, ref string) error {
 			op.err = f.transfer(context.WithoutCancel(ctx), source, ref)
 			f.mu.Lock()
 			delete(f.inflight, ref)
+			if op.err != nil {
+				f.failed[ref] = failure{at: time.Now(), err: op.err}
+			} else {
+				delete(f.failed, ref)
+			}
 			f.mu.Unlock()
 			close(op.done)
 		}()
@@ -128,15 +172,48 @@ func (f *Fetcher) Fetch(ctx context.Context, source, ref string) error {
 	case <-op.done:
 		return op.err
 	case <-ctx.Done():
-		return ctx.Err()
+		return fmt.Errorf("image %s: still arriving from %s: %w", ref, source, ctx.Err())
 	}
 }
 
-func (f *Fetcher) member(source string) bool {
-	if source == "" || config.HostPort(source) != nil || (f.Self != nil && source == f.Self()) {
-		return false
+// source is the HTTP address of the live member whose remoting address is
+// member. A member bound to an unspecified host (0.0.0.0:PORT) is dialled
+// at its remoting host.
+func (f *Fetcher) source(member string) (string, error) {
+	if member == "" || (f.Self != nil && member == f.Self()) {
+		return "", fmt.Errorf("%w: the sandbox was asked for by this node", ErrSource)
 	}
-	return slices.ContainsFunc(f.Members(), func(m *rtmsg.NodeInfo) bool { return m.GetHttpAddress() == source })
+	for _, m := range f.Members() {
+		if m.GetAddress() != member {
+			continue
+		}
+		addr := m.GetHttpAddress()
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return "", fmt.Errorf("%w: member %s gossips no HTTP address", ErrSource, config.Clip(member, 80))
+		}
+		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+			rhost, _, err := net.SplitHostPort(member)
+			if err != nil {
+				return "", fmt.Errorf("%w: member %s", ErrSource, config.Clip(member, 80))
+			}
+			addr = net.JoinHostPort(rhost, port)
+		}
+		return addr, nil
+	}
+	return "", fmt.Errorf("%w: %s is not a live member", ErrSource, config.Clip(member, 80))
+}
+
+// client is Client, or one that uses no proxy (the token must not pass
+// through one) and follows no redirect (it must not go elsewhere).
+func (f *Fetcher) client() *http.Client {
+	if f.Client != nil {
+		return f.Client
+	}
+	return &http.Client{
+		Transport:     &http.Transport{Proxy: nil},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 }
 
 // transferTimeout bounds one image's transfer.
@@ -161,11 +238,7 @@ func (f *Fetcher) transfer(ctx context.Context, source, ref string) error {
 	if f.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+f.Token)
 	}
-	client := f.Client
-	if client == nil {
-		client = &http.Client{}
-	}
-	resp, err := client.Do(req)
+	resp, err := f.client().Do(req)
 	if err != nil {
 		return fmt.Errorf("fetch image %s from %s: %w", ref, source, err)
 	}

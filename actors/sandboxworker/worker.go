@@ -43,12 +43,18 @@ const Kind = "sandbox-worker"
 type Config struct {
 	Runtime      func(ctx context.Context) (*sandbox.Runtime, error)
 	Environments persistence.EnvironmentStore
-	// Fetch, when set, brings an image this node's containerd lacks from
-	// the member at source (Fetcher.Fetch); nil refuses such a sandbox
-	// with FAILURE_CODE_IMAGE_GONE.
-	Fetch  func(ctx context.Context, source, ref string) error
+	// Fetch, when set, brings an environment's image this node's
+	// containerd lacks from the member (remoting address) that asked for
+	// the sandbox (Fetcher.Fetch); nil refuses such a sandbox with
+	// FAILURE_CODE_IMAGE_GONE.
+	Fetch  func(ctx context.Context, member, ref string) error
 	Logger *slog.Logger
 }
+
+// fetchWait is the longest a SandboxCreate waits for its image to arrive
+// from another member: less than the requester's default setup timeout
+// (five minutes, rollout.Workers.SetupTimeout), so that it is answered.
+const fetchWait = 4 * time.Minute
 
 // Props builds a worker.
 func Props(cfg Config) *actor.Props {
@@ -97,6 +103,7 @@ func (w *worker) Receive(ctx actor.Context) {
 			return
 		}
 		image, opts := m.Image, sandbox.Options{Labels: m.Labels}
+		envImage := ""
 		if m.Environment != "" {
 			env, err := w.cfg.Environments.Get(bctx, m.Environment)
 			if errors.Is(err, persistence.ErrNotFound) && m.GetEnvironmentRecord().GetName() == m.Environment {
@@ -114,6 +121,7 @@ func (w *worker) Receive(ctx actor.Context) {
 			if image == "" {
 				image = env.Image
 			}
+			envImage = env.Image
 			opts.RepoDir = env.RepoDir
 			w.spec = environment.Spec(env)
 		}
@@ -122,12 +130,17 @@ func (w *worker) Receive(ctx actor.Context) {
 			return
 		}
 		if ok, err := rt.Images().Exists(bctx, image); err == nil && !ok {
-			if m.ImageSource == "" || w.cfg.Fetch == nil {
+			if image != envImage || ctx.Sender() == nil || w.cfg.Fetch == nil {
 				ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_IMAGE_GONE, fmt.Errorf("image %s is not in containerd namespace %s", image, rt.Namespace())))
 				return
 			}
-			// Built on the member that asked: fetch it from there.
-			if err := w.cfg.Fetch(bctx, m.ImageSource, image); err != nil {
+			// An environment's image, built on the member that asked:
+			// fetch it from there, waiting less than the asker's setup
+			// timeout (the transfer goes on for the next episodes).
+			fctx, cancel := context.WithTimeout(bctx, fetchWait)
+			err := w.cfg.Fetch(fctx, ctx.Sender().GetAddress(), image)
+			cancel()
+			if err != nil {
 				ctx.Respond(rtmsg.Fail(rtmsg.FailureCode_FAILURE_CODE_IMAGE_GONE, fmt.Errorf("image %s is not in containerd namespace %s, and fetching it failed: %w", image, rt.Namespace(), err)))
 				return
 			}

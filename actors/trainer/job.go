@@ -450,7 +450,7 @@ func TrainOnNode(ctx context.Context, d *Deps, run *records.Run, s Settings, par
 	}
 	root, n := d.root(), d.Node
 	cw := &rollout.ClusterWorkers{Root: root, Manager: n.Manager(), Members: n.MemberInfos}
-	sbs := &rollout.Workers{Root: root, Spawn: cw.Spawn, Environments: n.DB().Environments(), ImageSource: n.Info().GetHttpAddress(), Runtime: d.Runtime, Logger: log}
+	sbs := &rollout.Workers{Root: root, Spawn: cw.Spawn, Environments: n.DB().Environments(), Runtime: d.Runtime, Logger: log}
 	defer sbs.Close()
 	t, err := New(Config{Root: root, Node: n.Address(), Sandboxes: sbs, Tokenizer: tok, Runs: n.DB().Runs(),
 		Policy: d.Policy, Parallel: parallel, Progress: out, Logger: log, HeldOut: heldOut, Stored: stored})

@@ -37,13 +37,8 @@ type SandboxCreate struct {
 	// holds it: a member whose own store lacks the environment (it was
 	// registered on another node) uses it.
 	EnvironmentRecord *v1.Environment `protobuf:"bytes,5,opt,name=environment_record,json=environmentRecord,proto3" json:"environment_record,omitempty"`
-	// image_source is the HTTP address (HOST:PORT) of the cluster member that
-	// asks, which holds the image: a worker whose containerd lacks the image
-	// fetches it from there (GET /v1/images/export), when that address is a
-	// live member's.
-	ImageSource   string `protobuf:"bytes,6,opt,name=image_source,json=imageSource,proto3" json:"image_source,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *SandboxCreate) Reset() {
@@ -109,13 +104,6 @@ func (x *SandboxCreate) GetEnvironmentRecord() *v1.Environment {
 		return x.EnvironmentRecord
 	}
 	return nil
-}
-
-func (x *SandboxCreate) GetImageSource() string {
-	if x != nil {
-		return x.ImageSource
-	}
-	return ""
 }
 
 // SandboxOK acknowledges a write, a patch and other requests without a result.
@@ -2699,14 +2687,13 @@ var File_actors_messages_v1_actors_proto protoreflect.FileDescriptor
 
 const file_actors_messages_v1_actors_proto_rawDesc = "" +
 	"\n" +
-	"\x1factors/messages/v1/actors.proto\x12\x14frognano.messages.v1\x1a$persistence/records/v1/records.proto\"\xd9\x02\n" +
+	"\x1factors/messages/v1/actors.proto\x12\x14frognano.messages.v1\x1a$persistence/records/v1/records.proto\"\xb6\x02\n" +
 	"\rSandboxCreate\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\aworkdir\x18\x02 \x01(\tR\aworkdir\x12G\n" +
 	"\x06labels\x18\x03 \x03(\v2/.frognano.messages.v1.SandboxCreate.LabelsEntryR\x06labels\x12 \n" +
 	"\venvironment\x18\x04 \x01(\tR\venvironment\x12O\n" +
-	"\x12environment_record\x18\x05 \x01(\v2 .frognano.records.v1.EnvironmentR\x11environmentRecord\x12!\n" +
-	"\fimage_source\x18\x06 \x01(\tR\vimageSource\x1a9\n" +
+	"\x12environment_record\x18\x05 \x01(\v2 .frognano.records.v1.EnvironmentR\x11environmentRecord\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\v\n" +

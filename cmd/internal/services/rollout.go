@@ -39,7 +39,7 @@ func rolloutActor() node.NamedActor {
 				Policy:       policy,
 				// The image check is the worker's: this node may not run
 				// containerd itself.
-				Sandboxes: &rollout.Workers{Root: root, Spawn: cluster.Spawn, Environments: n.DB().Environments(), ImageSource: n.Info().GetHttpAddress()},
+				Sandboxes: &rollout.Workers{Root: root, Spawn: cluster.Spawn, Environments: n.DB().Environments()},
 			})
 		},
 	}

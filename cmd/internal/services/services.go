@@ -50,7 +50,7 @@ func (s *Sandboxes) attach(n *node.Node) {
 		s.destroys = n.DB().SandboxDestroys()
 	}
 	if s.fetcher == nil {
-		s.fetcher = &sandboxworker.Fetcher{Runtime: s.Runtime, Members: n.MemberInfos, Self: func() string { return n.Info().GetHttpAddress() },
+		s.fetcher = &sandboxworker.Fetcher{Runtime: s.Runtime, Members: n.MemberInfos, Self: n.Address,
 			Token: s.token, Logger: s.log.With("component", "sandbox")}
 	}
 }
