@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"os"
 	"time"
 
@@ -59,7 +60,7 @@ or the openai Python package with base_url="http://127.0.0.1:7070/v1".`,
 				return err
 			}
 			kinds, actors, handlers := policy.Options()
-			n, err := node.Start(ctx, cfg, diag.NodeOptions(node.Options{Logger: log, Version: node.Version(), Kinds: kinds, Actors: actors, Handlers: append(handlers, ui.NodeHandler())}))
+			n, err := node.Start(ctx, cfg, diag.NodeOptions(node.Options{Logger: log, Version: node.Version(), Collectors: []prometheus.Collector{policy.Collector()}, Kinds: kinds, Actors: actors, Handlers: append(handlers, ui.NodeHandler())}))
 			if err != nil {
 				return err
 			}

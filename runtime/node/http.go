@@ -131,6 +131,7 @@ func (n *Node) serveHTTP() {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "frognano", Name: "node_gpus", Help: "GPUs found on this node."},
 			func() float64 { return float64(len(n.caps.Gpus)) }),
 	)
+	n.metrics.MustRegister(n.collectors...)
 	lim := n.limits
 	mux := http.NewServeMux()
 	// The node's own paths are GET (and so HEAD) only and take no body;

@@ -60,6 +60,8 @@ type Options struct {
 	// Handlers are mounted on the node's HTTP server beside its own paths
 	// (a node serving a model adds the OpenAI API).
 	Handlers []Handler
+	// Collectors are registered on the node's /metrics beside its own.
+	Collectors []prometheus.Collector
 	// HTTP bounds what one client of the HTTP server can hold (zero fields:
 	// DefaultHTTPLimits).
 	HTTP HTTPLimits
@@ -114,6 +116,7 @@ type Node struct {
 	httpLn     net.Listener
 	http       *http.Server
 	metrics    *prometheus.Registry
+	collectors []prometheus.Collector
 	started    time.Time
 	kinds      []string
 	handlers   []Handler
@@ -179,7 +182,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (n *Node, err e
 	if log == nil {
 		log = slog.Default()
 	}
-	n = &Node{cfg: cfg, log: log, version: opts.Version, started: time.Now(), handlers: opts.Handlers, requests: opts.Manager, limits: opts.HTTP.withDefaults()}
+	n = &Node{cfg: cfg, log: log, version: opts.Version, started: time.Now(), handlers: opts.Handlers, collectors: opts.Collectors, requests: opts.Manager, limits: opts.HTTP.withDefaults()}
 	partial := n
 	defer func() {
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/frognano/frognano/actors/sandboxworker"
+	"github.com/prometheus/client_golang/prometheus"
 	"io"
 	"log/slog"
 	"sync"
@@ -89,7 +90,7 @@ func NewWiring(cfg config.Config, log *slog.Logger, buildLog io.Writer, autoResu
 	pk, pa, handlers := w.Policy.Options()
 	// The run service comes last: it may resume a run at once, which asks
 	// the other actors.
-	return w, diag.NodeOptions(node.Options{Logger: log, Version: node.Version(),
+	return w, diag.NodeOptions(node.Options{Logger: log, Version: node.Version(), Collectors: []prometheus.Collector{w.Policy.Collector()},
 		Kinds:    append(kinds, pk...),
 		Actors:   append(append(actors, pa...), w.Evals.Actor(), w.Runs.Actor()),
 		Handlers: append(append(append(handlers, ui.NodeHandler(), Gateway(), sandboxworker.ImagesHandler(w.Sandboxes.Runtime)), w.Runs.Handlers()...), w.Evals.Handlers()...)})

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/frognano/frognano/actors/sampler"
 	"github.com/frognano/frognano/actors/sampler/openai"
@@ -90,6 +91,16 @@ func (p *Policy) Engine(ctx context.Context) (*sampler.Engine, error) {
 	p.cfg.Logger.Info("policy loaded", "model", path, "architecture", m.Config.Architecture, "context", e.ContextLength(), "weights", e.Quantization())
 	p.eng = e
 	return e, nil
+}
+
+// Collector exports the engine's counters on the node's /metrics once it
+// is loaded (sampler.Collector).
+func (p *Policy) Collector() prometheus.Collector {
+	return sampler.Collector(func() *sampler.Engine {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.eng
+	})
 }
 
 // Name is the model id the OpenAI endpoints report.
