@@ -100,21 +100,7 @@ func TestImportRefusesArchivesNamingOtherImages(t *testing.T) {
 	}
 	const layout = `{"imageLayoutVersion":"1.0.0"}`
 	archive := func(manifests ...map[string]string) []byte {
-		idx := ocispec.Index{MediaType: ocispec.MediaTypeImageIndex}
-		idx.SchemaVersion = 2
-		for i, a := range manifests {
-			idx.Manifests = append(idx.Manifests, ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest,
-				Digest: digest.Digest("sha256:" + strings.Repeat(string(rune('a'+i)), 64)), Size: 10, Annotations: a})
-		}
-		b, _ := json.Marshal(idx)
-		var buf bytes.Buffer
-		tw := tar.NewWriter(&buf)
-		tw.WriteHeader(&tar.Header{Name: "oci-layout", Mode: 0o644, Size: 30})
-		tw.Write([]byte(`{"imageLayoutVersion":"1.0.0"}`))
-		tw.WriteHeader(&tar.Header{Name: "index.json", Mode: 0o644, Size: int64(len(b))})
-		tw.Write(b)
-		tw.Close()
-		return buf.Bytes()
+		return tarOf("oci-layout", layout, "index.json", index(manifests...))
 	}
 	cases := map[string][]byte{
 		"another image":         archive(map[string]string{images.AnnotationImageName: "frognano.local/env/other:1"}),
