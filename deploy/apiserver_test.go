@@ -45,12 +45,16 @@ type apiServer struct {
 	token  string
 	client *http.Client
 	log    *bytes.Buffer
+	// caFile is the server's self-signed certificate (for kubeconfigs, with
+	// the server name kubernetes.default.svc); saKey signs service account
+	// tokens (the controller manager's --service-account-private-key-file).
+	caFile, saKey string
 }
 
 // startAPIServer runs a kube-apiserver on a real etcd (Debian's, through
 // etcdtest) for t: its own serving certificate, a bearer token in the
-// system:masters group, RBAC on, and no controllers (no controller manager,
-// scheduler or kubelet: objects are stored and validated, pods never run).
+// system:masters group, RBAC on, privileged pods allowed, and no
+// controllers (TestManifestsRunOnKubernetes starts those).
 func startAPIServer(t *testing.T) *apiServer {
 	t.Helper()
 	bin := apiServerBinary()
@@ -97,11 +101,14 @@ func startAPIServer(t *testing.T) *apiServer {
 		"--token-auth-file="+tokens,
 		"--authorization-mode=RBAC",
 		"--service-cluster-ip-range=10.96.0.0/16",
+		// The sandbox nodes are privileged pods (deploy/sandbox-nodes.yaml).
+		"--allow-privileged=true",
 		// The endpoints of the "kubernetes" service would be 127.0.0.1,
 		// which the server itself refuses to store.
 		"--endpoint-reconciler-type=none",
 	)
-	s := &apiServer{url: "https://" + addr, token: token, log: &bytes.Buffer{}}
+	s := &apiServer{url: "https://" + addr, token: token, log: &bytes.Buffer{},
+		caFile: filepath.Join(certDir, "apiserver.crt"), saKey: saKey}
 	cmd.Stdout, cmd.Stderr = s.log, s.log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -126,7 +133,7 @@ func startAPIServer(t *testing.T) *apiServer {
 			t.Fatalf("kube-apiserver not ready after 90 s (last /readyz: %s):\n%s", last, tail(s.log.String()))
 		}
 		if s.client == nil {
-			if crt, err := os.ReadFile(filepath.Join(certDir, "apiserver.crt")); err == nil {
+			if crt, err := os.ReadFile(s.caFile); err == nil {
 				pool := x509.NewCertPool()
 				if pool.AppendCertsFromPEM(crt) {
 					s.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
