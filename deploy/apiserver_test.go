@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ import (
 
 // apiServerBinary is a kube-apiserver to apply the manifests to:
 // FROGNANO_KUBE_APISERVER, else the one scripts/setup.sh builds from the
-// Kubernetes module (scripts/install-kube-apiserver.sh), else one on PATH;
+// Kubernetes module (scripts/install-kubernetes.sh), else one on PATH;
 // "" when there is none.
 func apiServerBinary() string {
 	if p := os.Getenv("FROGNANO_KUBE_APISERVER"); p != "" {
@@ -59,7 +60,7 @@ func startAPIServer(t *testing.T) *apiServer {
 	t.Helper()
 	bin := apiServerBinary()
 	if bin == "" {
-		t.Skip("kube-apiserver is not installed (scripts/install-kube-apiserver.sh builds it; scripts/setup.sh runs that): skipping the manifests' check against a real API server")
+		t.Skip("kube-apiserver is not installed (scripts/install-kubernetes.sh builds it; scripts/setup.sh runs that): skipping the manifests' check against a real API server")
 	}
 	etcd := etcdtest.Start(t)
 	dir := t.TempDir()
@@ -110,6 +111,7 @@ func startAPIServer(t *testing.T) *apiServer {
 	s := &apiServer{url: "https://" + addr, token: token, log: &bytes.Buffer{},
 		caFile: filepath.Join(certDir, "apiserver.crt"), saKey: saKey}
 	cmd.Stdout, cmd.Stderr = s.log, s.log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // a killed test takes it along
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +253,7 @@ func (s *apiServer) create(t *testing.T, o obj) (int, []byte) {
 
 // TestManifestsOnARealAPIServer stores every manifest of deploy/ in a real
 // kube-apiserver (built from the Kubernetes module by
-// scripts/install-kube-apiserver.sh; Debian's etcd behind it), the
+// scripts/install-kubernetes.sh; Debian's etcd behind it), the
 // namespace first, with strict field validation: each must be accepted as
 // written, defaults and all, by the server's own validation of its kind
 // (selectors that match their templates, resource quantities, probes,

@@ -22,12 +22,16 @@ import (
 	"time"
 
 	containerd "github.com/containerd/containerd"
+	"github.com/containerd/containerd/images"
+	"github.com/containerd/containerd/leases"
 	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/errdefs"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
 	"github.com/frognano/frognano/actors/sandbox"
-	"github.com/frognano/frognano/runtime/membership"
 	"github.com/frognano/frognano/runtime/membership/etcdtest"
 	"github.com/frognano/frognano/runtime/mtls"
 )
@@ -136,6 +140,9 @@ type kubeCluster struct {
 	dnsIP      string
 	bridge     string
 	cniNet     string
+	// sysctls: the kernel settings the kubelet and the CNI bridge change,
+	// as they were before, put back at the end.
+	sysctls map[string]string
 	// hadContainerLogs: /var/log/containers, where the kubelet links
 	// container logs, was there before the test.
 	hadContainerLogs bool
@@ -218,11 +225,6 @@ func TestManifestsRunOnKubernetes(t *testing.T) {
 	if !fileExists(hostCtrd) {
 		t.Skipf("the host's containerd is not running at %s (scripts/setup-containerd.sh)", hostCtrd)
 	}
-	if c, err := net.ListenPacket("udp4", "0.0.0.0:53"); err != nil {
-		t.Skipf("port 53 is taken, CoreDNS cannot serve the pods: %v", err)
-	} else {
-		c.Close()
-	}
 
 	objs := load(t)
 	k := startKube(t)
@@ -257,14 +259,22 @@ func TestManifestsRunOnKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The node must be there before anything is scheduled.
+	// The node must be there before anything is scheduled, with room for
+	// the sandbox pod's requests.
 	k.waitNodeReady(t, 2*time.Minute)
+	k.needAllocatable(t, 2, 4<<30)
 	k.api.patch(t, "/api/v1/nodes/"+k.node, obj{"metadata": obj{"labels": obj{"frognano.dev/sandbox": "true"}}})
 
 	// The namespace, then what deploy/README.md asks for before applying:
 	// the API token, the remoting certificates, and storage for the claims.
 	data := filepath.Join(k.dir, "frognano-data")
 	sharedMount(t, data)
+	state := filepath.Join(k.dir, "frognano-state")
+	sharedMount(t, state)
+	// The node's objects in the machine's containerd, apart from other
+	// tests' (whose sandboxes its start-up sweep must not judge).
+	ctrdNS := "frognano-k8s-" + randHex(t, 4)
+	t.Cleanup(func() { removeHostNamespace(t, hostCtrd, ctrdNS) })
 	token := randHex(t, 32)
 	var rest []obj
 	for _, o := range objs {
@@ -320,10 +330,31 @@ func TestManifestsRunOnKubernetes(t *testing.T) {
 				}
 				c["imagePullPolicy"] = "Never"
 			}
+			moved := map[string]string{"/var/lib/frognano": data, "/run/frognano": state}
 			for _, v := range list(tmpl, "volumes") {
-				if str(v, "hostPath", "path") == "/var/lib/frognano" {
-					at(v, "hostPath").(obj)["path"] = data
+				if to, ok := moved[str(v, "hostPath", "path")]; ok {
+					at(v, "hostPath").(obj)["path"] = to
 				}
+			}
+			tmpl["volumes"] = append(list(tmpl, "volumes"),
+				obj{"name": "host-ca", "hostPath": obj{"path": "/etc/ssl/certs/ca-certificates.crt", "type": "File"}})
+			for _, c := range list(tmpl, "containers") {
+				c := c.(obj)
+				for _, m := range list(c, "volumeMounts") {
+					if to, ok := moved[str(m, "mountPath")]; ok {
+						m.(obj)["mountPath"] = to
+					}
+				}
+				// This machine reaches the package registries through a
+				// TLS-inspecting proxy whose CA only the host trusts: the
+				// node gives build sandboxes its own bundle (trustHostCAs),
+				// so it gets the host's.
+				c["volumeMounts"] = append(list(c, "volumeMounts"),
+					obj{"name": "host-ca", "mountPath": "/etc/ssl/certs/ca-certificates.crt", "readOnly": true})
+				c["env"] = append(list(c, "env"),
+					obj{"name": "FROGNANO_NODE_DATA_DIR", "value": data},
+					obj{"name": "FROGNANO_CONTAINERD_STATE_DIR", "value": state},
+					obj{"name": "FROGNANO_CONTAINERD_NAMESPACE", "value": ctrdNS})
 			}
 		}
 		if kind == "StatefulSet" && name == "frognano-sandbox" {
@@ -334,7 +365,7 @@ func TestManifestsRunOnKubernetes(t *testing.T) {
 
 	// etcd, then the sandbox node, ready.
 	deadline := time.Now().Add(6 * time.Minute)
-	k.waitPodReady(t, "frognano-etcd-0", deadline)
+	etcdIP := k.waitPodReady(t, "frognano-etcd-0", deadline)
 	podIP := k.waitPodReady(t, "frognano-sandbox-0", deadline)
 
 	// The node behind its token: itself among the members (from etcd,
@@ -376,7 +407,57 @@ func TestManifestsRunOnKubernetes(t *testing.T) {
 		info.Address != "frognano-sandbox-0.frognano-nodes.frognano.svc.cluster.local:7071" {
 		t.Errorf("the pod's node: %s; want id frognano-sandbox-0, its DNS name as address, containerd true", body)
 	}
-	k.waitMember(t, get, token, "frognano-sandbox-0", time.Minute)
+	lease := waitMember(t, etcdIP, "frognano-sandbox-0", 0, time.Minute)
+
+	// Sandboxes through the pod, on the machine's containerd: an
+	// environment registered from a small project put in the pod's data
+	// directory (the manifest's /var/lib/frognano host path). The node
+	// derives its image, installs it in a build sandbox and runs its suite
+	// once in a sandbox without network.
+	proj := filepath.Join(data, "k8s-calc")
+	if err := os.MkdirAll(proj, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range map[string]string{
+		"setup.py": "from setuptools import setup\nsetup(name='calc', version='0.1', py_modules=['calc'])\n",
+		"calc.py":  "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n",
+		"test_calc.py": "from calc import add, mul\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\ndef test_add_neg():\n    assert add(-2, 1) == -1\n\n\n" +
+			"def test_mul():\n    assert mul(2, 3) == 6\n\n\ndef test_mul_zero():\n    assert mul(0, 7) == 0\n\n\ndef test_both():\n    assert add(mul(2, 2), 1) == 5\n",
+	} {
+		if err := os.WriteFile(filepath.Join(proj, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	typ, reply := gatewayCall(t, nodeURL, token, "environments", "frognano.messages.v1.EnvAddRequest",
+		obj{"source": proj, "name": "k8s-calc", "minTests": 5}, 10*time.Minute)
+	if typ != "frognano.messages.v1.EnvAddReply" {
+		t.Fatalf("env add through the pod's node: %s %s\n%s", typ, clipBody(reply), k.diagnose(t))
+	}
+	var added struct {
+		Environment struct {
+			Name     string `json:"name"`
+			Image    string `json:"image"`
+			Baseline struct {
+				Results []struct {
+					Status string `json:"status"`
+				} `json:"results"`
+			} `json:"baseline"`
+		} `json:"environment"`
+	}
+	if err := json.Unmarshal(reply, &added); err != nil {
+		t.Fatal(err)
+	}
+	passed := 0
+	for _, r := range added.Environment.Baseline.Results {
+		if r.Status == "TEST_STATUS_PASS" {
+			passed++
+		}
+	}
+	if env := added.Environment; passed != 5 || env.Image == "" {
+		t.Errorf("env add through the pod's node: %s; want 5 tests passing at baseline and an image", clipBody(reply))
+	} else {
+		t.Logf("the pod's node registered %s (image %s): its 5 tests passed in a sandbox", env.Name, env.Image)
+	}
 
 	// The learner asks for a GPU on a machine labelled as having one:
 	// there is none, so it must wait unscheduled.
@@ -385,7 +466,7 @@ func TestManifestsRunOnKubernetes(t *testing.T) {
 	// Killed, the node comes back under its name (the StatefulSet) and
 	// registers again.
 	oldUID := k.podUID(t, "frognano-sandbox-0")
-	if code, body := k.api.do(t, "DELETE", "/api/v1/namespaces/frognano/pods/frognano-sandbox-0", obj{"gracePeriodSeconds": 0}); code != http.StatusOK {
+	if code, body := k.api.do(t, "DELETE", "/api/v1/namespaces/frognano/pods/frognano-sandbox-0", obj{"gracePeriodSeconds": 30}); code != http.StatusOK {
 		t.Fatalf("delete the sandbox pod: %d %s", code, body)
 	}
 	deadline = time.Now().Add(4 * time.Minute)
@@ -397,8 +478,85 @@ func TestManifestsRunOnKubernetes(t *testing.T) {
 	}
 	podIP = k.waitPodReady(t, "frognano-sandbox-0", deadline)
 	nodeURL = "http://" + net.JoinHostPort(podIP, "7070")
-	k.waitMember(t, get, token, "frognano-sandbox-0", time.Minute)
+	waitMember(t, etcdIP, "frognano-sandbox-0", lease, time.Minute)
 	t.Logf("frognano-sandbox-0 ran, was killed and came back at %s", podIP)
+}
+
+// removeHostNamespace deletes what the pod's node left in its namespace
+// of the machine's containerd (its images; the containers of its
+// sandboxes, which it destroys itself, if any are left) and the namespace.
+func removeHostNamespace(t *testing.T, sock, ns string) {
+	c, err := containerd.New(sock, containerd.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Logf("cleanup: %v", err)
+		return
+	}
+	defer c.Close()
+	ctx := namespaces.WithNamespace(context.Background(), ns)
+	if cs, err := c.Containers(ctx); err == nil {
+		for _, ctr := range cs {
+			t.Errorf("the pod's node left container %s in %s", ctr.ID(), ns)
+			if task, err := ctr.Task(ctx, nil); err == nil {
+				task.Delete(ctx, containerd.WithProcessKill)
+			}
+			ctr.Delete(ctx, containerd.WithSnapshotCleanup)
+		}
+	}
+	imgs, _ := c.ImageService().List(ctx)
+	for i, img := range imgs {
+		var opts []images.DeleteOpt
+		if i == len(imgs)-1 {
+			opts = append(opts, images.SynchronousDelete()) // collect the content and snapshots
+		}
+		if err := c.ImageService().Delete(ctx, img.Name, opts...); err != nil {
+			t.Logf("cleanup: image %s: %v", img.Name, err)
+		}
+	}
+	if ls, err := c.LeasesService().List(ctx); err == nil {
+		for _, l := range ls {
+			c.LeasesService().Delete(ctx, l, leases.SynchronousDelete)
+		}
+	}
+	if err := c.NamespaceService().Delete(context.Background(), ns); err != nil && !errdefs.IsNotFound(err) {
+		t.Logf("cleanup: namespace %s: %v", ns, err)
+	}
+}
+
+// gatewayCall sends one message to a named actor of the node through its
+// HTTP gateway (actors/gateway) and returns the final answer's type and
+// message ("error" and the text when none came).
+func gatewayCall(t *testing.T, nodeURL, token, actor, typ string, msg obj, timeout time.Duration) (string, []byte) {
+	t.Helper()
+	body, _ := json.Marshal(obj{"type": typ, "message": msg, "timeout_seconds": timeout.Seconds()})
+	req, _ := http.NewRequest("POST", nodeURL+"/v1/actors/"+actor, bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Timeout: timeout + time.Minute}).Do(req)
+	if err != nil {
+		return "error", []byte(err.Error())
+	}
+	defer resp.Body.Close()
+	var last struct {
+		Type    string          `json:"type"`
+		Message json.RawMessage `json:"message"`
+		Error   string          `json:"error"`
+	}
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var line struct {
+			Type    string          `json:"type"`
+			Message json.RawMessage `json:"message"`
+			Error   string          `json:"error"`
+		}
+		if err := dec.Decode(&line); err != nil {
+			break
+		}
+		last = line
+	}
+	if last.Error != "" || last.Type == "" {
+		return "error", []byte(fmt.Sprintf("%d %s", resp.StatusCode, last.Error))
+	}
+	return last.Type, last.Message
 }
 
 // claimSizes is the storage each PersistentVolumeClaim of the manifests
@@ -545,17 +703,65 @@ state = %q
 		"--bind-address=127.0.0.1", "--secure-port="+ports(),
 		"--leader-elect=false",
 	))
+	// CoreDNS answers on the pods' gateway only: the bridge is made here
+	// (the CNI plugin takes it as it finds it) so that CoreDNS can bind it.
+	for _, args := range [][]string{
+		{"link", "add", podBridge, "type", "bridge"},
+		{"addr", "add", podGateway + "/24", "dev", podBridge},
+		{"link", "set", podBridge, "up"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v %s", strings.Join(args, " "), err, out)
+		}
+	}
+	for _, network := range []string{"udp", "tcp"} {
+		var err error
+		if network == "udp" {
+			var c net.PacketConn
+			if c, err = net.ListenPacket("udp4", podGateway+":53"); err == nil {
+				c.Close()
+			}
+		} else {
+			var l net.Listener
+			if l, err = net.Listen("tcp4", podGateway+":53"); err == nil {
+				l.Close()
+			}
+		}
+		if err != nil {
+			t.Skipf("port 53 of the pods' gateway is taken (a DNS server on all addresses?), CoreDNS cannot serve the pods: %v", err)
+		}
+	}
 	corefile := filepath.Join(dir, "Corefile")
 	writeFile(t, corefile, fmt.Sprintf(`.:53 {
+    bind %s
     errors
     kubernetes cluster.local {
         kubeconfig %s test
     }
 }
-`, k.kubeconfig))
-	k.procs = append(k.procs, startProc(t, "coredns", kubeTool("coredns"), "-conf", corefile))
+`, podGateway, k.kubeconfig))
+	dns := startProc(t, "coredns", kubeTool("coredns"), "-conf", corefile)
+	k.procs = append(k.procs, dns)
+	resolver := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, podGateway+":53")
+	}}
+	waitFor(t, time.Minute, "CoreDNS", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err := resolver.LookupHost(ctx, "kubernetes.default.svc.cluster.local.")
+		if de, ok := err.(*net.DNSError); ok && de.IsNotFound {
+			return nil // an answer: the server is up
+		}
+		return err
+	}, dns)
 
 	makeCgroupRoot(t)
+	k.sysctls = map[string]string{}
+	for _, name := range changedSysctls {
+		if v, err := os.ReadFile(sysctlPath(name)); err == nil {
+			k.sysctls[name] = strings.TrimSpace(string(v))
+		}
+	}
 	k.node = "frognano-k8s-test"
 	kubeletConfig := filepath.Join(dir, "kubelet.yaml")
 	writeFile(t, kubeletConfig, fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
@@ -612,12 +818,54 @@ func sweepKilledRuns(t *testing.T) {
 			continue
 		}
 		t.Logf("removing %s, left by a killed run", d)
+		killProcsNaming(d) // its containerds' shims
 		unmountUnder(t, d)
 		os.RemoveAll(d)
 	}
 	if !live {
+		killCgroupProcs() // its pods' processes
 		removeNetworkAndCgroups()
 	}
+}
+
+// killProcsNaming SIGKILLs every process whose command line names
+// something under dir.
+func killProcsNaming(dir string) {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(b), dir+"/") {
+			continue
+		}
+		var pid int
+		if _, err := fmt.Sscanf(filepath.Base(filepath.Dir(p)), "%d", &pid); err == nil && pid != os.Getpid() {
+			unix.Kill(pid, unix.SIGKILL)
+		}
+	}
+}
+
+// killCgroupProcs SIGKILLs every process in the kubelet's cgroups.
+func killCgroupProcs() {
+	files, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", kubeCgroupRoot))
+	if v2 := filepath.Join("/sys/fs/cgroup", kubeCgroupRoot); fileExists(v2) {
+		files = append(files, v2)
+	}
+	for _, root := range files {
+		filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.Name() != "cgroup.procs" {
+				return nil
+			}
+			b, _ := os.ReadFile(p)
+			for _, f := range strings.Fields(string(b)) {
+				var pid int
+				if _, err := fmt.Sscanf(f, "%d", &pid); err == nil && pid > 1 && pid != os.Getpid() {
+					unix.Kill(pid, unix.SIGKILL)
+				}
+			}
+			return nil
+		})
+	}
+	time.Sleep(500 * time.Millisecond) // let the kills land before the rmdirs
 }
 
 // ctrdLogLevel is the kubelet's containerd's log level: debug with
@@ -680,9 +928,29 @@ func (k *kubeCluster) teardown(t *testing.T) {
 		t.Logf("teardown: %v", err)
 	}
 	removeNetworkAndCgroups()
+	for name, want := range k.sysctls {
+		if got, err := os.ReadFile(sysctlPath(name)); err == nil && strings.TrimSpace(string(got)) != want {
+			if err := os.WriteFile(sysctlPath(name), []byte(want), 0o644); err != nil {
+				t.Errorf("teardown: restore %s = %s (it is %s): %v", name, want, strings.TrimSpace(string(got)), err)
+			}
+		}
+	}
 	if n := kubeRules(); n > k.kubeRules {
 		t.Errorf("the machine's iptables name KUBE- chains %d times after the test, %d before: the kubelet left them", n, k.kubeRules)
 	}
+}
+
+// changedSysctls are what the kubelet sets at start (vm.overcommit_memory=1,
+// kernel.panic=10, kernel.panic_on_oops=1, …: its container manager's
+// kernel tunables) and the CNI bridge as the pods' gateway
+// (net.ipv4.ip_forward=1).
+var changedSysctls = []string{
+	"vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops",
+	"kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes", "net.ipv4.ip_forward",
+}
+
+func sysctlPath(name string) string {
+	return filepath.Join("/proc/sys", strings.ReplaceAll(name, ".", "/"))
 }
 
 // makeCgroupRoot makes the kubelet's cgroup root in every hierarchy (the
@@ -720,6 +988,14 @@ func makeCgroupRoot(t *testing.T) {
 func removeNetworkAndCgroups() {
 	exec.Command("ip", "link", "del", podBridge).Run()
 	os.RemoveAll(filepath.Join("/var/lib/cni/networks", podCNINet))
+	// The plugins' result caches: the network's, and the loopback's of
+	// the same pod sandboxes.
+	results, _ := filepath.Glob(filepath.Join("/var/lib/cni/results", podCNINet+"-*"))
+	for _, r := range results {
+		id := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(r), podCNINet+"-"), "-eth0")
+		os.Remove(r)
+		os.Remove(filepath.Join("/var/lib/cni/results", "cni-loopback-"+id+"-lo"))
+	}
 	roots, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", kubeCgroupRoot))
 	if v2 := filepath.Join("/sys/fs/cgroup", kubeCgroupRoot); fileExists(v2) {
 		roots = append(roots, v2)
@@ -924,6 +1200,39 @@ func (k *kubeCluster) waitNodeReady(t *testing.T, limit time.Duration) {
 	}, k.proc("kubelet"))
 }
 
+// needAllocatable skips the test on a machine whose node cannot take the
+// sandbox pod's requests (cpu "2", memory 4Gi in sandbox-nodes.yaml).
+func (k *kubeCluster) needAllocatable(t *testing.T, cpus int, memory int64) {
+	t.Helper()
+	_, body := k.api.do(t, "GET", "/api/v1/nodes/"+k.node, nil)
+	var n struct {
+		Status struct {
+			Allocatable map[string]string `json:"allocatable"`
+		} `json:"status"`
+	}
+	json.Unmarshal(body, &n)
+	cpu, mem := n.Status.Allocatable["cpu"], n.Status.Allocatable["memory"]
+	var c int
+	if _, err := fmt.Sscanf(cpu, "%d", &c); err != nil || strings.HasSuffix(cpu, "m") {
+		var milli int
+		fmt.Sscanf(cpu, "%dm", &milli)
+		c = milli / 1000
+	}
+	var m int64
+	fmt.Sscanf(mem, "%d", &m)
+	switch {
+	case strings.HasSuffix(mem, "Ki"):
+		m <<= 10
+	case strings.HasSuffix(mem, "Mi"):
+		m <<= 20
+	case strings.HasSuffix(mem, "Gi"):
+		m <<= 30
+	}
+	if c < cpus || m < memory {
+		t.Skipf("this machine's node has %s CPUs and %s of memory allocatable; the sandbox pod asks for %d and %d GiB", cpu, mem, cpus, memory>>30)
+	}
+}
+
 type podStatus struct {
 	Metadata struct {
 		Name string `json:"name"`
@@ -981,20 +1290,37 @@ func (k *kubeCluster) waitPodReady(t *testing.T, name string, deadline time.Time
 	}
 }
 
-// waitMember waits for the node at get to list member among the
-// cluster's members.
-func (k *kubeCluster) waitMember(t *testing.T, get func(path, tok string) (int, []byte), token, member string, limit time.Duration) {
+// waitMember waits for member's registration in the pod etcd (read
+// there, from the host, at the etcd pod's address, under the ConfigMap's
+// prefix and cluster name) under a lease other than notLease, and returns
+// its lease.
+func waitMember(t *testing.T, etcdIP, member string, notLease clientv3.LeaseID, limit time.Duration) clientv3.LeaseID {
 	t.Helper()
-	waitFor(t, limit, member+" among the members", func() error {
-		code, body := get(membership.Path, token)
-		if code != http.StatusOK {
-			return fmt.Errorf("%d %s", code, clipBody(body))
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{net.JoinHostPort(etcdIP, "2379")}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var lease clientv3.LeaseID
+	waitFor(t, limit, member+" registered in etcd", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		res, err := c.Get(ctx, "/frognano/frognano/members/", clientv3.WithPrefix())
+		if err != nil {
+			return err
 		}
-		if !strings.Contains(string(body), member) {
-			return fmt.Errorf("members: %s", clipBody(body))
+		var keys []string
+		for _, kv := range res.Kvs {
+			keys = append(keys, string(kv.Key))
+			mine := strings.HasSuffix(string(kv.Key), "/"+member) || strings.Contains(string(kv.Value), member)
+			if mine && clientv3.LeaseID(kv.Lease) != notLease && kv.Lease != 0 {
+				lease = clientv3.LeaseID(kv.Lease)
+				return nil
+			}
 		}
-		return nil
+		return fmt.Errorf("keys under /frognano/frognano/members/: %v", keys)
 	}, nil)
+	return lease
 }
 
 // waitUnschedulable waits for the pods matching selector to be reported
@@ -1017,6 +1343,11 @@ func (k *kubeCluster) waitUnschedulable(t *testing.T, selector string, limit tim
 			}
 			for _, c := range p.Status.Conditions {
 				if c.Type == "PodScheduled" && c.Status == "False" && c.Reason == "Unschedulable" {
+					// The learner asks for more CPU and memory than this
+					// machine may have, too: the reason must be the GPU label.
+					if !strings.Contains(c.Message, "didn't match Pod's node affinity/selector") {
+						return fmt.Errorf("unschedulable, but not for its node selector: %s", c.Message)
+					}
 					t.Logf("%s: unschedulable: %s", p.Metadata.Name, c.Message)
 					return nil
 				}

@@ -24,7 +24,11 @@ dir=/usr/local/lib/frognano
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
-if grep -qxF "$want" "$dir/kubernetes.VERSION" 2>/dev/null; then
+installed=1
+for b in "${bins[@]}" pause coredns; do
+  [ -x "$dir/$b" ] || installed=0
+done
+if [ "$installed" = 1 ] && grep -qxF "$want" "$dir/kubernetes.VERSION" 2>/dev/null; then
   exit 0
 fi
 printf '\033[1m==> %s\033[0m\n' "Kubernetes $version (${bins[*]}) and CoreDNS $coredns, built from their modules (several minutes)"

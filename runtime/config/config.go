@@ -226,6 +226,11 @@ const (
 type Containerd struct {
 	Address   string `yaml:"address"`
 	Namespace string `yaml:"namespace"`
+	// StateDir holds what sandboxes are made of outside their images: the
+	// user-namespace slots every process on a machine shares, and the
+	// layers of a user-namespaced sandbox, which runc mounts on the host
+	// (a node in a container must see it at the same path as the host).
+	StateDir string `yaml:"state_dir"`
 }
 
 // Image is how the sandboxes' base image is built.
@@ -272,6 +277,7 @@ func Default() Config {
 		Containerd: Containerd{
 			Address:   "/run/containerd/containerd.sock",
 			Namespace: "frognano",
+			StateDir:  "/run/frognano",
 		},
 		Supervision: Supervision{
 			MaxRestarts: 10,

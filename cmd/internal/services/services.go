@@ -67,7 +67,7 @@ func (s *Sandboxes) Runtime(ctx context.Context) (*sandbox.Runtime, error) {
 	if s.rt != nil {
 		return s.rt, nil
 	}
-	rt, err := sandbox.New(ctx, sandbox.Config{Address: s.cfg.Address, Namespace: s.cfg.Namespace, DebianMirror: s.mirror,
+	rt, err := sandbox.New(ctx, sandbox.Config{Address: s.cfg.Address, Namespace: s.cfg.Namespace, StateDir: s.cfg.StateDir, DebianMirror: s.mirror,
 		Destroys: s.destroys, Logger: s.log.With("component", "sandbox")})
 	if err != nil {
 		return nil, err

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -142,6 +143,7 @@ func (s *Server) start(t testing.TB) {
 	cmd := exec.Command(s.bin, s.args...)
 	cmd.Stdout = s.log
 	cmd.Stderr = s.log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // a killed test takes it along
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start etcd: %v", err)
 	}
