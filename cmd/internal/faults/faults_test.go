@@ -927,6 +927,38 @@ func scenarios() []scenario {
 			shQuiet("tc", "qdisc", "del", "dev", s.nodes[0].veth, "root")
 			return "node a's link throttled to 256 kbit/s (tbf; netem is not in this kernel) for the whole first attempt"
 		}},
+		{name: "lossy-link", inject: func(s *suite, r *runState) string {
+			// netem is not in this kernel; iptables' statistic match is.
+			// Node a's own traffic (its run to its node) stays on lo; what
+			// crosses eth0 (to b and c) loses 10% each way.
+			a := s.nodes[0]
+			defer func() {
+				shQuiet("ip", "netns", "exec", a.ns, "iptables", "-F", "INPUT")
+				shQuiet("ip", "netns", "exec", a.ns, "iptables", "-F", "OUTPUT")
+			}()
+			for _, rule := range [][]string{{"INPUT", "-i"}, {"OUTPUT", "-o"}} {
+				args := []string{"netns", "exec", a.ns, "iptables", "-A", rule[0], rule[1], "eth0", "-m", "statistic", "--mode", "random", "--probability", "0.1", "-j", "DROP"}
+				if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+					s.t.Errorf("lossy-link: ip %s: %v %s", strings.Join(args, " "), err, out)
+					<-r.p.exited
+					return "lossy-link: the rules could not be set"
+				}
+			}
+			<-r.p.exited
+			// The rules' counters: how many packets were dropped.
+			out, _ := exec.Command("ip", "netns", "exec", a.ns, "iptables", "-L", "-v", "-x", "-n").Output()
+			dropped := 0
+			for _, line := range strings.Split(string(out), "\n") {
+				if f := strings.Fields(line); len(f) > 2 && f[2] == "DROP" {
+					n, _ := strconv.Atoi(f[0])
+					dropped += n
+				}
+			}
+			if dropped == 0 {
+				s.t.Errorf("lossy-link: no packet was dropped: the fault was not injected")
+			}
+			return fmt.Sprintf("10%% of node a's packets to and from b and c dropped at random each way (iptables statistic; netem is not in this kernel) for the whole first attempt: %d packets dropped", dropped)
+		}},
 		{name: "disk-full", smallDisk: true, inject: func(s *suite, r *runState) string {
 			at := s.randomPoint(r, 5*time.Second)
 			if at == "" {
