@@ -844,13 +844,19 @@ func killProcsNaming(dir string) {
 	}
 }
 
+// kubeCgroupRoots are the kubelet's cgroup roots that exist, in every
+// hierarchy (v1) or the unified one.
+func kubeCgroupRoots() []string {
+	roots, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", kubeCgroupRoot))
+	if v2 := filepath.Join("/sys/fs/cgroup", kubeCgroupRoot); fileExists(v2) {
+		roots = append(roots, v2)
+	}
+	return roots
+}
+
 // killCgroupProcs SIGKILLs every process in the kubelet's cgroups.
 func killCgroupProcs() {
-	files, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", kubeCgroupRoot))
-	if v2 := filepath.Join("/sys/fs/cgroup", kubeCgroupRoot); fileExists(v2) {
-		files = append(files, v2)
-	}
-	for _, root := range files {
+	for _, root := range kubeCgroupRoots() {
 		filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 			if err != nil || d.Name() != "cgroup.procs" {
 				return nil
@@ -996,11 +1002,7 @@ func removeNetworkAndCgroups() {
 		os.Remove(r)
 		os.Remove(filepath.Join("/var/lib/cni/results", "cni-loopback-"+id+"-lo"))
 	}
-	roots, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", kubeCgroupRoot))
-	if v2 := filepath.Join("/sys/fs/cgroup", kubeCgroupRoot); fileExists(v2) {
-		roots = append(roots, v2)
-	}
-	for _, root := range roots {
+	for _, root := range kubeCgroupRoots() {
 		var dirs []string
 		filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 			if err == nil && d.IsDir() {
